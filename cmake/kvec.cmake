@@ -1,0 +1,29 @@
+# Shared compile settings and helpers for every kvec target.
+
+add_library(kvec_options INTERFACE)
+target_compile_options(kvec_options INTERFACE -Wall -Wextra -Wno-unused-parameter)
+target_compile_definitions(kvec_options INTERFACE
+    KVEC_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
+    KVEC_VERSION="${PROJECT_VERSION}")
+if(KVEC_SANITIZE)
+    target_compile_options(kvec_options INTERFACE -fsanitize=address,undefined -fno-omit-frame-pointer
+                           -fno-sanitize-recover=undefined)
+    target_link_options(kvec_options INTERFACE -fsanitize=address,undefined)
+endif()
+
+# kvec_module(NAME SOURCES... [DEPS targets...]): one static library per src/ folder.
+function(kvec_module name)
+    cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+    add_library(${name} STATIC ${ARG_SOURCES})
+    target_include_directories(${name} PUBLIC ${CMAKE_SOURCE_DIR}/src)
+    target_link_libraries(${name} PUBLIC kvec_options ${ARG_DEPS})
+endfunction()
+
+# kvec_test(NAME SOURCES... [DEPS targets...] [LABELS labels...]): one GoogleTest executable.
+function(kvec_test name)
+    cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;LABELS" ${ARGN})
+    add_executable(${name} ${ARG_SOURCES})
+    target_link_libraries(${name} PRIVATE kvec_options ${ARG_DEPS} GTest::gtest GTest::gtest_main GTest::gmock)
+    gtest_discover_tests(${name} WORKING_DIRECTORY ${CMAKE_SOURCE_DIR} DISCOVERY_TIMEOUT 60
+                         PROPERTIES LABELS "${ARG_LABELS}")
+endfunction()

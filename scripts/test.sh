@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Builds kvec and runs the whole test suite (C++ and Python reference tests through CTest).
+#   scripts/test.sh            optimised build
+#   scripts/test.sh --sanitize same suite under AddressSanitizer + UndefinedBehaviorSanitizer
+set -euo pipefail
+cd "$(dirname "$0")/.."
+preset=release
+if [ "${1:-}" = "--sanitize" ]; then preset=asan; fi
+jobs=$(nproc)
+cmake --preset "$preset" >/dev/null
+cmake --build --preset "$preset" -j "$jobs"
+ctest --preset "$preset" -j "$jobs"
