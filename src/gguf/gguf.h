@@ -9,9 +9,11 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -46,7 +48,7 @@ public:
     ValueType type = ValueType::UINT32;
     ValueType array_type = ValueType::UINT32;  // element type when type == ARRAY
 
-    // Scalars.
+    // Scalars. The reader fills both integer views; the writer uses whichever is non-zero.
     int64_t i = 0;      // every integer type (UINT64 values above INT64_MAX: see u)
     uint64_t u = 0;     // every integer type, unsigned view
     double f = 0.0;     // FLOAT32 / FLOAT64
@@ -97,6 +99,9 @@ public:
     uint32_t version() const { return version_; }
     uint64_t alignment() const { return alignment_; }
     size_t file_size() const { return map_.size(); }
+    // Byte offset of the data section (a multiple of alignment()); TensorInfo::offset is
+    // relative to it. For a file without tensors: where the data section would start.
+    uint64_t data_offset() const { return data_offset_; }
 
     // Metadata in file order.
     const std::vector<std::pair<std::string, Value>>& metadata() const { return kv_; }
@@ -114,6 +119,8 @@ public:
     bool get_bool(std::string_view key, bool fallback) const;
     const std::string& get_string(std::string_view key) const;
     std::string get_string(std::string_view key, std::string fallback) const;
+    // Arrays: integer element types are interchangeable (all held in `ints`), as are FLOAT32
+    // and FLOAT64 (held in `floats`); otherwise the element type must match.
     const Value& get_array(std::string_view key, ValueType element_type) const;
 
     const std::vector<TensorInfo>& tensors() const { return tensors_; }
@@ -127,12 +134,16 @@ private:
     MappedFile map_;
     uint32_t version_ = 0;
     uint64_t alignment_ = 32;
+    uint64_t data_offset_ = 0;
     std::vector<std::pair<std::string, Value>> kv_;
     std::vector<TensorInfo> tensors_;
+    std::unordered_map<std::string, size_t> tensor_index_;  // name -> index into tensors_
 };
 
 // Writes GGUF version 3 files. Tensor data is copied at add time; write() lays out the file with
-// the alignment set by "general.alignment" (default 32).
+// the alignment set by "general.alignment" (default 32): tensors in add order, each offset a
+// multiple of the alignment, zero padding between them and after the last one. A file without
+// tensors ends right after its metadata (as llama.cpp's writers do).
 class Writer {
 public:
     void set(const std::string& key, Value value);  // replaces an existing key, keeps order
@@ -146,16 +157,30 @@ public:
     void add_tensor(const std::string& name, GgmlType type, const std::vector<int64_t>& dims,
                     const void* data, size_t nbytes);
 
+    // Like add_tensor, but the data is produced at write() time: `fill` receives a buffer of
+    // exactly the size the type and dims imply and must fill it (it may throw kvec::Error to
+    // abort the write). Lets a quantiser stream a large model with one tensor in memory.
+    using FillFn = std::function<void(uint8_t* dst, size_t nbytes)>;
+    void add_tensor_fill(const std::string& name, GgmlType type, const std::vector<int64_t>& dims,
+                         FillFn fill);
+
     // Writes atomically (temporary file + rename): on error nothing is left at `path`.
     void write(const std::string& path) const;
+
+    size_t n_tensors() const { return tensors_.size(); }
+    const Value* find(std::string_view key) const;  // nullptr if not set
 
 private:
     struct PendingTensor {
         std::string name;
         GgmlType type;
         std::vector<int64_t> dims;
-        std::vector<uint8_t> data;
+        std::vector<uint8_t> data;  // [nbytes], empty when `fill` is set
+        FillFn fill;
+        size_t nbytes = 0;
     };
+    size_t check_tensor(const std::string& name, GgmlType type,
+                        const std::vector<int64_t>& dims) const;
     std::vector<std::pair<std::string, Value>> kv_;
     std::vector<PendingTensor> tensors_;
 };

@@ -1,0 +1,241 @@
+"""Model hyper-parameters: `ModelConfig`, reading them from GGUF metadata and writing them back.
+numpy only (no torch), so that `kvec_ref.cli info` starts fast.
+
+GGUF keys (llama.cpp's names, `{arch}` = general.architecture): block_count, embedding_length,
+feed_forward_length, attention.head_count, attention.head_count_kv, attention.key_length
+(head dim; default n_embd / n_head), attention.value_length, rope.freq_base,
+rope.dimension_count, attention.layer_norm_rms_epsilon, context_length, rope.scaling.type +
+rope.scaling.factor (linear; the older rope.scale_linear is read too), vocab_size; the vocabulary
+size is the number of rows of token_embd.weight; the tensor `rope_freqs.weight` carries Llama 3.1
+"llama3" per-frequency divisors.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Optional
+
+import numpy as np
+
+from .gguf import GGUFError, GGUFReader, GGUFValue, ValueType
+
+SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3")
+_NEOX_ARCHS = ("qwen2", "qwen3")
+
+
+# =============================================================================================
+# Configuration
+
+
+@dataclass
+class ModelConfig:
+    """Hyper-parameters. Zero / None fields take their default in __post_init__."""
+
+    arch: str = "llama"
+    n_vocab: int = 256
+    n_embd: int = 64
+    n_layer: int = 2
+    n_head: int = 4
+    n_head_kv: int = 0              # 0 -> n_head (no GQA)
+    head_dim: int = 0               # 0 -> n_embd // n_head
+    n_ff: int = 0                   # 0 -> 4 * n_embd
+    rope_theta: float = 10000.0     # rope.freq_base
+    rope_dim: int = 0               # rope.dimension_count; 0 -> head_dim
+    rope_scaling_type: str = "none"  # "none" | "linear"
+    rope_scaling_factor: float = 1.0
+    rope_freqs: Optional[list] = None  # llama3 per-frequency divisors, rope_dim / 2 values
+    norm_eps: float = 1e-5
+    context_length: int = 2048
+    qkv_bias: Optional[bool] = None  # None -> True for qwen2
+    qk_norm: Optional[bool] = None   # None -> True for qwen3
+    tied_output: bool = False
+    # execution (not stored in GGUF)
+    attn_chunk: int = 256           # queries per attention block (bounds the score buffer)
+    attn_checkpoint: bool = True    # recompute attention blocks in backward (saves memory)
+
+    def __post_init__(self) -> None:
+        if self.arch not in SUPPORTED_ARCHS:
+            raise ValueError(f"unsupported architecture '{self.arch}' (supported: {', '.join(SUPPORTED_ARCHS)})")
+        if self.n_head_kv == 0:
+            self.n_head_kv = self.n_head
+        if self.head_dim == 0:
+            if self.n_head <= 0 or self.n_embd % self.n_head != 0:
+                raise ValueError(f"n_embd {self.n_embd} is not a multiple of n_head {self.n_head}")
+            self.head_dim = self.n_embd // self.n_head
+        if self.n_ff == 0:
+            self.n_ff = 4 * self.n_embd
+        if self.rope_dim == 0:
+            self.rope_dim = self.head_dim
+        if self.qkv_bias is None:
+            self.qkv_bias = self.arch == "qwen2"
+        if self.qk_norm is None:
+            self.qk_norm = self.arch == "qwen3"
+        for name in ("n_vocab", "n_embd", "n_layer", "n_head", "n_head_kv", "head_dim", "n_ff", "attn_chunk"):
+            if int(getattr(self, name)) <= 0:
+                raise ValueError(f"{name} must be positive, is {getattr(self, name)}")
+        if self.n_head % self.n_head_kv != 0:
+            raise ValueError(f"n_head {self.n_head} is not a multiple of n_head_kv {self.n_head_kv}")
+        if self.head_dim % 2 != 0 or self.rope_dim % 2 != 0 or self.rope_dim > self.head_dim:
+            raise ValueError(f"rope_dim {self.rope_dim} must be even and at most head_dim {self.head_dim} (even)")
+        if self.rope_scaling_type not in ("none", "linear"):
+            raise ValueError(f"unsupported rope scaling type '{self.rope_scaling_type}' (supported: none, linear)")
+        if not self.rope_scaling_factor > 0:
+            raise ValueError(f"rope scaling factor must be positive, is {self.rope_scaling_factor}")
+        if not self.rope_theta > 0:
+            raise ValueError(f"rope_theta must be positive, is {self.rope_theta}")
+        if not self.norm_eps > 0:
+            raise ValueError(f"norm_eps must be positive, is {self.norm_eps}")
+        if self.rope_freqs is not None:
+            self.rope_freqs = [float(f) for f in np.asarray(self.rope_freqs, dtype=np.float64).reshape(-1)]
+            if len(self.rope_freqs) != self.rope_dim // 2:
+                raise ValueError(f"rope_freqs has {len(self.rope_freqs)} values, expected rope_dim / 2 = {self.rope_dim // 2}")
+            if not all(f > 0 and math.isfinite(f) for f in self.rope_freqs):
+                raise ValueError("rope_freqs values must be positive and finite")
+
+    @property
+    def rope_neox(self) -> bool:
+        """True: rotate (i, i + rope_dim/2) (NEOX); False: rotate (2i, 2i + 1) (NORM)."""
+        return self.arch in _NEOX_ARCHS
+
+    @property
+    def n_rep(self) -> int:
+        """Query heads per KV head (GQA group size)."""
+        return self.n_head // self.n_head_kv
+
+    @property
+    def freq_scale(self) -> float:
+        return 1.0 / self.rope_scaling_factor if self.rope_scaling_type == "linear" else 1.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def llama3_rope_freqs(rope_dim: int, theta: float, factor: float, low_freq_factor: float,
+                      high_freq_factor: float, original_context: int) -> list:
+    """The `rope_freqs` divisors of Llama 3.1 "llama3" scaling, as llama.cpp's converter writes
+    them: 1 for high frequencies (wavelength < original_context / high_freq_factor), `factor` for
+    low ones (wavelength > original_context / low_freq_factor), and in between
+    1 / ((1 - s) / factor + s) with s = (original_context / wavelength - low) / (high - low).
+    """
+    out = []
+    low_wl = original_context / low_freq_factor
+    high_wl = original_context / high_freq_factor
+    for i in range(rope_dim // 2):
+        freq = theta ** (-2.0 * i / rope_dim)
+        wl = 2 * math.pi / freq
+        if wl < high_wl:
+            out.append(1.0)
+        elif wl > low_wl:
+            out.append(float(factor))
+        else:
+            s = (original_context / wl - low_freq_factor) / (high_freq_factor - low_freq_factor)
+            out.append(1.0 / ((1 - s) / factor + s))
+    return out
+
+
+
+def config_from_gguf(reader: GGUFReader) -> ModelConfig:
+    """Hyper-parameters from GGUF metadata (keys `{arch}.*`) and tensor shapes."""
+    md = reader.metadata
+    path = reader.path
+    arch = md.get("general.architecture")
+    if arch is None:
+        raise GGUFError(f"{path}: missing general.architecture")
+    if arch not in SUPPORTED_ARCHS:
+        raise GGUFError(f"{path}: unsupported architecture '{arch}' (supported: {', '.join(SUPPORTED_ARCHS)})")
+
+    def key(name: str, default: Any = None, required: bool = False):
+        k = f"{arch}.{name}"
+        if k in md:
+            v = md[k]
+            if isinstance(v, np.ndarray):
+                # per-layer arrays (e.g. head_count_kv) must be uniform here
+                if v.size == 0 or (v != v.flat[0]).any():
+                    raise GGUFError(f"{path}: {k} varies per layer ({list(v)}), which is not supported")
+                v = v.flat[0].item()
+            return v
+        if required:
+            raise GGUFError(f"{path}: missing metadata key {k}")
+        return default
+
+    if "token_embd.weight" not in reader.tensors:
+        raise GGUFError(f"{path}: missing tensor token_embd.weight")
+    emb = reader.tensors["token_embd.weight"]
+    n_embd = int(key("embedding_length", required=True))
+    n_head = int(key("attention.head_count", required=True))
+    if len(emb.ne) != 2 or emb.ne[0] != n_embd:
+        raise GGUFError(f"{path}: token_embd.weight has dims {list(emb.ne)}, expected [{n_embd}, n_vocab]")
+    n_vocab = int(emb.ne[1])
+    if key("vocab_size") is not None and int(key("vocab_size")) != n_vocab:
+        raise GGUFError(f"{path}: {arch}.vocab_size {key('vocab_size')} differs from token_embd rows {n_vocab}")
+    head_dim = int(key("attention.key_length", 0) or (n_embd // n_head if n_head else 0))
+    v_len = key("attention.value_length")
+    if v_len is not None and int(v_len) != head_dim:
+        raise GGUFError(f"{path}: key_length {head_dim} != value_length {v_len} is not supported")
+
+    scaling = key("rope.scaling.type", "none") or "none"
+    factor = float(key("rope.scaling.factor", 0.0) or 0.0)
+    if scaling == "none" and key("rope.scale_linear") is not None:  # older key for linear scaling
+        scaling, factor = "linear", float(key("rope.scale_linear"))
+    if scaling == "linear" and factor == 0.0:
+        factor = 1.0
+    if scaling not in ("none", "linear"):
+        raise GGUFError(f"{path}: rope scaling type '{scaling}' is not supported (none, linear)")
+
+    rope_freqs = None
+    if "rope_freqs.weight" in reader.tensors:
+        rope_freqs = reader.tensor_f32("rope_freqs.weight").reshape(-1).astype(np.float64).tolist()
+
+    try:
+        return ModelConfig(
+            arch=arch,
+            n_vocab=n_vocab,
+            n_embd=n_embd,
+            n_layer=int(key("block_count", required=True)),
+            n_head=n_head,
+            n_head_kv=int(key("attention.head_count_kv", n_head)),
+            head_dim=head_dim,
+            n_ff=int(key("feed_forward_length", required=True)),
+            rope_theta=float(key("rope.freq_base", 10000.0)),
+            rope_dim=int(key("rope.dimension_count", head_dim)),
+            rope_scaling_type=scaling,
+            rope_scaling_factor=factor if scaling == "linear" else 1.0,
+            rope_freqs=rope_freqs,
+            norm_eps=float(key("attention.layer_norm_rms_epsilon", required=True)),
+            context_length=int(key("context_length", 2048)),
+            qkv_bias="blk.0.attn_q.bias" in reader.tensors,
+            qk_norm="blk.0.attn_q_norm.weight" in reader.tensors,
+            tied_output="output.weight" not in reader.tensors,
+        )
+    except ValueError as e:
+        raise GGUFError(f"{path}: {e}") from None
+
+
+
+def model_metadata(config: ModelConfig) -> dict[str, GGUFValue]:
+    """The architecture keys llama.cpp reads, with the types it expects."""
+    a = config.arch
+    u32 = lambda v: GGUFValue(ValueType.UINT32, int(v))  # noqa: E731
+    f32 = lambda v: GGUFValue(ValueType.FLOAT32, float(v))  # noqa: E731
+    md = {
+        "general.architecture": GGUFValue(ValueType.STRING, a),
+        f"{a}.vocab_size": u32(config.n_vocab),
+        f"{a}.context_length": u32(config.context_length),
+        f"{a}.embedding_length": u32(config.n_embd),
+        f"{a}.block_count": u32(config.n_layer),
+        f"{a}.feed_forward_length": u32(config.n_ff),
+        f"{a}.attention.head_count": u32(config.n_head),
+        f"{a}.attention.head_count_kv": u32(config.n_head_kv),
+        f"{a}.attention.key_length": u32(config.head_dim),
+        f"{a}.attention.value_length": u32(config.head_dim),
+        f"{a}.attention.layer_norm_rms_epsilon": f32(config.norm_eps),
+        f"{a}.rope.dimension_count": u32(config.rope_dim),
+        f"{a}.rope.freq_base": f32(config.rope_theta),
+    }
+    if config.rope_scaling_type == "linear":
+        md[f"{a}.rope.scaling.type"] = GGUFValue(ValueType.STRING, "linear")
+        md[f"{a}.rope.scaling.factor"] = f32(config.rope_scaling_factor)
+    return md
+
+
