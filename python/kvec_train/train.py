@@ -1,0 +1,587 @@
+"""Training tool of kvec's bundled model.
+
+    PYTHONPATH=python /usr/bin/python3 -m kvec_train.train prepare --config python/kvec_train/configs/kvec-tiny.json --run train_runs/kvec-tiny
+    PYTHONPATH=python /usr/bin/python3 -m kvec_train.train synth-data --run train_runs/kvec-tiny --kvec build/release/tools/kvec
+    PYTHONPATH=python /usr/bin/python3 -m kvec_train.train train --config python/kvec_train/configs/kvec-tiny.json --run train_runs/kvec-tiny [--resume]
+    PYTHONPATH=python /usr/bin/python3 -m kvec_train.train eval   --run train_runs/kvec-tiny
+    PYTHONPATH=python /usr/bin/python3 -m kvec_train.train export --run train_runs/kvec-tiny --out models/kvec-tiny.gguf
+    PYTHONPATH=python /usr/bin/python3 -m kvec_train.train status --run train_runs/kvec-tiny
+
+A run directory holds: config.json (the recipe, copied on the first start), tokenizer.json (the
+trained BPE vocabulary as tokenizer.ggml.* values), ckpt.pt (latest checkpoint, written
+atomically; ckpt-prev.pt the one before), log.jsonl (one line per log interval and per
+evaluation) and status.md (where training stands).
+
+Determinism: the batch of step s is a pure function of (seed, s), and the model initialisation
+of the seed, so a run resumed from a checkpoint sees exactly the batches an uninterrupted run
+would (floating-point results can still differ across machines and thread counts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from . import data as kdata
+from . import tasks as ktasks
+from .bpe import BpeTokenizer
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Configuration
+
+
+def load_config(path: Path) -> dict:
+    cfg = json.loads(Path(path).read_text(encoding="utf-8"))
+    for key in ("seed", "model", "tokenizer", "stages", "optim"):
+        if key not in cfg:
+            raise ValueError(f"{path}: missing '{key}'")
+    if not cfg["stages"]:
+        raise ValueError(f"{path}: no stages")
+    for st in cfg["stages"]:
+        for key in ("name", "steps", "seq_len", "batch", "mix"):
+            if key not in st:
+                raise ValueError(f"{path}: stage {st.get('name', '?')} lacks '{key}'")
+        for task in st["mix"]:
+            if task not in ktasks.GENERATORS and task != "synth":
+                raise ValueError(f"{path}: stage {st['name']}: unknown task '{task}'")
+    return cfg
+
+
+def model_config(cfg: dict, n_vocab: int, seq_len: int):
+    from kvec_ref.model import ModelConfig
+    m = dict(cfg["model"])
+    return ModelConfig(arch="llama", n_vocab=n_vocab, n_embd=m["n_embd"], n_layer=m["n_layer"],
+                       n_head=m["n_head"], n_head_kv=m["n_head_kv"], n_ff=m["n_ff"],
+                       rope_theta=m.get("rope_theta", 10000.0), norm_eps=m.get("norm_eps", 1e-5),
+                       context_length=m.get("context_length", 2048), tied_output=m.get("tied_output", True),
+                       attn_chunk=min(seq_len, m.get("attn_chunk", 512)),
+                       attn_checkpoint=seq_len > m.get("attn_checkpoint_above", 1024))
+
+
+def total_steps(cfg: dict) -> int:
+    return sum(int(st["steps"]) for st in cfg["stages"])
+
+
+def stage_at(cfg: dict, step: int) -> dict:
+    s = 0
+    for st in cfg["stages"]:
+        s += int(st["steps"])
+        if step < s:
+            return st
+    return cfg["stages"][-1]
+
+
+def stage_ends(cfg: dict) -> set:
+    """Steps after which a stage ends (a checkpoint is written there)."""
+    ends, s = set(), 0
+    for st in cfg["stages"]:
+        s += int(st["steps"])
+        ends.add(s)
+    return ends
+
+
+def lr_at(cfg: dict, step: int) -> float:
+    o = cfg["optim"]
+    peak, warm, floor = o["lr"], o.get("warmup_steps", 200), o.get("min_lr_ratio", 0.1)
+    total = total_steps(cfg)
+    if step < warm:
+        return peak * (step + 1) / warm
+    t = min(1.0, (step - warm) / max(1, total - warm))
+    return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Data preparation
+
+
+@dataclass
+class Prepared:
+    tok: BpeTokenizer
+    train_ctx: ktasks.TaskContext
+    eval_ctx: ktasks.TaskContext
+    heldout_tokens: np.ndarray  # [n] held-out text as one token stream
+    synth: Optional[ktasks.SynthFile]
+
+
+def prepare(cfg: dict, run: Path) -> Prepared:
+    corpus_path = run / "corpus.jsonl"
+    if corpus_path.exists():
+        docs = kdata.load_corpus(corpus_path)
+    else:
+        docs = kdata.build_corpus()
+        kdata.save_corpus(docs, corpus_path)
+    limit = int(cfg.get("corpus_max_docs_per_source", 0))  # tests: a small corpus
+    if limit:
+        kept: Dict[str, int] = {}
+        small = []
+        for d in docs:
+            key = f"{d.source}/{d.heldout}"
+            if kept.get(key, 0) < limit:
+                kept[key] = kept.get(key, 0) + 1
+                small.append(d)
+        docs = small
+    digest = kdata.corpus_digest(docs)
+    train_texts = [d.text for d in docs if not d.heldout]
+    held_texts = [d.text for d in docs if d.heldout]
+    tok_path = run / "tokenizer.json"
+    if tok_path.exists():
+        tok = BpeTokenizer.load(tok_path)
+    else:
+        log(f"training the tokenizer (vocab {cfg['tokenizer']['vocab_size']}) on {len(train_texts)} documents")
+        tok = BpeTokenizer.train(train_texts, cfg["tokenizer"]["vocab_size"])
+        tok.save(tok_path)
+    cache = run / "tokens.npz"
+    if cache.exists():
+        z = np.load(cache)
+        lm_tokens, held_tokens = z["train"], z["heldout"]
+    else:
+        log("tokenizing the corpus")
+        sep = tok.encode("\n\n")
+        enc = lambda texts: np.array([t for x in texts for t in tok.encode(x) + sep], dtype=np.int32)
+        lm_tokens, held_tokens = enc(train_texts), enc(held_texts)
+        tmp = run / "tokens.tmp.npz"
+        np.savez(tmp, train=lm_tokens, heldout=held_tokens)
+        os.replace(tmp, cache)
+    tw = cfg.get("text_weight", 0.05)
+    train_ctx = ktasks.TaskContext(tok, ktasks.TextPool(train_texts, tok),
+                                   ktasks.Vocab(train_texts, "train"), lm_tokens, tw)
+    eval_ctx = ktasks.TaskContext(tok, ktasks.TextPool(held_texts, tok),
+                                  ktasks.Vocab(train_texts + held_texts, "eval"), held_tokens, tw)
+    synth = None
+    files = [REPO / p for p in cfg.get("synth_train_files", [])]
+    present = [p for p in files if p.exists()]
+    if present:
+        synth = ktasks.SynthFile(present)
+        log(f"kvec synth training instances: {len(synth.items)} from {len(present)} files")
+    log(f"corpus sha256 {digest[:16]}: train {len(lm_tokens)} tokens, held out {len(held_tokens)} tokens")
+    return Prepared(tok, train_ctx, eval_ctx, held_tokens, synth)
+
+
+def make_batch(cfg: dict, prep: Prepared, step: int):
+    """Batch of step `step`: tokens [B, T+1], weights [B, T], task names [B]."""
+    st = stage_at(cfg, step)
+    n = int(st["seq_len"]) + 1
+    rng = np.random.default_rng([int(cfg["seed"]), step])
+    names = sorted(st["mix"])
+    probs = np.array([st["mix"][k] for k in names], dtype=np.float64)
+    probs /= probs.sum()
+    ids, ws, kinds = [], [], []
+    for _ in range(int(st["batch"])):
+        task = names[int(rng.choice(len(names), p=probs))]
+        seq = prep.synth.gen(prep.train_ctx, rng, n) if task == "synth" and prep.synth else None
+        if task == "synth" and seq is None:
+            task = "niah"  # no `kvec synth` instance fits (or none generated): the Python mirror
+        if seq is None and task == "niah":
+            seq = ktasks.gen_niah(prep.train_ctx, rng, n, int(st.get("max_keys", 16)))
+        elif seq is None:
+            seq = ktasks.GENERATORS[task](prep.train_ctx, rng, n)
+        seq = ktasks.fit(seq, n, prep.tok.pad_id)
+        ids.append(seq.ids)
+        ws.append(seq.weights[1:])
+        kinds.append(task)
+    return (torch.tensor(ids, dtype=torch.long), torch.tensor(ws, dtype=torch.float32), kinds)
+
+
+def weighted_loss(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor):
+    """Per-sequence weighted mean cross-entropy, averaged over sequences with any weight.
+    logits [B, T, V], targets [B, T], weights [B, T] -> (loss, per-sequence losses [B])."""
+    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                         reduction="none").view(targets.shape)  # [B, T]
+    wsum = weights.sum(dim=1)  # [B]
+    per_seq = (ce * weights).sum(dim=1) / wsum.clamp_min(1e-6)  # [B]
+    live = wsum > 0
+    loss = per_seq[live].mean() if bool(live.any()) else per_seq.sum() * 0.0
+    return loss, per_seq.detach()
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluation (PyTorch; the engine's own numbers come from `kvec eval`)
+
+
+@torch.no_grad()
+def greedy(model, ids: List[int], max_new: int, stop_ids: set) -> List[int]:
+    from kvec_ref.model import KVCache
+    cache = KVCache(model.config.n_layer)
+    x = torch.tensor([ids], dtype=torch.long)
+    out: List[int] = []
+    for _ in range(max_new):
+        lg = model(x, cache=cache)[0, -1]
+        nxt = int(torch.argmax(lg))
+        if nxt in stop_ids:
+            break
+        out.append(nxt)
+        x = torch.tensor([[nxt]], dtype=torch.long)
+    return out
+
+
+@torch.no_grad()
+def evaluate(model, cfg: dict, prep: Prepared) -> Dict[str, float]:
+    ev = cfg.get("eval", {})
+    model.eval()
+    res: Dict[str, float] = {}
+    tok = prep.tok
+    newline_ids = {i for i, t in enumerate(tok.tokens) if "Ċ" in t} | {tok.eos_id}
+    # Held-out LM loss on fixed windows.
+    T = int(ev.get("lm_len", 512))
+    rng = np.random.default_rng([int(cfg["seed"]), 999_999])
+    losses = []
+    for _ in range(int(ev.get("lm_windows", 8))):
+        s = int(rng.integers(0, len(prep.heldout_tokens) - T - 1))
+        w = torch.tensor(prep.heldout_tokens[s:s + T + 1], dtype=torch.long)[None]
+        lg = model(w[:, :-1])
+        losses.append(float(F.cross_entropy(lg[0], w[0, 1:])))
+    res["heldout_lm_loss"] = float(np.mean(losses))
+    # Needle retrieval on held-out instances (eval-split keys and values, held-out haystack).
+    for length in ev.get("niah_lengths", [1024, 2048]):
+        rng = np.random.default_rng([int(cfg["seed"]), 777, int(length)])
+        hits = 0.0
+        n = int(ev.get("niah_samples", 10))
+        for _ in range(n):
+            inst = ktasks.eval_niah_single(prep.eval_ctx, rng, int(length))
+            ids = tok.encode(inst.prompt, add_bos=True)
+            out = greedy(model, ids, inst.max_new_tokens, newline_ids)
+            hits += ktasks.string_match_all(tok.decode(out), inst.answers)
+        res[f"niah_single_{length}"] = hits / max(1, n)
+    model.train()
+    return res
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoints
+
+
+def save_checkpoint(run: Path, state: dict) -> None:
+    path = run / "ckpt.pt"
+    tmp = run / "ckpt.tmp.pt"
+    torch.save(state, tmp)
+    if path.exists():
+        os.replace(path, run / "ckpt-prev.pt")
+    os.replace(tmp, path)
+
+
+def load_checkpoint(run: Path) -> Optional[dict]:
+    for name in ("ckpt.pt", "ckpt-prev.pt"):
+        p = run / name
+        if p.exists():
+            try:
+                return torch.load(p, map_location="cpu")
+            except Exception as e:  # a checkpoint cut short by a stopped process
+                log(f"cannot read {p}: {e}; trying the previous one")
+    return None
+
+
+def build_model(cfg: dict, n_vocab: int, seq_len: int):
+    from kvec_ref.model import Transformer
+    torch.manual_seed(int(cfg["seed"]))
+    mc = model_config(cfg, n_vocab, seq_len)
+    model = Transformer(mc)
+    return model, mc
+
+
+def make_optimizer(cfg: dict, model) -> torch.optim.Optimizer:
+    o = cfg["optim"]
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": o.get("weight_decay", 0.1)},
+                              {"params": no_decay, "weight_decay": 0.0}],
+                             lr=o["lr"], betas=tuple(o.get("betas", (0.9, 0.95))), eps=1e-8)
+
+
+def set_seq_len(model, cfg: dict, seq_len: int) -> None:
+    """Attention blocking for this stage's length (execution settings, not weights)."""
+    m = cfg["model"]
+    model.config.attn_chunk = min(seq_len, m.get("attn_chunk", 512))
+    model.config.attn_checkpoint = seq_len > m.get("attn_checkpoint_above", 1024)
+
+
+# ---------------------------------------------------------------------------------------------
+# Commands
+
+
+def cmd_train(args) -> int:
+    run = Path(args.run)
+    run.mkdir(parents=True, exist_ok=True)
+    cfg_path = run / "config.json"
+    if args.config:
+        cfg = load_config(Path(args.config))
+        if cfg_path.exists() and args.resume:
+            old = json.loads(cfg_path.read_text())
+            if old.get("model") != cfg.get("model") or old.get("seed") != cfg.get("seed"):
+                raise SystemExit(f"error: {args.config} changes the model or seed of run {run}")
+        cfg_path.write_text(json.dumps(cfg, indent=2))
+    elif cfg_path.exists():
+        cfg = load_config(cfg_path)
+    else:
+        raise SystemExit("error: --config is required for a new run")
+    torch.set_num_threads(int(args.threads))
+    prep = prepare(cfg, run)
+    model, mc = build_model(cfg, prep.tok.n_vocab, int(cfg["stages"][0]["seq_len"]))
+    opt = make_optimizer(cfg, model)
+    step, tokens_seen, elapsed = 0, 0, 0.0
+    ckpt = load_checkpoint(run) if args.resume else None
+    if args.resume and ckpt is None:
+        log("no checkpoint found: starting from scratch")
+    if ckpt is not None:
+        model.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["optim"])
+        step, tokens_seen, elapsed = ckpt["step"], ckpt["tokens_seen"], ckpt["elapsed"]
+        log(f"resumed at step {step} ({tokens_seen} tokens, {elapsed / 3600:.2f} h)")
+    elif (run / "log.jsonl").exists() and not args.resume:
+        raise SystemExit(f"error: {run} already has a run; pass --resume or use a new --run")
+    log(f"model: {model.num_parameters() / 1e6:.2f}M parameters, {mc.n_layer} layers, width {mc.n_embd}, "
+        f"{mc.n_head} heads / {mc.n_head_kv} KV heads")
+    n_total = total_steps(cfg)
+    if args.max_steps:
+        n_total = min(n_total, step + int(args.max_steps))
+    log_every = int(cfg.get("log_every", 10))
+    eval_every = int(cfg.get("eval", {}).get("every", 500))
+    ckpt_secs = float(cfg.get("checkpoint_minutes", 10)) * 60
+    last_ckpt = time.time()
+    acc: Dict[str, List[float]] = {}
+    tok_window, t_window = 0, time.time()
+    model.train()
+
+    def checkpoint():
+        save_checkpoint(run, {"model": model.state_dict(), "optim": opt.state_dict(), "step": step,
+                              "tokens_seen": tokens_seen, "elapsed": elapsed, "config": cfg})
+
+    def write_log(entry: dict):
+        with open(run / "log.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps(entry) + "\n")
+
+    while step < n_total:
+        st = stage_at(cfg, step)
+        set_seq_len(model, cfg, int(st["seq_len"]))
+        t0 = time.time()
+        for g in opt.param_groups:
+            g["lr"] = lr_at(cfg, step)
+        x, w, kinds = make_batch(cfg, prep, step)
+        logits = model(x[:, :-1])
+        loss, per_seq = weighted_loss(logits, x[:, 1:], w)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        gnorm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["optim"].get("grad_clip", 1.0)))
+        opt.step()
+        step += 1
+        tokens_seen += int(x[:, :-1].numel())
+        tok_window += int(x[:, :-1].numel())
+        elapsed += time.time() - t0
+        for k, l in zip(kinds, per_seq.tolist()):
+            acc.setdefault(k, []).append(l)
+        if not math.isfinite(float(loss)):
+            raise SystemExit(f"error: loss is {float(loss)} at step {step}; resume from the last checkpoint "
+                             "with a lower learning rate")
+        if step % log_every == 0:
+            dt = time.time() - t_window
+            entry = {"kind": "train", "step": step, "stage": st["name"], "tokens": tokens_seen,
+                     "elapsed_h": round(elapsed / 3600, 4), "lr": lr_at(cfg, step - 1), "gnorm": round(gnorm, 3),
+                     "tok_per_s": round(tok_window / max(dt, 1e-9), 1),
+                     "loss": {k: round(float(np.mean(v)), 4) for k, v in sorted(acc.items())}}
+            write_log(entry)
+            log(f"step {step}/{n_total} [{st['name']}] " +
+                " ".join(f"{k}={v:.3f}" for k, v in entry["loss"].items()) +
+                f" lr={entry['lr']:.2e} {entry['tok_per_s']:.0f} tok/s")
+            acc, tok_window, t_window = {}, 0, time.time()
+        if eval_every and step % eval_every == 0:
+            t_eval = time.time()
+            res = evaluate(model, cfg, prep)
+            write_log({"kind": "eval", "step": step, "tokens": tokens_seen,
+                       "elapsed_h": round(elapsed / 3600, 4), **res, "eval_s": round(time.time() - t_eval, 1)})
+            log("eval " + " ".join(f"{k}={v:.3f}" for k, v in res.items()))
+            t_window = time.time()
+        if time.time() - last_ckpt > ckpt_secs or step in stage_ends(cfg):
+            checkpoint()
+            write_status(run)
+            last_ckpt = time.time()
+    checkpoint()
+    write_status(run)
+    log(f"done: step {step}, {tokens_seen} tokens, {elapsed / 3600:.2f} h")
+    return 0
+
+
+def write_status(run: Path) -> str:
+    entries = []
+    if (run / "log.jsonl").exists():
+        with open(run / "log.jsonl", encoding="utf-8") as f:
+            entries = [json.loads(line) for line in f if line.strip()]
+    trains = [e for e in entries if e["kind"] == "train"]
+    evals = [e for e in entries if e["kind"] == "eval"]
+    lines = [f"# Training status of {run.name}", ""]
+    if trains:
+        t = trains[-1]
+        lines += [f"- step {t['step']}, stage {t['stage']}, {t['tokens']:,} tokens seen, "
+                  f"{t['elapsed_h']:.2f} h of training, last {t['tok_per_s']:.0f} tokens/s",
+                  "- losses (last interval): " + ", ".join(f"{k} {v:.3f}" for k, v in t["loss"].items())]
+    if evals:
+        lines += ["", "| step | tokens | held-out LM loss | " +
+                  " | ".join(k for k in evals[-1] if k.startswith("niah")) + " |",
+                  "|---|---|---|" + "---|" * len([k for k in evals[-1] if k.startswith("niah")])]
+        for e in evals:
+            lines.append(f"| {e['step']} | {e['tokens']:,} | {e['heldout_lm_loss']:.3f} | " +
+                         " | ".join(f"{e[k]:.2f}" for k in e if k.startswith("niah")) + " |")
+    text = "\n".join(lines) + "\n"
+    (run / "status.md").write_text(text, encoding="utf-8")
+    return text
+
+
+def load_trained(run: Path):
+    ckpt = load_checkpoint(run)
+    if ckpt is None:
+        raise SystemExit(f"error: no checkpoint in {run}")
+    cfg = ckpt["config"]
+    tok = BpeTokenizer.load(run / "tokenizer.json")
+    model, mc = build_model(cfg, tok.n_vocab, int(cfg["stages"][-1]["seq_len"]))
+    model.load_state_dict(ckpt["model"])
+    model.eval()
+    return model, mc, cfg, tok, ckpt
+
+
+def cmd_prepare(args) -> int:
+    """Corpus, tokenizer and token cache of a new run (what `synth-data` needs), no training."""
+    run = Path(args.run)
+    run.mkdir(parents=True, exist_ok=True)
+    cfg = load_config(Path(args.config))
+    cfg_path = run / "config.json"
+    if cfg_path.exists() and json.loads(cfg_path.read_text()) != cfg:
+        raise SystemExit(f"error: {run} was prepared with another config")
+    cfg_path.write_text(json.dumps(cfg, indent=2))
+    prepare(cfg, run)
+    return 0
+
+
+def cmd_eval(args) -> int:
+    torch.set_num_threads(int(args.threads))
+    run = Path(args.run)
+    model, mc, cfg, tok, ckpt = load_trained(run)
+    prep = prepare(cfg, run)
+    res = evaluate(model, cfg, prep)
+    print(json.dumps({"step": ckpt["step"], "tokens": ckpt["tokens_seen"], **res}, indent=2))
+    return 0
+
+
+def cmd_export(args) -> int:
+    from kvec_ref.model import save_gguf
+    run = Path(args.run)
+    model, mc, cfg, tok, ckpt = load_trained(run)
+    mc.context_length = int(cfg["model"].get("context_length", 2048))
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    save_gguf(model, mc, tmp, tok.gguf_metadata(), dtype=args.dtype, name=cfg.get("name", "kvec-tiny"))
+    os.replace(tmp, out)
+    log(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB, step {ckpt['step']}, {ckpt['tokens_seen']} tokens)")
+    return 0
+
+
+SYNTH_TASKS = ["niah_single", "niah_multikey", "niah_multivalue", "niah_multiquery", "vt", "cwe",
+               "fwe", "qa"]
+
+
+def cmd_synth_data(args) -> int:
+    """Training instances of every suite task from `kvec synth --split train`, on the training
+    documents as haystack, lengths measured in the run's own tokens; one JSONL file per length
+    (the files `synth_train_files` of the recipe name)."""
+    import subprocess
+    from kvec_ref.model import ModelConfig, Transformer, save_gguf
+    run = Path(args.run)
+    cfg = load_config(run / "config.json")
+    tok = BpeTokenizer.load(run / "tokenizer.json")
+    out_dir = Path(args.out_dir)
+    hay_dir = out_dir / "haystack"
+    hay_dir.mkdir(parents=True, exist_ok=True)
+    docs = kdata.load_corpus(run / "corpus.jsonl")
+    hay_files = []
+    for d in docs:
+        if d.heldout:
+            continue
+        p = hay_dir / (d.name.replace("/", "__") + ".txt")
+        p.write_text(d.text, encoding="utf-8")
+        hay_files.append(str(p))
+    # A vocabulary-only model file (tiny random weights) so that lengths are exact in our tokens.
+    vocab = out_dir / "vocab.gguf"
+    torch.manual_seed(0)
+    mc = ModelConfig(arch="llama", n_vocab=tok.n_vocab, n_embd=8, n_layer=1, n_head=2, n_head_kv=1,
+                     n_ff=16, tied_output=True)
+    save_gguf(Transformer(mc), mc, vocab, tok.gguf_metadata(), dtype="f32")
+    for length in args.lengths:
+        target = out_dir / f"train-{length // 1024}k.jsonl"
+        tmp = target.with_suffix(".tmp")
+        with open(tmp, "w", encoding="utf-8") as out:
+            for i, task in enumerate(SYNTH_TASKS):
+                part = out_dir / f"part-{task}-{length}.jsonl"
+                cmd = [args.kvec, "synth", "--task", task, "--n", str(args.n), "--length", str(length),
+                       "--split", "train", "--seed", str(int(cfg["seed"]) * 100 + i), "--tokenizer",
+                       str(vocab), "-o", str(part), "--haystack", *hay_files]
+                log(f"kvec synth --task {task} --n {args.n} --length {length}")
+                r = subprocess.run(cmd, capture_output=True, text=True)
+                if r.returncode != 0:
+                    raise SystemExit(f"error: kvec synth failed for {task}: {r.stderr.strip()}")
+                out.write(part.read_text(encoding="utf-8"))
+                part.unlink()
+        os.replace(tmp, target)
+        log(f"wrote {target}")
+    return 0
+
+
+def cmd_status(args) -> int:
+    print(write_status(Path(args.run)), end="")
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="kvec_train.train", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("train", help="train (or resume) a run")
+    p.add_argument("--config", help="recipe JSON (required for a new run)")
+    p.add_argument("--run", required=True, help="run directory (checkpoints, logs)")
+    p.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")
+    p.add_argument("--threads", default=2, type=int)
+    p.add_argument("--max-steps", type=int, default=0, help="stop after this many more steps")
+    p.set_defaults(fn=cmd_train)
+    p = sub.add_parser("prepare", help="build the corpus, tokenizer and token cache of a run")
+    p.add_argument("--config", required=True)
+    p.add_argument("--run", required=True)
+    p.set_defaults(fn=cmd_prepare)
+    p = sub.add_parser("eval", help="evaluate the run's last checkpoint (PyTorch)")
+    p.add_argument("--run", required=True)
+    p.add_argument("--threads", default=2, type=int)
+    p.set_defaults(fn=cmd_eval)
+    p = sub.add_parser("export", help="write the run's last checkpoint as GGUF")
+    p.add_argument("--run", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--dtype", default="f16", choices=["f32", "f16", "bf16", "q8_0"])
+    p.set_defaults(fn=cmd_export)
+    p = sub.add_parser("synth-data", help="generate `kvec synth --split train` instances for the run")
+    p.add_argument("--run", required=True)
+    p.add_argument("--kvec", required=True, help="path of the kvec binary")
+    p.add_argument("--out-dir", default=str(REPO / "train_runs" / "synth"))
+    p.add_argument("--n", type=int, default=400, help="instances per task and length")
+    p.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048])
+    p.set_defaults(fn=cmd_synth_data)
+    p = sub.add_parser("status", help="print (and write) the run's status.md")
+    p.add_argument("--run", required=True)
+    p.set_defaults(fn=cmd_status)
+    args = ap.parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+#include "engine/generator.h"
+
+#include <omp.h>
+
+#include <thread>
+
+#include "engine/stop_strings.h"
+#include "util/error.h"
+#include "util/timer.h"
+
+namespace kvec {
+
+const char* stop_reason_name(StopReason r) {
+    switch (r) {
+        case StopReason::EndOfGeneration: return "end of generation";
+        case StopReason::StopString: return "stop string";
+        case StopReason::Length: return "token limit";
+        case StopReason::ContextFull: return "context full";
+    }
+    return "?";
+}
+
+void set_num_threads(int n) {
+    if (n <= 0) n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    omp_set_num_threads(n);
+}
+
+int num_threads() { return omp_get_max_threads(); }
+
+Generator::Generator(Session& session, const Tokenizer& tokenizer) : session_(session), tokenizer_(tokenizer) {
+    if (tokenizer.n_vocab() > session.n_vocab()) {
+        fail("the tokenizer has {} tokens but the model's vocabulary only {}", tokenizer.n_vocab(), session.n_vocab());
+    }
+}
+
+std::vector<int32_t> Generator::tokenize_prompt(const GenerateOptions& o) const {
+    std::string text = o.prompt;
+    if (o.chat) {
+        std::vector<ChatMessage> messages;
+        if (!o.system_prompt.empty()) messages.push_back({"system", o.system_prompt});
+        messages.push_back({"user", o.prompt});
+        text = tokenizer_.apply_chat_template(messages, true);
+    }
+    std::vector<int32_t> tokens = tokenizer_.encode(text, /*add_special=*/true, o.parse_special || o.chat);
+    // A template that writes the BOS text itself would otherwise give two BOS tokens.
+    const int32_t bos = tokenizer_.bos();
+    if (bos >= 0 && tokens.size() >= 2 && tokens[0] == bos && tokens[1] == bos) tokens.erase(tokens.begin());
+    return tokens;
+}
+
+GenerationResult Generator::generate(const GenerateOptions& o,
+                                     const std::function<void(std::string_view)>& on_text) {
+    return generate_from_tokens(tokenize_prompt(o), o, on_text);
+}
+
+GenerationResult Generator::generate_from_tokens(const std::vector<int32_t>& prompt, const GenerateOptions& o,
+                                                 const std::function<void(std::string_view)>& on_text) {
+    if (prompt.empty()) fail("the prompt is empty (no tokens)");
+    if (static_cast<int64_t>(prompt.size()) > session_.n_ctx()) {
+        fail("the prompt has {} tokens but the context holds {}: use a larger -c (the model was trained "
+             "with {}) or a shorter prompt", prompt.size(), session_.n_ctx(), session_.model().config().n_ctx_train);
+    }
+    Sampler sampler(o.sampling);
+    GenerationResult r;
+    r.prompt_tokens = prompt;
+    GenerationStats& st = r.stats;
+    st.n_prompt = static_cast<int32_t>(prompt.size());
+    auto emit = [&](const std::string& s) {
+        if (s.empty()) return;
+        r.text += s;
+        if (on_text) on_text(s);
+    };
+
+    session_.reset();
+    Timer timer;
+    std::span<const float> logits = session_.prefill(prompt);
+    st.prompt_seconds = timer.seconds();
+
+    std::vector<int32_t> history = prompt;  // for the repetition penalty
+    StreamDecoder decoder(tokenizer_);
+    StopStrings stops(o.stop);
+    while (true) {
+        if (o.n_predict >= 0 && st.n_generated >= o.n_predict) {
+            st.stop_reason = StopReason::Length;
+            break;
+        }
+        timer.reset();
+        const int32_t id = sampler.sample(logits, history);
+        st.sample_seconds += timer.seconds();
+        if (tokenizer_.is_end_of_generation(id)) {
+            st.stop_reason = StopReason::EndOfGeneration;
+            break;
+        }
+        ++st.n_generated;
+        history.push_back(id);
+        r.tokens.push_back(id);
+        emit(stops.push(decoder.push(id)));
+        if (stops.stopped()) {
+            st.stop_reason = StopReason::StopString;
+            break;
+        }
+        if (o.n_predict >= 0 && st.n_generated >= o.n_predict) {
+            st.stop_reason = StopReason::Length;  // the last token needs no forward pass
+            break;
+        }
+        if (session_.n_past() >= session_.n_ctx()) {
+            st.stop_reason = StopReason::ContextFull;
+            break;
+        }
+        timer.reset();
+        logits = session_.decode(id);
+        st.decode_seconds += timer.seconds();
+        ++st.n_decoded;
+    }
+    if (!stops.stopped()) {
+        emit(stops.push(decoder.flush()));
+        emit(stops.flush());
+    }
+    st.kv_bytes = session_.kv_cache().bytes();
+    st.kv_peak_bytes = session_.kv_cache().peak_bytes();
+    st.kv_entries = session_.kv_cache().total_entries();
+    return r;
+}
+
+}  // namespace kvec

@@ -1,0 +1,78 @@
+// Text generation: tokenize (BOS as the vocabulary asks; optional chat template), prefill in chunks
+// (with the session's eviction policy, if any), then sample and decode token by token, streaming
+// the text (complete UTF-8 only) until end-of-generation, a stop string, the token limit or a full
+// context.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/session.h"
+#include "sampling/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvec {
+
+struct GenerateOptions {
+    std::string prompt;
+    bool chat = false;               // wrap the prompt with the model's chat template
+    std::string system_prompt;       // chat only; "" = none
+    int32_t n_predict = 128;         // < 0: until end of generation or a full context
+    std::vector<std::string> stop;   // stop strings (not included in the output)
+    SamplerParams sampling;
+    bool parse_special = true;       // special-token text in the prompt becomes the token
+};
+
+enum class StopReason { EndOfGeneration, StopString, Length, ContextFull };
+const char* stop_reason_name(StopReason r);
+
+struct GenerationStats {
+    int32_t n_prompt = 0;            // prompt tokens
+    double prompt_seconds = 0;       // prefill time (eviction included)
+    int32_t n_generated = 0;         // sampled tokens (end-of-generation token excluded)
+    int32_t n_decoded = 0;           // decode steps run
+    double decode_seconds = 0;       // time in decode steps
+    double sample_seconds = 0;       // time in the sampler
+    size_t kv_bytes = 0;             // cache bytes at the end
+    size_t kv_peak_bytes = 0;        // largest cache allocation during the run
+    int64_t kv_entries = 0;          // entries at the end (all layers and heads)
+    StopReason stop_reason = StopReason::Length;
+
+    double prompt_tokens_per_second() const { return prompt_seconds > 0 ? n_prompt / prompt_seconds : 0; }
+    double decode_tokens_per_second() const { return decode_seconds > 0 ? n_decoded / decode_seconds : 0; }
+};
+
+struct GenerationResult {
+    std::string text;              // what was streamed
+    std::vector<int32_t> prompt_tokens;
+    std::vector<int32_t> tokens;   // generated tokens
+    GenerationStats stats;
+};
+
+class Generator {
+public:
+    Generator(Session& session, const Tokenizer& tokenizer);
+
+    // The prompt as tokens (chat template applied if asked; one BOS at most).
+    std::vector<int32_t> tokenize_prompt(const GenerateOptions& options) const;
+
+    // Resets the session and generates. on_text receives the text as it becomes final.
+    GenerationResult generate(const GenerateOptions& options,
+                              const std::function<void(std::string_view)>& on_text = {});
+    // The same from prompt tokens.
+    GenerationResult generate_from_tokens(const std::vector<int32_t>& prompt, const GenerateOptions& options,
+                                          const std::function<void(std::string_view)>& on_text = {});
+
+private:
+    Session& session_;
+    const Tokenizer& tokenizer_;
+};
+
+// Threads for the forward pass (OpenMP); n <= 0 picks the number of hardware threads.
+void set_num_threads(int n);
+int num_threads();
+
+}  // namespace kvec

@@ -1,0 +1,101 @@
+// The eviction hook: how an eviction policy sees the KV cache and tells the engine what to keep.
+// See docs/eviction-interface.md for the full description and an example.
+//
+// Data flow, per prompt chunk (prefill) and every k-th decode step (decode):
+//   1. the engine computes layer l's attention with the layer's full KV (the chunk's new entries
+//      included) and, in the same pass, the observations the policy asked for;
+//   2. it calls Evictor::on_prefill / on_decode with a LayerView of layer l;
+//   3. the policy fills, per KV head, the sorted entry indices to keep, and returns true;
+//   4. the engine compacts layer l (memory is freed) and moves on to layer l + 1.
+// The layer's output was already computed in step 1, so eviction affects later tokens only.
+// Entries keep their original positions (RoPE phase); new tokens continue from the prompt length.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace kvec {
+
+// What the policy wants the engine to compute. Read once when the evictor is attached.
+struct ObservationRequest {
+    // w > 0: for the last min(w, chunk length) queries of a prefill chunk (or, at a decode-time
+    // call, the last w queries the layer has seen, prompt and generated), their softmax
+    // probability rows over all entries, averaged over those queries, per query head.
+    int window = 0;
+    // Column sums of the attention probabilities, per query head, accumulated over every query
+    // since the entry entered the cache (all prefill chunks and every decode step). Kept in the
+    // cache as per-entry auxiliary scores (group floats per entry) that move with compaction.
+    bool column_sums = false;
+    // The probability row of the last query (of the chunk, or the current decode token).
+    bool last_row = false;
+    // k > 0: call on_decode after every k-th decode step (k = 1: every step); 0: never.
+    int decode_interval = 0;
+};
+
+enum class EvictionPhase { Prefill, Decode };
+
+// One KV head of the layer being compressed. Every array has one element per entry, in cache
+// order (increasing original position); score arrays hold `group` rows, row g belonging to query
+// head h * group + g (GGUF/llama.cpp GQA layout), so a policy reduces over the group by mean or max.
+struct KvHeadView {
+    int32_t n_entries = 0;
+    const int32_t* positions = nullptr;      // [n] original positions
+    const float* keys = nullptr;             // [n, head_dim] post-RoPE keys, as float
+    const float* window_scores = nullptr;    // [group, n] or null (not requested)
+    const float* column_sums = nullptr;      // [group, n] or null (not requested)
+    const float* last_row = nullptr;         // [group, n] or null (not requested)
+};
+
+struct LayerView {
+    EvictionPhase phase = EvictionPhase::Prefill;
+    int layer = 0;
+    int n_layer = 0;
+    int n_head_kv = 0;
+    int group = 1;        // query heads per KV head (n_head / n_head_kv)
+    int head_dim = 0;
+    int32_t n_window = 0;     // queries averaged into window_scores (0 when not requested)
+    int32_t chunk_begin = 0;  // position of the first token of this chunk / of the decode token
+    int32_t chunk_end = 0;    // one past the position of its last token
+    bool final_chunk = true;  // prefill: this chunk ends the prompt
+    int32_t n_prompt = 0;     // tokens in the whole prompt
+    int32_t n_past = 0;       // positions processed so far, this chunk or step included
+    int32_t decode_step = 0;  // decode: steps completed since the prompt (1 at the first step)
+    std::span<const int32_t> tokens;    // [n_past] token id at each position (-1: unknown)
+    std::span<const KvHeadView> heads;  // [n_head_kv]
+};
+
+// keep[h]: strictly increasing entry indices (into KvHeadView h) to keep.
+using KeepLists = std::vector<std::vector<int32_t>>;
+
+class Evictor {
+public:
+    virtual ~Evictor() = default;
+
+    virtual ObservationRequest request() const = 0;
+
+    // A new sequence starts (the engine resets its cache); n_prompt tokens will be prefilled.
+    virtual void begin_sequence(int32_t n_prompt) {}
+
+    // Right after layer view.layer's attention over a prefill chunk. `keep` arrives sized
+    // [n_head_kv] and empty. Return false to leave the layer as it is.
+    virtual bool on_prefill(const LayerView& view, KeepLists& keep) = 0;
+
+    // Right after layer view.layer's attention at a decode step, every decode_interval steps.
+    virtual bool on_decode(const LayerView& view, KeepLists& keep) { return false; }
+};
+
+// Helpers for policies.
+
+enum class GroupReduction { Mean, Max };
+
+// out[n] = mean or max over the group rows of scores [group, n].
+void reduce_over_group(const float* scores, int group, int32_t n, GroupReduction reduction,
+                       float* out);
+
+// Throws kvec::Error (naming the layer, head and index) unless keep has one strictly
+// increasing, in-range list per head of the view.
+void check_keep_lists(const LayerView& view, const KeepLists& keep);
+
+}  // namespace kvec

@@ -1,0 +1,227 @@
+#include "kvcache/kv_cache.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <utility>
+
+#include "util/error.h"
+#include "util/fp16.h"
+
+namespace kvec {
+
+const char* kv_type_name(KvType type) { return type == KvType::F32 ? "f32" : "f16"; }
+
+size_t kv_type_size(KvType type) { return type == KvType::F32 ? 4 : 2; }
+
+struct KvCache::Head {
+    int32_t size = 0;
+    int32_t capacity = 0;
+    uint8_t* keys = nullptr;       // [capacity, head_dim] elements
+    uint8_t* values = nullptr;     // [capacity, head_dim] elements
+    int32_t* positions = nullptr;  // [capacity]
+    std::vector<float*> aux;       // n_aux arrays of [capacity]
+};
+
+namespace {
+
+// realloc that treats size 0 as free and throws on failure.
+void* resize_block(void* p, size_t bytes) {
+    if (bytes == 0) {
+        std::free(p);
+        return nullptr;
+    }
+    void* q = std::realloc(p, bytes);
+    if (q == nullptr) throw std::bad_alloc();
+    return q;
+}
+
+void encode_row(KvType type, const float* src, uint8_t* dst, int d) {
+    if (type == KvType::F32) {
+        std::memcpy(dst, src, static_cast<size_t>(d) * sizeof(float));
+    } else {
+        auto* h = reinterpret_cast<uint16_t*>(dst);
+        for (int i = 0; i < d; ++i) h[i] = float_to_fp16(src[i]);
+    }
+}
+
+void decode_rows(KvType type, const uint8_t* src, float* dst, int64_t count) {
+    if (type == KvType::F32) {
+        std::memcpy(dst, src, static_cast<size_t>(count) * sizeof(float));
+    } else {
+        const auto* h = reinterpret_cast<const uint16_t*>(src);
+        for (int64_t i = 0; i < count; ++i) dst[i] = fp16_to_float(h[i]);
+    }
+}
+
+}  // namespace
+
+KvCache::KvCache(const KvCacheConfig& config) : config_(config) {
+    if (config.n_layer <= 0 || config.n_head_kv <= 0 || config.head_dim <= 0 || config.n_aux < 0) {
+        fail("invalid KV cache shape: {} layers, {} KV heads, head dim {}, {} aux scores",
+             config.n_layer, config.n_head_kv, config.head_dim, config.n_aux);
+    }
+    heads_.resize(static_cast<size_t>(config.n_layer) * config.n_head_kv);
+    for (Head& h : heads_) h.aux.assign(static_cast<size_t>(config.n_aux), nullptr);
+}
+
+KvCache::~KvCache() { clear(); }
+
+KvCache::KvCache(KvCache&& other) noexcept
+    : config_(other.config_),
+      heads_(std::move(other.heads_)),
+      bytes_(std::exchange(other.bytes_, 0)),
+      peak_bytes_(other.peak_bytes_) {
+    other.heads_.clear();
+}
+
+KvCache& KvCache::operator=(KvCache&& other) noexcept {
+    if (this != &other) {
+        clear();
+        config_ = other.config_;
+        heads_ = std::move(other.heads_);
+        other.heads_.clear();
+        bytes_ = std::exchange(other.bytes_, 0);
+        peak_bytes_ = other.peak_bytes_;
+    }
+    return *this;
+}
+
+KvCache::Head& KvCache::head(int layer, int head) {
+    KVEC_CHECK(layer >= 0 && layer < config_.n_layer && head >= 0 && head < config_.n_head_kv);
+    return heads_[static_cast<size_t>(layer) * config_.n_head_kv + head];
+}
+
+const KvCache::Head& KvCache::head(int layer, int head) const {
+    KVEC_CHECK(layer >= 0 && layer < config_.n_layer && head >= 0 && head < config_.n_head_kv);
+    return heads_[static_cast<size_t>(layer) * config_.n_head_kv + head];
+}
+
+size_t KvCache::entry_bytes() const {
+    return 2 * static_cast<size_t>(config_.head_dim) * kv_type_size(config_.type) + sizeof(int32_t) +
+           sizeof(float) * static_cast<size_t>(config_.n_aux);
+}
+
+void KvCache::reallocate(Head& h, int32_t new_capacity) {
+    if (new_capacity == h.capacity) return;
+    const size_t row = static_cast<size_t>(config_.head_dim) * kv_type_size(config_.type);
+    const size_t cap = static_cast<size_t>(new_capacity);
+    h.keys = static_cast<uint8_t*>(resize_block(h.keys, cap * row));
+    h.values = static_cast<uint8_t*>(resize_block(h.values, cap * row));
+    h.positions = static_cast<int32_t*>(resize_block(h.positions, cap * sizeof(int32_t)));
+    for (float*& a : h.aux) a = static_cast<float*>(resize_block(a, cap * sizeof(float)));
+    bytes_ -= static_cast<size_t>(h.capacity) * entry_bytes();
+    bytes_ += cap * entry_bytes();
+    h.capacity = new_capacity;
+    peak_bytes_ = std::max(peak_bytes_, bytes_);
+}
+
+int32_t KvCache::size(int layer, int h) const { return head(layer, h).size; }
+int32_t KvCache::capacity(int layer, int h) const { return head(layer, h).capacity; }
+
+int64_t KvCache::total_entries() const {
+    int64_t n = 0;
+    for (const Head& h : heads_) n += h.size;
+    return n;
+}
+
+size_t KvCache::used_bytes() const { return static_cast<size_t>(total_entries()) * entry_bytes(); }
+
+void KvCache::append(int layer, int hi, int32_t n, const float* keys, int64_t key_stride,
+                     const float* values, int64_t value_stride, const int32_t* positions) {
+    KVEC_CHECK(n >= 0);
+    if (n == 0) return;
+    Head& h = head(layer, hi);
+    const int64_t needed = static_cast<int64_t>(h.size) + n;
+    if (needed > INT32_MAX) fail("KV cache head holds too many entries ({})", needed);
+    if (needed > h.capacity) {
+        const int64_t rounded = (needed + 63) / 64 * 64;
+        const int64_t grown = static_cast<int64_t>(h.capacity) + h.capacity / 8;
+        reallocate(h, static_cast<int32_t>(std::min<int64_t>(INT32_MAX, std::max(rounded, grown))));
+    }
+    const int d = config_.head_dim;
+    const size_t row = static_cast<size_t>(d) * kv_type_size(config_.type);
+    for (int32_t t = 0; t < n; ++t) {
+        const size_t slot = static_cast<size_t>(h.size) + t;
+        encode_row(config_.type, keys + t * key_stride, h.keys + slot * row, d);
+        encode_row(config_.type, values + t * value_stride, h.values + slot * row, d);
+        h.positions[slot] = positions[t];
+        for (float* a : h.aux) a[slot] = 0.0f;
+    }
+    h.size += n;
+}
+
+void KvCache::compact(int layer, int hi, std::span<const int32_t> keep) {
+    Head& h = head(layer, hi);
+    for (size_t i = 0; i < keep.size(); ++i) {
+        if (keep[i] < 0 || keep[i] >= h.size) {
+            fail("KV cache compaction of layer {} head {}: index {} is outside [0, {})", layer, hi,
+                 keep[i], h.size);
+        }
+        if (i > 0 && keep[i] <= keep[i - 1]) {
+            fail("KV cache compaction of layer {} head {}: indices are not strictly increasing "
+                 "({} after {})", layer, hi, keep[i], keep[i - 1]);
+        }
+    }
+    const size_t row = static_cast<size_t>(config_.head_dim) * kv_type_size(config_.type);
+    // keep[i] >= i, so moving forward in increasing order never overwrites an unread entry.
+    for (size_t i = 0; i < keep.size(); ++i) {
+        const size_t src = static_cast<size_t>(keep[i]);
+        if (src == i) continue;
+        std::memcpy(h.keys + i * row, h.keys + src * row, row);
+        std::memcpy(h.values + i * row, h.values + src * row, row);
+        h.positions[i] = h.positions[src];
+        for (float* a : h.aux) a[i] = a[src];
+    }
+    h.size = static_cast<int32_t>(keep.size());
+    reallocate(h, h.size);
+}
+
+void KvCache::clear() {
+    for (Head& h : heads_) {
+        reallocate(h, 0);
+        h.size = 0;
+    }
+}
+
+const int32_t* KvCache::positions(int layer, int h) const { return head(layer, h).positions; }
+
+void KvCache::read_keys(int layer, int hi, int32_t begin, int32_t end, float* out) const {
+    const Head& h = head(layer, hi);
+    KVEC_CHECK(begin >= 0 && begin <= end && end <= h.size);
+    const size_t row = static_cast<size_t>(config_.head_dim) * kv_type_size(config_.type);
+    decode_rows(config_.type, h.keys + begin * row, out,
+                static_cast<int64_t>(end - begin) * config_.head_dim);
+}
+
+void KvCache::read_values(int layer, int hi, int32_t begin, int32_t end, float* out) const {
+    const Head& h = head(layer, hi);
+    KVEC_CHECK(begin >= 0 && begin <= end && end <= h.size);
+    const size_t row = static_cast<size_t>(config_.head_dim) * kv_type_size(config_.type);
+    decode_rows(config_.type, h.values + begin * row, out,
+                static_cast<int64_t>(end - begin) * config_.head_dim);
+}
+
+const void* KvCache::key_data(int layer, int h) const { return head(layer, h).keys; }
+const void* KvCache::value_data(int layer, int h) const { return head(layer, h).values; }
+
+const float* KvCache::keys_f32(int layer, int h) const {
+    return config_.type == KvType::F32 ? reinterpret_cast<const float*>(head(layer, h).keys) : nullptr;
+}
+
+const float* KvCache::values_f32(int layer, int h) const {
+    return config_.type == KvType::F32 ? reinterpret_cast<const float*>(head(layer, h).values) : nullptr;
+}
+
+float* KvCache::aux(int layer, int h, int a) {
+    KVEC_CHECK(a >= 0 && a < config_.n_aux);
+    return head(layer, h).aux[static_cast<size_t>(a)];
+}
+
+const float* KvCache::aux(int layer, int h, int a) const {
+    KVEC_CHECK(a >= 0 && a < config_.n_aux);
+    return head(layer, h).aux[static_cast<size_t>(a)];
+}
+
+}  // namespace kvec

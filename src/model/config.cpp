@@ -1,0 +1,96 @@
+#include "model/config.h"
+
+#include "gguf/gguf.h"
+#include "util/error.h"
+
+namespace kvec {
+
+const char* supported_architectures() { return "llama, qwen2, qwen3"; }
+
+namespace {
+
+int positive_int(const gguf::File& f, const std::string& key, int64_t max = 1 << 24) {
+    const gguf::Value* v = f.find(key);
+    if (v == nullptr) fail("'{}': missing metadata key '{}'", f.path(), key);
+    if (v->type == gguf::ValueType::ARRAY) {
+        fail("'{}': metadata key '{}' is an array (per-layer values are not supported)", f.path(), key);
+    }
+    const int64_t x = static_cast<int64_t>(f.get_uint(key));
+    if (x <= 0 || x > max) fail("'{}': metadata key '{}' = {} is out of range", f.path(), key, x);
+    return static_cast<int>(x);
+}
+
+int optional_int(const gguf::File& f, const std::string& key, int fallback) {
+    return f.has(key) ? positive_int(f, key) : fallback;
+}
+
+}  // namespace
+
+ModelConfig read_model_config(const gguf::File& f) {
+    ModelConfig c;
+    c.arch_name = f.get_string("general.architecture");
+    if (c.arch_name == "llama") {
+        c.arch = Arch::Llama;
+        c.rope_mode = ops::RopeMode::Norm;
+    } else if (c.arch_name == "qwen2") {
+        c.arch = Arch::Qwen2;
+        c.rope_mode = ops::RopeMode::Neox;
+    } else if (c.arch_name == "qwen3") {
+        c.arch = Arch::Qwen3;
+        c.rope_mode = ops::RopeMode::Neox;
+    } else {
+        fail("'{}': unsupported architecture '{}' (supported: {})", f.path(), c.arch_name,
+             supported_architectures());
+    }
+    c.name = f.get_string("general.name", "");
+    const std::string a = c.arch_name + ".";
+    if (f.get_uint(a + "expert_count", 0) > 0) {
+        fail("'{}': mixture-of-experts models are not supported ({}expert_count = {})", f.path(), a,
+             f.get_uint(a + "expert_count"));
+    }
+    c.n_layer = positive_int(f, a + "block_count", 4096);
+    c.n_embd = positive_int(f, a + "embedding_length");
+    c.n_ff = positive_int(f, a + "feed_forward_length");
+    c.n_head = positive_int(f, a + "attention.head_count", 65536);
+    c.n_head_kv = optional_int(f, a + "attention.head_count_kv", c.n_head);
+    if (c.n_head % c.n_head_kv != 0) {
+        fail("'{}': {} attention heads are not a multiple of {} KV heads", f.path(), c.n_head, c.n_head_kv);
+    }
+    if (!f.has(a + "attention.key_length") && c.n_embd % c.n_head != 0) {
+        fail("'{}': embedding length {} is not a multiple of {} heads and {}attention.key_length "
+             "is absent", f.path(), c.n_embd, c.n_head, a);
+    }
+    c.head_dim = optional_int(f, a + "attention.key_length", c.n_embd / c.n_head);
+    const int v_dim = optional_int(f, a + "attention.value_length", c.head_dim);
+    if (v_dim != c.head_dim) {
+        fail("'{}': key length {} differs from value length {} (not supported)", f.path(), c.head_dim, v_dim);
+    }
+    c.n_ctx_train = positive_int(f, a + "context_length", 1 << 30);
+    c.n_rot = optional_int(f, a + "rope.dimension_count", c.head_dim);
+    if (c.n_rot % 2 != 0 || c.n_rot > c.head_dim) {
+        fail("'{}': {}rope.dimension_count = {} must be even and at most the head size {}", f.path(),
+             a, c.n_rot, c.head_dim);
+    }
+    c.rope_freq_base = static_cast<float>(f.get_float(a + "rope.freq_base", 10000.0));
+    if (!(c.rope_freq_base > 1.0f)) fail("'{}': {}rope.freq_base = {} must be > 1", f.path(), a, c.rope_freq_base);
+    const std::string k_eps = a + "attention.layer_norm_rms_epsilon";
+    c.rms_eps = static_cast<float>(f.get_float(k_eps));
+    if (!(c.rms_eps > 0.0f) || c.rms_eps > 1.0f) fail("'{}': {} = {} is out of range", f.path(), k_eps, c.rms_eps);
+
+    // RoPE scaling: linear (position interpolation) through the factor; llama3-style scaling comes
+    // as per-frequency factors in the rope_freqs.weight tensor (read by the model loader).
+    c.rope_scaling = f.get_string(a + "rope.scaling.type", "");
+    double factor = f.get_float(a + "rope.scaling.factor", 0.0);
+    if (factor == 0.0) factor = f.get_float(a + "rope.scale_linear", 0.0);
+    if (c.rope_scaling.empty()) c.rope_scaling = factor != 0.0 && factor != 1.0 ? "linear" : "none";
+    if (c.rope_scaling == "linear") {
+        if (!(factor > 0.0)) fail("'{}': linear RoPE scaling needs {}rope.scaling.factor > 0", f.path(), a);
+        c.rope_freq_scale = static_cast<float>(1.0 / factor);
+    } else if (c.rope_scaling != "none") {
+        fail("'{}': RoPE scaling type '{}' is not supported (supported: none, linear, and llama3-style "
+             "rope_freqs.weight)", f.path(), c.rope_scaling);
+    }
+    return c;
+}
+
+}  // namespace kvec

@@ -1,0 +1,164 @@
+#include "model/model.h"
+
+#include <fmt/format.h>
+
+#include <map>
+
+#include "tensor/ops.h"
+#include "util/error.h"
+
+namespace kvec {
+
+namespace {
+
+std::string shape_string(const std::vector<int64_t>& dims) {
+    return fmt::format("[{}]", fmt::join(dims, ", "));
+}
+
+// Collects tensor look-ups: missing names are gathered into one error; shapes are checked.
+class TensorBinder {
+public:
+    explicit TensorBinder(const gguf::File& f) : f_(f) {}
+
+    const gguf::TensorInfo* find(const std::string& name, const std::vector<int64_t>& dims, bool required) {
+        const gguf::TensorInfo* t = f_.find_tensor(name);
+        if (t == nullptr) {
+            if (required) missing_.push_back(name);
+            return nullptr;
+        }
+        bool ok = true;
+        for (int i = 0; i < 4; ++i) {
+            const int64_t want = i < static_cast<int>(dims.size()) ? dims[static_cast<size_t>(i)] : 1;
+            if (t->ne[static_cast<size_t>(i)] != want) ok = false;
+        }
+        if (!ok) {
+            std::vector<int64_t> got(t->ne.begin(), t->ne.begin() + std::max(1, t->n_dims));
+            bad_shapes_.push_back(fmt::format("'{}' has shape {}, expected {}", name,
+                                              shape_string(got), shape_string(dims)));
+        }
+        return t;
+    }
+
+    WeightView matrix(const std::string& name, int64_t n_in, int64_t n_out, bool required = true) {
+        const gguf::TensorInfo* t = find(name, {n_in, n_out}, required);
+        if (t == nullptr || t->ne[0] != n_in || t->ne[1] != n_out) return {};
+        return make_weight_view(name.c_str(), t->type, t->data, n_in, n_out);
+    }
+
+    std::vector<float> vector(const std::string& name, int64_t n, bool required = true) {
+        const gguf::TensorInfo* t = find(name, {n}, required);
+        if (t == nullptr || t->n_elements() != n) return {};
+        std::vector<float> out(static_cast<size_t>(n));
+        ops::dequantize_weight_row(make_weight_view(name.c_str(), t->type, t->data, n, 1), 0, out.data());
+        return out;
+    }
+
+    void finish(const std::string& arch) const {
+        if (!missing_.empty()) {
+            fail("'{}' ({}) is missing {} tensor{}: {}", f_.path(), arch, missing_.size(),
+                 missing_.size() == 1 ? "" : "s", fmt::join(missing_, ", "));
+        }
+        if (!bad_shapes_.empty()) {
+            fail("'{}': tensor shape mismatch: {}", f_.path(), fmt::join(bad_shapes_, "; "));
+        }
+    }
+
+private:
+    const gguf::File& f_;
+    std::vector<std::string> missing_;
+    std::vector<std::string> bad_shapes_;
+};
+
+}  // namespace
+
+Model::Model(std::unique_ptr<gguf::File> file) : file_(std::move(file)) {
+    config_ = read_model_config(*file_);
+    ModelConfig& c = config_;
+    const gguf::File& f = *file_;
+
+    const gguf::TensorInfo* embd = f.find_tensor("token_embd.weight");
+    if (embd != nullptr) {
+        if (embd->ne[1] <= 0 || embd->ne[1] > (1 << 24)) fail("'{}': token_embd.weight has a bad vocabulary size", f.path());
+        c.n_vocab = static_cast<int>(embd->ne[1]);
+    }
+    TensorBinder b(f);
+    ModelWeights& w = weights_;
+    const int64_t E = c.n_embd, V = c.n_vocab, F = c.n_ff, Q = c.q_dim(), KV = c.kv_dim(), D = c.head_dim;
+    w.token_embd = b.matrix("token_embd.weight", E, V);
+    w.output_norm = b.vector("output_norm.weight", E);
+    if (f.find_tensor("output.weight") != nullptr) {
+        w.output = b.matrix("output.weight", E, V);
+    } else {
+        w.output = w.token_embd;
+        w.tied_output = true;
+    }
+    if (f.find_tensor("rope_freqs.weight") != nullptr) w.rope_freqs = b.vector("rope_freqs.weight", c.n_rot / 2);
+    for (float x : w.rope_freqs) {
+        if (!(x > 0.0f)) fail("'{}': rope_freqs.weight holds a non-positive factor {}", f.path(), x);
+    }
+
+    const bool biases_required = c.arch == Arch::Qwen2;
+    w.layers.resize(static_cast<size_t>(c.n_layer));
+    for (int l = 0; l < c.n_layer; ++l) {
+        LayerWeights& L = w.layers[static_cast<size_t>(l)];
+        const std::string p = fmt::format("blk.{}.", l);
+        L.attn_norm = b.vector(p + "attn_norm.weight", E);
+        L.wq = b.matrix(p + "attn_q.weight", E, Q);
+        L.wk = b.matrix(p + "attn_k.weight", E, KV);
+        L.wv = b.matrix(p + "attn_v.weight", E, KV);
+        L.wo = b.matrix(p + "attn_output.weight", Q, E);
+        L.bq = b.vector(p + "attn_q.bias", Q, biases_required);
+        L.bk = b.vector(p + "attn_k.bias", KV, biases_required);
+        L.bv = b.vector(p + "attn_v.bias", KV, biases_required);
+        if (c.arch == Arch::Qwen3) {
+            L.q_norm = b.vector(p + "attn_q_norm.weight", D);
+            L.k_norm = b.vector(p + "attn_k_norm.weight", D);
+        }
+        L.ffn_norm = b.vector(p + "ffn_norm.weight", E);
+        L.w_gate = b.matrix(p + "ffn_gate.weight", E, F);
+        L.w_up = b.matrix(p + "ffn_up.weight", E, F);
+        L.w_down = b.matrix(p + "ffn_down.weight", F, E);
+    }
+    b.finish(c.arch_name);
+}
+
+std::unique_ptr<Model> Model::load(const std::string& path) {
+    return std::unique_ptr<Model>(new Model(gguf::File::open(path)));
+}
+
+int64_t Model::n_params() const {
+    int64_t n = 0;
+    for (const auto& t : file_->tensors()) n += t.n_elements();
+    return n;
+}
+
+size_t Model::n_bytes() const {
+    size_t n = 0;
+    for (const auto& t : file_->tensors()) n += t.nbytes;
+    return n;
+}
+
+std::string Model::weight_type_name() const {
+    std::map<GgmlType, int64_t> count;
+    for (const auto& t : file_->tensors()) {
+        if (t.n_dims >= 2) count[t.type] += t.n_elements();
+    }
+    GgmlType best = GgmlType::F32;
+    int64_t most = -1;
+    for (auto [type, n] : count) {
+        if (n > most) {
+            most = n;
+            best = type;
+        }
+    }
+    return ggml_type_name(best);
+}
+
+std::string Model::summary() const {
+    const ModelConfig& c = config_;
+    return fmt::format("{} {} layers, {} embd, {}/{} heads of {}, ff {}, vocab {}, {}, {:.2f} GiB",
+                       c.arch_name, c.n_layer, c.n_embd, c.n_head, c.n_head_kv, c.head_dim, c.n_ff,
+                       c.n_vocab, weight_type_name(), static_cast<double>(n_bytes()) / (1 << 30));
+}
+
+}  // namespace kvec

@@ -1,0 +1,69 @@
+// A loaded model: hyper-parameters and weights of a GGUF file. Weight matrices are views into the
+// file's memory mapping (no copies); small vectors (norm weights, biases, RoPE frequency factors)
+// are dequantised into float at load time.
+//
+// Loading checks everything the forward pass relies on: a supported architecture, every tensor
+// present (one error lists ALL missing tensors), every shape as the hyper-parameters imply (the
+// error names the tensor, its shape and the expected one), and weight rows that are whole blocks.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "model/config.h"
+#include "tensor/weight.h"
+
+namespace kvec {
+
+struct LayerWeights {
+    std::vector<float> attn_norm;  // [n_embd]
+    WeightView wq;                 // [n_embd] -> [n_head * head_dim]
+    WeightView wk;                 // [n_embd] -> [n_head_kv * head_dim]
+    WeightView wv;                 // [n_embd] -> [n_head_kv * head_dim]
+    WeightView wo;                 // [n_head * head_dim] -> [n_embd]
+    std::vector<float> bq, bk, bv;        // [q_dim], [kv_dim], [kv_dim] or empty (qwen2: present)
+    std::vector<float> q_norm, k_norm;    // [head_dim] or empty (qwen3: present)
+    std::vector<float> ffn_norm;   // [n_embd]
+    WeightView w_gate;             // [n_embd] -> [n_ff]
+    WeightView w_up;               // [n_embd] -> [n_ff]
+    WeightView w_down;             // [n_ff] -> [n_embd]
+};
+
+struct ModelWeights {
+    WeightView token_embd;           // [n_embd] x n_vocab rows
+    std::vector<float> output_norm;  // [n_embd]
+    WeightView output;               // [n_embd] -> [n_vocab]; = token_embd when tied
+    bool tied_output = false;        // output.weight absent
+    std::vector<float> rope_freqs;   // [n_rot / 2] per-frequency divisors, or empty
+    std::vector<LayerWeights> layers;
+};
+
+class Model {
+public:
+    // Opens, validates and maps the file. Throws kvec::Error.
+    static std::unique_ptr<Model> load(const std::string& path);
+
+    const ModelConfig& config() const { return config_; }
+    const ModelWeights& weights() const { return weights_; }
+    const gguf::File& file() const { return *file_; }
+    const std::string& path() const { return file_->path(); }
+
+    int64_t n_params() const;   // elements of all tensors
+    size_t n_bytes() const;     // bytes of all tensor data
+    // The most common weight type of the matrices, as llama.cpp names it ("q8_0").
+    std::string weight_type_name() const;
+    // One line: "llama 22 layers, 2048 embd, 32/4 heads, ff 5632, vocab 32000, q8_0, 1.09 GiB".
+    std::string summary() const;
+
+private:
+    explicit Model(std::unique_ptr<gguf::File> file);
+
+    std::unique_ptr<gguf::File> file_;
+    ModelConfig config_;
+    ModelWeights weights_;
+};
+
+}  // namespace kvec

@@ -1,0 +1,287 @@
+#include "model/random_model.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <unordered_set>
+
+#include "gguf/gguf.h"
+#include "quant/quant.h"
+#include "util/error.h"
+
+namespace kvec {
+
+namespace {
+
+uint64_t splitmix64(uint64_t& x) {
+    uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+uint64_t hash_name(std::string_view s) {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a
+    for (char ch : s) h = (h ^ static_cast<uint8_t>(ch)) * 1099511628211ull;
+    return h;
+}
+
+// Approximately standard normal values: Irwin-Hall sum of four 16-bit uniforms, rescaled.
+void fill_normal(float* out, int64_t n, uint64_t state, float mean, float std) {
+    const float k = std * std::sqrt(3.0f) / 65536.0f;  // sum of 4 U(0,1) has variance 1/3
+    for (int64_t i = 0; i < n; ++i) {
+        const uint64_t r = splitmix64(state);
+        const float s = static_cast<float>((r & 0xFFFF) + ((r >> 16) & 0xFFFF) + ((r >> 32) & 0xFFFF) + (r >> 48)) -
+                        2.0f * 65535.0f;
+        out[i] = mean + s * k;
+    }
+}
+
+int file_type_of(GgmlType t) {
+    switch (t) {
+        case GgmlType::F32: return 0;
+        case GgmlType::F16: return 1;
+        case GgmlType::Q4_0: return 2;
+        case GgmlType::Q4_1: return 3;
+        case GgmlType::Q8_0: return 7;
+        case GgmlType::Q5_0: return 8;
+        case GgmlType::Q5_1: return 9;
+        case GgmlType::Q2_K: return 10;
+        case GgmlType::Q3_K: return 11;
+        case GgmlType::Q4_K: return 14;
+        case GgmlType::Q5_K: return 16;
+        case GgmlType::Q6_K: return 18;
+        case GgmlType::BF16: return 32;
+        default: return 0;
+    }
+}
+
+class Builder {
+public:
+    Builder(const RandomModelSpec& s, gguf::Writer& w) : s_(s), w_(w) {}
+
+    // A matrix [n_in] x n_out rows in the spec's type, entries ~ N(0, std).
+    void matrix(const std::string& name, int64_t n_in, int64_t n_out, float std) {
+        const GgmlType type = s_.type;
+        const size_t row_bytes = ggml_row_size(type, n_in);
+        std::vector<uint8_t> data(row_bytes * static_cast<size_t>(n_out));  // [n_out rows]
+        const uint64_t base = s_.seed * 0x9E3779B97F4A7C15ull ^ hash_name(name);
+#pragma omp parallel
+        {
+            std::vector<float> row(static_cast<size_t>(n_in));  // [n_in]
+#pragma omp for schedule(static)
+            for (int64_t r = 0; r < n_out; ++r) {
+                fill_normal(row.data(), n_in, base + static_cast<uint64_t>(r) * 0xD1B54A32D192ED03ull, 0.0f, std);
+                quant::quantize_row(type, row.data(), data.data() + static_cast<size_t>(r) * row_bytes, n_in);
+            }
+        }
+        w_.add_tensor(name, type, {n_in, n_out}, data.data(), data.size());
+    }
+
+    // An F32 vector [n] ~ mean + N(0, std).
+    void vector(const std::string& name, int64_t n, float mean, float std) {
+        std::vector<float> v(static_cast<size_t>(n));
+        fill_normal(v.data(), n, s_.seed * 0x9E3779B97F4A7C15ull ^ hash_name(name), mean, std);
+        w_.add_tensor(name, GgmlType::F32, {n}, v.data(), v.size() * sizeof(float));
+    }
+
+private:
+    const RandomModelSpec& s_;
+    gguf::Writer& w_;
+};
+
+// Copies tokenizer.* keys, truncated to n_vocab tokens. Returns the vocabulary size to use.
+int copy_vocabulary(const std::string& path, int n_vocab, gguf::Writer& w) {
+    auto file = gguf::File::open(path);
+    const gguf::Value* tokens = file->find("tokenizer.ggml.tokens");
+    if (tokens == nullptr || tokens->type != gguf::ValueType::ARRAY || tokens->strings.empty()) {
+        fail("'{}' holds no tokenizer vocabulary (tokenizer.ggml.tokens)", path);
+    }
+    const int full = static_cast<int>(tokens->strings.size());
+    if (n_vocab == 0) n_vocab = full;
+    if (n_vocab > full) fail("--vocab {} is larger than the {} tokens of '{}'", n_vocab, full, path);
+    std::unordered_set<std::string> kept(tokens->strings.begin(), tokens->strings.begin() + n_vocab);
+    for (const auto& [key, value] : file->metadata()) {
+        if (key.rfind("tokenizer.", 0) != 0) continue;
+        gguf::Value v = value;
+        if (v.type == gguf::ValueType::ARRAY && n_vocab < full) {
+            if (key == "tokenizer.ggml.merges") {
+                std::vector<std::string> merges;
+                for (const std::string& m : v.strings) {
+                    const size_t sp = m.find(' ');
+                    if (sp == std::string::npos) continue;
+                    const std::string a = m.substr(0, sp), b = m.substr(sp + 1);
+                    if (kept.count(a) && kept.count(b) && kept.count(a + b)) merges.push_back(m);
+                }
+                v.strings = std::move(merges);
+            } else if (v.array_size() == static_cast<size_t>(full)) {
+                if (!v.strings.empty()) v.strings.resize(static_cast<size_t>(n_vocab));
+                if (!v.ints.empty()) v.ints.resize(static_cast<size_t>(n_vocab));
+                if (!v.floats.empty()) v.floats.resize(static_cast<size_t>(n_vocab));
+            }
+        }
+        // Special token ids past the truncated vocabulary are dropped.
+        if (key.size() > 9 && key.compare(key.size() - 9, 9, "_token_id") == 0 && v.is_integer() &&
+            v.i >= n_vocab) {
+            continue;
+        }
+        w.set(key, std::move(v));
+    }
+    return n_vocab;
+}
+
+}  // namespace
+
+std::string default_vocab_path() {
+#ifdef KVEC_SOURCE_DIR
+    return std::string(KVEC_SOURCE_DIR) + "/data/tokenizer-vectors/ggml-vocab-llama-spm.gguf";
+#else
+    return "data/tokenizer-vectors/ggml-vocab-llama-spm.gguf";
+#endif
+}
+
+std::vector<std::string> random_model_presets() { return {"tinyllama-1.1b"}; }
+
+RandomModelSpec random_model_preset(std::string_view name) {
+    RandomModelSpec s;
+    if (name == "tinyllama-1.1b") {
+        s.arch = "llama";
+        s.name = "tinyllama-1.1b-random";
+        s.n_layer = 22;
+        s.n_embd = 2048;
+        s.n_head = 32;
+        s.n_head_kv = 4;
+        s.n_ff = 5632;
+        s.n_vocab = 32000;
+        s.n_ctx = 4096;
+        s.rope_base = 10000.0f;
+        s.rms_eps = 1e-5f;
+        return s;
+    }
+    fail("unknown preset '{}' (known: {})", name, fmt::join(random_model_presets(), ", "));
+}
+
+std::vector<float> llama3_rope_factors(int n_rot, float freq_base, float factor) {
+    const double low_freq_factor = 1.0, high_freq_factor = 4.0, old_context = 8192.0;
+    const double low_freq_wavelen = old_context / low_freq_factor;
+    const double high_freq_wavelen = old_context / high_freq_factor;
+    std::vector<float> out;
+    for (int i = 0; i < n_rot; i += 2) {
+        const double freq = 1.0 / std::pow(static_cast<double>(freq_base), static_cast<double>(i) / n_rot);
+        const double wavelen = 2.0 * M_PI / freq;
+        double f;
+        if (wavelen < high_freq_wavelen) {
+            f = 1.0;
+        } else if (wavelen > low_freq_wavelen) {
+            f = factor;
+        } else {
+            const double smooth = (old_context / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+            f = 1.0 / ((1.0 - smooth) / factor + smooth);
+        }
+        out.push_back(static_cast<float>(f));
+    }
+    return out;
+}
+
+void write_random_model(const RandomModelSpec& spec, const std::string& path) {
+    RandomModelSpec s = spec;
+    if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3") {
+        fail("unknown architecture '{}' (supported: llama, qwen2, qwen3)", s.arch);
+    }
+    auto positive = [](const char* what, int v) {
+        if (v <= 0) fail("{} must be positive, got {}", what, v);
+    };
+    positive("--layers", s.n_layer);
+    positive("--embd", s.n_embd);
+    positive("--heads", s.n_head);
+    positive("--kv-heads", s.n_head_kv);
+    positive("--ff", s.n_ff);
+    positive("--ctx", s.n_ctx);
+    if (s.n_head % s.n_head_kv != 0) fail("--heads {} is not a multiple of --kv-heads {}", s.n_head, s.n_head_kv);
+    if (s.head_dim == 0) {
+        if (s.n_embd % s.n_head != 0) fail("--embd {} is not a multiple of --heads {}", s.n_embd, s.n_head);
+        s.head_dim = s.n_embd / s.n_head;
+    }
+    if (s.head_dim <= 0 || s.head_dim % 2 != 0) fail("head size {} must be positive and even", s.head_dim);
+    if (s.rope_scaling != "none" && s.rope_scaling != "linear" && s.rope_scaling != "llama3") {
+        fail("unknown RoPE scaling '{}' (supported: none, linear, llama3)", s.rope_scaling);
+    }
+    if (s.rope_factor == 0.0f) s.rope_factor = s.rope_scaling == "llama3" ? 8.0f : 4.0f;
+    if (!(s.rope_factor > 0.0f)) fail("RoPE scaling factor must be positive, got {}", s.rope_factor);
+
+    const int64_t E = s.n_embd, F = s.n_ff, D = s.head_dim, Q = int64_t{s.n_head} * D, KV = int64_t{s.n_head_kv} * D;
+    const GgmlTypeTraits& tt = ggml_type_traits(s.type);
+    for (auto [what, n] : {std::pair<const char*, int64_t>{"--embd", E}, {"--ff", F}, {"heads x head size", Q}}) {
+        if (n % tt.block_size != 0) {
+            fail("type {} needs rows that are multiples of {} elements, but {} is {}", tt.name,
+                 tt.block_size, what, n);
+        }
+    }
+
+    gguf::Writer w;
+    const std::string a = s.arch + ".";
+    w.set_string("general.architecture", s.arch);
+    w.set_string("general.name", s.name.empty() ? "kvec-random-" + s.arch : s.name);
+    w.set_u32("general.file_type", static_cast<uint32_t>(file_type_of(s.type)));
+    if (tt.quantized) w.set_u32("general.quantization_version", 2);
+    w.set_u32(a + "context_length", static_cast<uint32_t>(s.n_ctx));
+    w.set_u32(a + "embedding_length", static_cast<uint32_t>(E));
+    w.set_u32(a + "block_count", static_cast<uint32_t>(s.n_layer));
+    w.set_u32(a + "feed_forward_length", static_cast<uint32_t>(F));
+    w.set_u32(a + "attention.head_count", static_cast<uint32_t>(s.n_head));
+    w.set_u32(a + "attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
+    if (D * s.n_head != E || s.arch == "qwen3") {
+        w.set_u32(a + "attention.key_length", static_cast<uint32_t>(D));
+        w.set_u32(a + "attention.value_length", static_cast<uint32_t>(D));
+    }
+    w.set_f32(a + "rope.freq_base", s.rope_base);
+    w.set_u32(a + "rope.dimension_count", static_cast<uint32_t>(D));
+    w.set_f32(a + "attention.layer_norm_rms_epsilon", s.rms_eps);
+    if (s.rope_scaling == "linear") {
+        w.set_string(a + "rope.scaling.type", "linear");
+        w.set_f32(a + "rope.scaling.factor", s.rope_factor);
+    }
+
+    int n_vocab = s.n_vocab;
+    if (s.vocab_from != "none") {
+        n_vocab = copy_vocabulary(s.vocab_from.empty() ? default_vocab_path() : s.vocab_from, s.n_vocab, w);
+    } else if (n_vocab <= 0) {
+        fail("--vocab is required when no vocabulary file is used");
+    }
+    w.set_u32(a + "vocab_size", static_cast<uint32_t>(n_vocab));
+
+    Builder b(s, w);
+    const float embd_std = s.tied ? 3.0f / std::sqrt(static_cast<float>(E)) : 1.0f;
+    b.matrix("token_embd.weight", E, n_vocab, embd_std);
+    b.vector("output_norm.weight", E, 1.0f, 0.1f);
+    if (!s.tied) b.matrix("output.weight", E, n_vocab, 3.0f / std::sqrt(static_cast<float>(E)));
+    if (s.rope_scaling == "llama3") {
+        const std::vector<float> f = llama3_rope_factors(static_cast<int>(D), s.rope_base, s.rope_factor);
+        w.add_tensor("rope_freqs.weight", GgmlType::F32, {static_cast<int64_t>(f.size())}, f.data(), f.size() * sizeof(float));
+    }
+    const float g_e = 1.0f / std::sqrt(static_cast<float>(E));
+    for (int l = 0; l < s.n_layer; ++l) {
+        const std::string p = fmt::format("blk.{}.", l);
+        b.vector(p + "attn_norm.weight", E, 1.0f, 0.1f);
+        b.matrix(p + "attn_q.weight", E, Q, g_e);
+        b.matrix(p + "attn_k.weight", E, KV, g_e);
+        b.matrix(p + "attn_v.weight", E, KV, g_e);
+        if (s.arch == "qwen2") {
+            b.vector(p + "attn_q.bias", Q, 0.0f, 0.5f);
+            b.vector(p + "attn_k.bias", KV, 0.0f, 0.5f);
+            b.vector(p + "attn_v.bias", KV, 0.0f, 0.5f);
+        }
+        if (s.arch == "qwen3") {
+            b.vector(p + "attn_q_norm.weight", D, 1.0f, 0.1f);
+            b.vector(p + "attn_k_norm.weight", D, 1.0f, 0.1f);
+        }
+        b.matrix(p + "attn_output.weight", Q, E, 1.0f / std::sqrt(static_cast<float>(Q)));
+        b.vector(p + "ffn_norm.weight", E, 1.0f, 0.1f);
+        b.matrix(p + "ffn_gate.weight", E, F, g_e);
+        b.matrix(p + "ffn_up.weight", E, F, g_e);
+        b.matrix(p + "ffn_down.weight", F, E, 1.0f / std::sqrt(static_cast<float>(F)));
+    }
+    w.write(path);
+}
+
+}  // namespace kvec

@@ -1,0 +1,59 @@
+// Random-weight models of any supported architecture and tensor type, written with the project's
+// GGUF writer. Used by the tests (parity with the Python reference, engine tests) and by
+// `kvec gen-model` (e.g. the exact TinyLlama shape for speed comparisons with llama.cpp).
+//
+// Weights are drawn with a gain of about 1 per projection (std 1/sqrt(n_in)), norms near 1, so
+// every layer contributes and logits have a standard deviation of about 3: non-degenerate
+// distributions, stable greedy choices. The draw depends only on the seed and the tensor name.
+// The tokenizer (tokenizer.* metadata) is copied from a vocabulary GGUF; a smaller --vocab
+// truncates it (control and byte tokens come first in SentencePiece vocabularies, so the
+// truncated tokenizer still encodes any text through byte fallback).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gguf/ggml_type.h"
+
+namespace kvec {
+
+struct RandomModelSpec {
+    std::string arch = "llama";  // llama | qwen2 | qwen3
+    std::string name;            // general.name ("" -> "kvec-random-<arch>")
+    int n_layer = 2;
+    int n_embd = 256;
+    int n_head = 4;
+    int n_head_kv = 2;
+    int n_ff = 512;
+    int head_dim = 0;            // 0: n_embd / n_head
+    int n_vocab = 0;             // 0: the vocabulary file's size (required without one)
+    int n_ctx = 2048;
+    float rope_base = 10000.0f;
+    std::string rope_scaling = "none";  // none | linear | llama3
+    float rope_factor = 0.0f;    // 0: 4 for linear, 8 for llama3
+    float rms_eps = 1e-5f;
+    bool tied = false;           // no output.weight: the output shares token_embd
+    GgmlType type = GgmlType::F32;  // type of every weight matrix (vectors stay F32)
+    uint64_t seed = 1;
+    // Vocabulary GGUF whose tokenizer.* keys are copied; "" = default_vocab_path(); "none" = none.
+    std::string vocab_from;
+};
+
+// data/tokenizer-vectors/ggml-vocab-llama-spm.gguf of the source tree.
+std::string default_vocab_path();
+
+// Named shapes: "tinyllama-1.1b". Throws kvec::Error listing the known names.
+RandomModelSpec random_model_preset(std::string_view name);
+std::vector<std::string> random_model_presets();
+
+// Checks the spec (throws kvec::Error naming the problem) and writes the model to path.
+void write_random_model(const RandomModelSpec& spec, const std::string& path);
+
+// The llama3 RoPE frequency factors (as llama.cpp's converter computes them for rope_freqs.weight):
+// [n_rot / 2], for scaling factor `factor`, low/high frequency factors 1 and 4 and an original
+// context of 8192.
+std::vector<float> llama3_rope_factors(int n_rot, float freq_base, float factor);
+
+}  // namespace kvec

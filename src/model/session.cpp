@@ -1,0 +1,379 @@
+#include "model/session.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "tensor/matmul.h"
+#include "tensor/ops.h"
+#include "util/error.h"
+
+namespace kvec {
+
+namespace {
+
+KvCacheConfig cache_config(const ModelConfig& c, KvType type, int n_aux) {
+    KvCacheConfig k;
+    k.n_layer = c.n_layer;
+    k.n_head_kv = c.n_head_kv;
+    k.head_dim = c.head_dim;
+    k.type = type;
+    k.n_aux = n_aux;
+    return k;
+}
+
+size_t sz(int64_t n) { return static_cast<size_t>(n); }
+
+}  // namespace
+
+Session::Session(const Model& model, const SessionOptions& options)
+    : model_(model), options_(options), kv_(cache_config(model.config(), options.kv_type, 0)) {
+    const ModelConfig& c = model.config();
+    if (options_.n_ctx < 0) fail("context size must be positive, got {}", options_.n_ctx);
+    if (options_.n_ctx == 0) options_.n_ctx = c.n_ctx_train;
+    if (options_.n_batch <= 0) fail("batch (chunk) size must be positive, got {}", options_.n_batch);
+    options_.n_batch = std::min(options_.n_batch, options_.n_ctx);
+    const int64_t B = options_.n_batch;
+    x_.resize(sz(B * c.n_embd));
+    xn_.resize(sz(B * c.n_embd));
+    q_.resize(sz(B * c.q_dim()));
+    k_.resize(sz(B * c.kv_dim()));
+    v_.resize(sz(B * c.kv_dim()));
+    att_.resize(sz(B * c.q_dim()));
+    proj_.resize(sz(B * c.n_embd));
+    gate_.resize(sz(B * c.n_ff));
+    up_.resize(sz(B * c.n_ff));
+    logits_.resize(sz(c.n_vocab));
+    const auto H = sz(c.n_head_kv);
+    keys_f_.resize(H);
+    values_f_.resize(H);
+    keys_p_.resize(H);
+    values_p_.resize(H);
+    window_.resize(H);
+    last_row_.resize(H);
+    colsum_.resize(H);
+}
+
+void Session::set_evictor(Evictor* evictor) {
+    if (n_past_ != 0 || kv_.total_entries() != 0) {
+        fail("an eviction policy can only be attached to an empty session (call reset() first)");
+    }
+    evictor_ = evictor;
+    request_ = evictor != nullptr ? evictor->request() : ObservationRequest{};
+    if (request_.window < 0 || request_.decode_interval < 0) {
+        fail("eviction policy requests a negative window ({}) or decode interval ({})", request_.window,
+             request_.decode_interval);
+    }
+    const ModelConfig& c = model_.config();
+    kv_ = KvCache(cache_config(c, options_.kv_type, request_.column_sums ? c.n_group() : 0));
+    const bool ring = request_.window > 0 && request_.decode_interval > 0;
+    const auto L = sz(c.n_layer);
+    recent_q_.assign(ring ? L : 0, std::vector<float>(ring ? sz(int64_t{request_.window} * c.q_dim()) : 0));
+    recent_pos_.assign(ring ? L : 0, std::vector<int32_t>(ring ? sz(request_.window) : 0));
+    recent_count_.assign(L, 0);
+    recent_next_.assign(L, 0);
+}
+
+void Session::reset() {
+    kv_.clear();
+    kv_.reset_peak();
+    n_past_ = 0;
+    n_prompt_ = 0;
+    n_decoded_ = 0;
+    tokens_.clear();
+    std::fill(recent_count_.begin(), recent_count_.end(), 0);
+    std::fill(recent_next_.begin(), recent_next_.end(), 0);
+}
+
+void Session::check_positions(std::span<const int32_t> positions) const {
+    for (size_t i = 0; i < positions.size(); ++i) {
+        const int32_t p = positions[i];
+        if (p >= options_.n_ctx) {
+            fail("context full: position {} is past the context size {} (use a larger -c, up to the "
+                 "model's {})", p, options_.n_ctx, model_.config().n_ctx_train);
+        }
+        if (p < n_past_ || (i > 0 && p <= positions[i - 1])) {
+            fail("positions must increase and continue after {} (got {} at index {})", n_past_ - 1, p, i);
+        }
+    }
+}
+
+std::span<const float> Session::prefill(std::span<const int32_t> tokens, bool all_logits) {
+    if (tokens.empty()) fail("cannot process an empty list of tokens");
+    if (static_cast<int64_t>(n_past_) + static_cast<int64_t>(tokens.size()) > options_.n_ctx) {
+        fail("the prompt needs {} positions but the context holds {} (-c {}, {} already used)",
+             static_cast<int64_t>(n_past_) + static_cast<int64_t>(tokens.size()), options_.n_ctx,
+             options_.n_ctx, n_past_);
+    }
+    std::vector<int32_t> positions(tokens.size());  // [n]
+    for (size_t i = 0; i < tokens.size(); ++i) positions[i] = n_past_ + static_cast<int32_t>(i);
+    return prefill_at(tokens, positions, all_logits);
+}
+
+std::span<const float> Session::prefill_at(std::span<const int32_t> tokens,
+                                           std::span<const int32_t> positions, bool all_logits) {
+    if (tokens.empty()) fail("cannot process an empty list of tokens");
+    if (tokens.size() != positions.size()) {
+        fail("{} tokens but {} positions", tokens.size(), positions.size());
+    }
+    check_positions(positions);
+    const int32_t V = n_vocab();
+    for (int32_t t : tokens) {
+        if (t < 0 || t >= V) fail("token id {} is outside the model's vocabulary [0, {})", t, V);
+    }
+    const auto n = static_cast<int32_t>(tokens.size());
+    if (n_past_ == 0 && evictor_ != nullptr) evictor_->begin_sequence(positions.back() + 1);
+    n_prompt_ = positions.back() + 1;
+    n_decoded_ = 0;
+    if (all_logits) all_logits_.resize(sz(int64_t{n} * V));
+    for (int32_t i = 0; i < n; i += options_.n_batch) {
+        const int32_t T = std::min(options_.n_batch, n - i);
+        const int32_t last = positions[sz(i + T - 1)];
+        tokens_.resize(sz(last + 1), -1);
+        for (int32_t t = 0; t < T; ++t) tokens_[sz(positions[sz(i + t)])] = tokens[sz(i + t)];
+        n_past_ = last + 1;
+        float* out = all_logits ? all_logits_.data() + int64_t{i} * V : logits_.data();
+        forward(tokens.data() + i, positions.data() + i, T, all_logits, out, Step::PrefillChunk, i + T == n);
+    }
+    if (all_logits) return all_logits_;
+    return logits_;
+}
+
+std::span<const float> Session::decode(int32_t token) {
+    const int32_t pos = n_past_;
+    check_positions(std::span<const int32_t>(&pos, 1));
+    if (token < 0 || token >= n_vocab()) fail("token id {} is outside the model's vocabulary [0, {})", token, n_vocab());
+    tokens_.push_back(token);
+    n_past_ = pos + 1;
+    ++n_decoded_;
+    forward(&token, &pos, 1, false, logits_.data(), Step::Decode, true);
+    return logits_;
+}
+
+void Session::forward(const int32_t* tokens, const int32_t* positions, int32_t T, bool all_logits,
+                      float* out, Step step, bool final_chunk) {
+    const ModelConfig& c = model_.config();
+    const ModelWeights& W = model_.weights();
+    const int64_t E = c.n_embd, Q = c.q_dim(), KV = c.kv_dim(), F = c.n_ff, D = c.head_dim;
+
+    ops::RopeParams rope;
+    rope.mode = c.rope_mode;
+    rope.n_rot = c.n_rot;
+    rope.freq_base = c.rope_freq_base;
+    rope.freq_scale = c.rope_freq_scale;
+    rope.freq_factors = W.rope_freqs.empty() ? nullptr : W.rope_freqs.data();
+
+    ops::get_rows(W.token_embd, tokens, T, x_.data());  // x [T, E]
+    for (int l = 0; l < c.n_layer; ++l) {
+        const LayerWeights& L = W.layers[sz(l)];
+        // Attention block.
+        ops::rms_norm(x_.data(), L.attn_norm.data(), xn_.data(), T, E, c.rms_eps);  // [T, E]
+        matmul(xn_.data(), T, L.wq, q_.data());                                     // [T, Q]
+        matmul(xn_.data(), T, L.wk, k_.data());                                     // [T, KV]
+        matmul(xn_.data(), T, L.wv, v_.data());                                     // [T, KV]
+        if (!L.bq.empty()) ops::add_bias(q_.data(), L.bq.data(), T, Q);
+        if (!L.bk.empty()) ops::add_bias(k_.data(), L.bk.data(), T, KV);
+        if (!L.bv.empty()) ops::add_bias(v_.data(), L.bv.data(), T, KV);
+        if (!L.q_norm.empty()) ops::rms_norm(q_.data(), L.q_norm.data(), q_.data(), T * c.n_head, D, c.rms_eps);
+        if (!L.k_norm.empty()) ops::rms_norm(k_.data(), L.k_norm.data(), k_.data(), T * c.n_head_kv, D, c.rms_eps);
+        ops::rope(q_.data(), T, c.n_head, D, positions, rope);     // [T, n_head, D]
+        ops::rope(k_.data(), T, c.n_head_kv, D, positions, rope);  // [T, n_head_kv, D]
+        attention(l, T, positions, step, final_chunk);             // att [T, Q]
+        matmul(att_.data(), T, L.wo, proj_.data());                // [T, E]
+        ops::add(x_.data(), proj_.data(), T * E);
+        // Feed-forward block (SwiGLU).
+        ops::rms_norm(x_.data(), L.ffn_norm.data(), xn_.data(), T, E, c.rms_eps);
+        matmul(xn_.data(), T, L.w_gate, gate_.data());  // [T, F]
+        matmul(xn_.data(), T, L.w_up, up_.data());      // [T, F]
+        ops::swiglu(gate_.data(), up_.data(), gate_.data(), T * F);
+        matmul(gate_.data(), T, L.w_down, proj_.data());  // [T, E]
+        ops::add(x_.data(), proj_.data(), T * E);
+    }
+    if (all_logits) {
+        ops::rms_norm(x_.data(), W.output_norm.data(), xn_.data(), T, E, c.rms_eps);
+        matmul(xn_.data(), T, W.output, out);  // [T, V]
+    } else {
+        ops::rms_norm(x_.data() + (T - 1) * E, W.output_norm.data(), xn_.data(), 1, E, c.rms_eps);
+        matmul(xn_.data(), 1, W.output, out);  // [1, V]
+    }
+}
+
+void Session::remember_queries(int layer, int32_t T, const int32_t* positions) {
+    const int64_t Q = model_.config().q_dim();
+    const int32_t w = request_.window;
+    auto& ring = recent_q_[sz(layer)];
+    auto& pos = recent_pos_[sz(layer)];
+    for (int32_t t = std::max(0, T - w); t < T; ++t) {
+        const int32_t slot = recent_next_[sz(layer)];
+        std::copy(q_.begin() + t * Q, q_.begin() + (t + 1) * Q, ring.begin() + int64_t{slot} * Q);
+        pos[sz(slot)] = positions[t];
+        recent_next_[sz(layer)] = (slot + 1) % w;
+        recent_count_[sz(layer)] = std::min(w, recent_count_[sz(layer)] + 1);
+    }
+}
+
+// Decode-time window scores: the softmax rows of the layer's last `window` queries (prompt and
+// generated) against the current entries, causal by position, averaged per query head.
+void Session::window_from_recent_queries(int layer) {
+    const ModelConfig& c = model_.config();
+    const int G = c.n_group(), D = c.head_dim;
+    const int64_t Q = c.q_dim();
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    const int32_t count = recent_count_[sz(layer)];
+    const auto& ring = recent_q_[sz(layer)];
+    const auto& rpos = recent_pos_[sz(layer)];
+    const TileKernel tile = tile_kernel();
+    for (int h = 0; h < c.n_head_kv; ++h) window_[sz(h)].assign(sz(int64_t{G} * kv_.size(layer, h)), 0.0f);
+#pragma omp parallel
+    {
+        std::vector<float> s;  // [n_h] scores of one query
+#pragma omp for schedule(dynamic, 1)
+        for (int qh = 0; qh < c.n_head; ++qh) {
+            const int h = qh / G, g = qh % G;
+            const int32_t n_h = kv_.size(layer, h);
+            const int32_t* pos = kv_.positions(layer, h);
+            float* win = window_[sz(h)].data() + int64_t{g} * n_h;  // [n_h]
+            s.resize(sz(n_h));
+            for (int32_t r = 0; r < count; ++r) {
+                const auto vis = static_cast<int32_t>(std::upper_bound(pos, pos + n_h, rpos[sz(r)]) - pos);
+                if (vis == 0) continue;
+                tile(ring.data() + int64_t{r} * Q + int64_t{qh} * D, 1, D, keys_p_[sz(h)], vis, D, D, s.data(), vis);
+                for (int32_t j = 0; j < vis; ++j) s[sz(j)] *= scale;
+                ops::softmax(s.data(), vis);
+                const float inv = 1.0f / static_cast<float>(count);
+                for (int32_t j = 0; j < vis; ++j) win[j] += s[sz(j)] * inv;
+            }
+        }
+    }
+}
+
+void Session::attention(int layer, int32_t T, const int32_t* positions, Step step, bool final_chunk) {
+    const ModelConfig& c = model_.config();
+    const int G = c.n_group(), D = c.head_dim, Hkv = c.n_head_kv;
+    const int64_t Q = c.q_dim(), KV = c.kv_dim();
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+
+    // New entries (post-RoPE) join each KV head's list.
+    for (int h = 0; h < Hkv; ++h) {
+        kv_.append(layer, h, T, k_.data() + int64_t{h} * D, KV, v_.data() + int64_t{h} * D, KV, positions);
+    }
+
+    const bool evict = evictor_ != nullptr &&
+                       (step == Step::PrefillChunk ||
+                        (request_.decode_interval > 0 && n_decoded_ % request_.decode_interval == 0));
+    const bool want_window = evict && request_.window > 0 && step == Step::PrefillChunk;
+    const bool want_last = evict && request_.last_row;
+    const bool want_colsum = request_.column_sums;
+    const int32_t n_window = want_window ? std::min(request_.window, T) : 0;
+    const bool ring = request_.window > 0 && request_.decode_interval > 0;
+    if (ring) remember_queries(layer, T, positions);
+
+    // Keys and values of every head as float (F16 caches are converted once per layer).
+    int32_t n_max = 0;
+    for (int h = 0; h < Hkv; ++h) n_max = std::max(n_max, kv_.size(layer, h));
+#pragma omp parallel for schedule(static) if (Hkv > 1 && int64_t{n_max} * D >= 4096)
+    for (int h = 0; h < Hkv; ++h) {
+        const int32_t n_h = kv_.size(layer, h);
+        if (kv_.config().type == KvType::F32) {
+            keys_p_[sz(h)] = kv_.keys_f32(layer, h);
+            values_p_[sz(h)] = kv_.values_f32(layer, h);
+        } else {
+            keys_f_[sz(h)].resize(sz(int64_t{n_h} * D));
+            values_f_[sz(h)].resize(sz(int64_t{n_h} * D));
+            const int64_t count = int64_t{n_h} * D;
+            convert_fp16_to_fp32(static_cast<const uint16_t*>(kv_.key_data(layer, h)), keys_f_[sz(h)].data(), count);
+            convert_fp16_to_fp32(static_cast<const uint16_t*>(kv_.value_data(layer, h)), values_f_[sz(h)].data(), count);
+            keys_p_[sz(h)] = keys_f_[sz(h)].data();
+            values_p_[sz(h)] = values_f_[sz(h)].data();
+        }
+        if (want_window) window_[sz(h)].assign(sz(int64_t{G} * n_h), 0.0f);
+        if (want_last) last_row_[sz(h)].assign(sz(int64_t{G} * n_h), 0.0f);
+    }
+
+    const TileKernel tile = tile_kernel();
+    const int64_t work = int64_t{T} * n_max * D * c.n_head;  // multiply-adds of q.K (and of p.V)
+#pragma omp parallel if (work >= (1 << 18))
+    {
+        std::vector<float> s(sz(n_max));  // [n_h] one query's scores, then probabilities
+#pragma omp for schedule(dynamic, 1)
+        for (int qh = 0; qh < c.n_head; ++qh) {
+            const int h = qh / G, g = qh % G;
+            const int32_t n_h = kv_.size(layer, h);
+            const int32_t n_old = n_h - T;
+            const float* K = keys_p_[sz(h)];    // [n_h, D]
+            const float* Vv = values_p_[sz(h)];  // [n_h, D]
+            float* acc = want_colsum ? kv_.aux(layer, h, g) : nullptr;                      // [n_h]
+            float* win = want_window ? window_[sz(h)].data() + int64_t{g} * n_h : nullptr;  // [n_h]
+            const float inv_w = n_window > 0 ? 1.0f / static_cast<float>(n_window) : 0.0f;
+            for (int32_t t = 0; t < T; ++t) {
+                const int32_t vis = n_old + t + 1;  // entries this query may see (causal in the chunk)
+                const float* qv = q_.data() + t * Q + int64_t{qh} * D;  // [D]
+                tile(qv, 1, D, K, vis, D, D, s.data(), vis);
+                for (int32_t j = 0; j < vis; ++j) s[sz(j)] *= scale;
+                ops::softmax(s.data(), vis);
+                float* o = att_.data() + t * Q + int64_t{qh} * D;  // [D]
+                std::fill(o, o + D, 0.0f);
+                for (int32_t j = 0; j < vis; ++j) {
+                    const float p = s[sz(j)];
+                    const float* vr = Vv + int64_t{j} * D;
+#pragma omp simd
+                    for (int i = 0; i < D; ++i) o[i] += p * vr[i];
+                }
+                if (acc != nullptr) {
+                    for (int32_t j = 0; j < vis; ++j) acc[j] += s[sz(j)];
+                }
+                if (win != nullptr && t >= T - n_window) {
+                    for (int32_t j = 0; j < vis; ++j) win[j] += s[sz(j)] * inv_w;
+                }
+                if (want_last && t == T - 1) {
+                    std::copy(s.begin(), s.begin() + vis, last_row_[sz(h)].begin() + int64_t{g} * n_h);
+                }
+            }
+        }
+    }
+    if (!evict) return;
+
+    // Eviction hook: the layer's output is computed; now the policy may compress the layer.
+    const bool decode_window = step == Step::Decode && request_.window > 0;
+    if (decode_window) window_from_recent_queries(layer);
+    std::vector<KvHeadView> heads(sz(Hkv));
+    for (int h = 0; h < Hkv; ++h) {
+        KvHeadView& v = heads[sz(h)];
+        v.n_entries = kv_.size(layer, h);
+        v.positions = kv_.positions(layer, h);
+        v.keys = keys_p_[sz(h)];
+        if (want_window || decode_window) v.window_scores = window_[sz(h)].data();
+        if (want_last) v.last_row = last_row_[sz(h)].data();
+        if (want_colsum) {
+            auto& cs = colsum_[sz(h)];
+            cs.resize(sz(int64_t{G} * v.n_entries));
+            for (int g = 0; g < G; ++g) {
+                const float* a = kv_.aux(layer, h, g);
+                std::copy(a, a + v.n_entries, cs.begin() + int64_t{g} * v.n_entries);
+            }
+            v.column_sums = cs.data();
+        }
+    }
+    LayerView view;
+    view.phase = step == Step::Decode ? EvictionPhase::Decode : EvictionPhase::Prefill;
+    view.layer = layer;
+    view.n_layer = c.n_layer;
+    view.n_head_kv = Hkv;
+    view.group = G;
+    view.head_dim = D;
+    view.n_window = decode_window ? recent_count_[sz(layer)] : n_window;
+    view.chunk_begin = positions[0];
+    view.chunk_end = positions[T - 1] + 1;
+    view.final_chunk = final_chunk;
+    view.n_prompt = n_prompt_;
+    view.n_past = n_past_;
+    view.decode_step = n_decoded_;
+    view.tokens = tokens_;
+    view.heads = heads;
+    KeepLists keep(sz(Hkv));
+    const bool compress = step == Step::Decode ? evictor_->on_decode(view, keep) : evictor_->on_prefill(view, keep);
+    if (!compress) return;
+    check_keep_lists(view, keep);
+    for (int h = 0; h < Hkv; ++h) kv_.compact(layer, h, keep[sz(h)]);
+}
+
+}  // namespace kvec

@@ -1,0 +1,131 @@
+// The forward pass of one sequence: a model, its KV cache, preallocated activations, and the
+// eviction hook.
+//
+//   x = embed(tokens)                                   [T, n_embd]
+//   for each layer:
+//     h = rms_norm(x) -> q, k, v (+ biases, + q/k norms) -> RoPE(q, k) -> append k, v to the cache
+//     a = attention over each KV head's entries (GQA; causal inside the chunk)   [T, q_dim]
+//     [eviction hook: the policy sees the layer, the layer is compacted]
+//     x += a . Wo
+//     x += W_down . (silu(rms_norm(x) . W_gate) * (rms_norm(x) . W_up))
+//   logits = rms_norm(x) . W_out                        [T or 1, n_vocab]
+//
+// Positions: prefill assigns n_past, n_past + 1, ... (or the positions given); decode continues
+// at n_past. Entries keep their original positions after eviction, so a token generated after a
+// compressed prompt of N tokens still gets position N + t.
+//
+// Attention runs per (layer, KV head) over that head's variable-length list of entries, one query
+// row at a time (never an N x N matrix), full softmax in float32. In the same pass it produces the
+// observations the attached Evictor asked for (see kvcache/eviction.h).
+//
+// Threads: OpenMP, as set by omp_set_num_threads() (the tools' -t).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kvcache/eviction.h"
+#include "kvcache/kv_cache.h"
+#include "model/model.h"
+
+namespace kvec {
+
+struct SessionOptions {
+    int32_t n_ctx = 0;        // positions available; 0: the model's training context length
+    int32_t n_batch = 512;    // tokens per forward step; longer prefills run as chunks of this size
+    KvType kv_type = KvType::F16;
+};
+
+class Session {
+public:
+    explicit Session(const Model& model, const SessionOptions& options = {});
+
+    const Model& model() const { return model_; }
+    const SessionOptions& options() const { return options_; }
+    int32_t n_ctx() const { return options_.n_ctx; }
+    int32_t n_vocab() const { return model_.config().n_vocab; }
+
+    // Attaches (or, with nullptr, detaches) an eviction policy. Only while the cache is empty
+    // (after construction or reset()), because the cache's per-entry scores depend on it.
+    void set_evictor(Evictor* evictor);
+    Evictor* evictor() const { return evictor_; }
+
+    // Empties the cache and restarts positions at 0.
+    void reset();
+
+    // Processes tokens in chunks of n_batch at positions n_past, n_past + 1, ... Returns the logits
+    // of the last token [n_vocab], or with all_logits of every token [tokens.size(), n_vocab].
+    // The evictor (if any) runs after every layer of every chunk; a prefill on an empty session
+    // starts a sequence (Evictor::begin_sequence). Throws kvec::Error if the context overflows or
+    // a token is outside the vocabulary.
+    std::span<const float> prefill(std::span<const int32_t> tokens, bool all_logits = false);
+
+    // The same at explicit positions: strictly increasing and >= n_past.
+    std::span<const float> prefill_at(std::span<const int32_t> tokens,
+                                      std::span<const int32_t> positions, bool all_logits = false);
+
+    // One token at position n_past; returns its logits [n_vocab].
+    std::span<const float> decode(int32_t token);
+
+    int32_t n_past() const { return n_past_; }        // next position
+    int32_t n_prompt() const { return n_prompt_; }    // tokens of the last prefill-from-empty
+    int32_t n_decoded() const { return n_decoded_; }  // decode steps since the last prefill
+    // Token id at each position [n_past] (-1 where positions were skipped).
+    const std::vector<int32_t>& tokens() const { return tokens_; }
+
+    KvCache& kv_cache() { return kv_; }
+    const KvCache& kv_cache() const { return kv_; }
+
+private:
+    enum class Step { PrefillChunk, Decode };
+
+    // One forward step over T <= n_batch tokens; writes logits into out ([T or 1, n_vocab]).
+    void forward(const int32_t* tokens, const int32_t* positions, int32_t T, bool all_logits,
+                 float* out, Step step, bool final_chunk);
+    void attention(int layer, int32_t T, const int32_t* positions, Step step, bool final_chunk);
+    void remember_queries(int layer, int32_t T, const int32_t* positions);
+    void window_from_recent_queries(int layer);
+    void check_positions(std::span<const int32_t> positions) const;
+
+    const Model& model_;
+    SessionOptions options_;
+    KvCache kv_;
+    Evictor* evictor_ = nullptr;
+    ObservationRequest request_;
+
+    int32_t n_past_ = 0;
+    int32_t n_prompt_ = 0;
+    int32_t n_decoded_ = 0;
+    std::vector<int32_t> tokens_;  // [n_past]
+
+    // Activations, preallocated for n_batch tokens.
+    std::vector<float> x_;        // [n_batch, n_embd] residual stream
+    std::vector<float> xn_;       // [n_batch, n_embd] normalised
+    std::vector<float> q_;        // [n_batch, q_dim]
+    std::vector<float> k_;        // [n_batch, kv_dim]
+    std::vector<float> v_;        // [n_batch, kv_dim]
+    std::vector<float> att_;      // [n_batch, q_dim] attention output
+    std::vector<float> proj_;     // [n_batch, n_embd] output projections
+    std::vector<float> gate_;     // [n_batch, n_ff]
+    std::vector<float> up_;       // [n_batch, n_ff]
+    std::vector<float> logits_;   // [n_vocab] last-token logits
+    std::vector<float> all_logits_;  // [tokens, n_vocab] when asked for every token
+
+    // Attention scratch (per KV head of the current layer).
+    std::vector<std::vector<float>> keys_f_;    // [n_head_kv][n_h, head_dim] keys as float (F16 cache)
+    std::vector<std::vector<float>> values_f_;  // [n_head_kv][n_h, head_dim]
+    std::vector<const float*> keys_p_;          // [n_head_kv] -> float keys of head h
+    std::vector<const float*> values_p_;        // [n_head_kv]
+    std::vector<std::vector<float>> window_;    // [n_head_kv][group, n_h]
+    std::vector<std::vector<float>> last_row_;  // [n_head_kv][group, n_h]
+    std::vector<std::vector<float>> colsum_;    // [n_head_kv][group, n_h] (view copy of the aux scores)
+
+    // Recent post-RoPE queries per layer, for decode-time window scores.
+    std::vector<std::vector<float>> recent_q_;    // [n_layer][window, q_dim] ring
+    std::vector<std::vector<int32_t>> recent_pos_;  // [n_layer][window]
+    std::vector<int32_t> recent_count_;           // [n_layer]
+    std::vector<int32_t> recent_next_;            // [n_layer] next ring slot
+};
+
+}  // namespace kvec

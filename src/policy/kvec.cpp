@@ -1,0 +1,111 @@
+// K-VEC: coverage-aware eviction (docs/policies.md). SnapKV window scores, Ada-KV's per-head
+// budgets, plus a cross-head coverage term (lambda = gamma x the rank-b score) and a cross-layer
+// novelty term (mu) over the units kept by earlier layers of the same compression round.
+// kvec_select() in coverage.h holds the mathematics; gamma = mu = 0 is Ada-SnapKV bit for bit
+// (with the same normalize setting).
+#include <algorithm>
+
+#include "policy/coverage.h"
+#include "policy/policy.h"
+#include "policy/registry.h"
+
+namespace kvec::policy {
+
+namespace {
+
+class KvecPolicy : public WindowScoredPolicy {
+public:
+    KvecPolicy(const FrameOptions& frame, const SnapOptions& snap, const KvecOptions& kvec,
+               CoverageUnit unit)
+        : WindowScoredPolicy("kvec", frame, snap), kvec_(kvec), unit_(unit) {}
+
+    void begin_sequence(int32_t) override {
+        earlier_.clear();
+        last_layer_ = -1;
+        round_n_past_ = -1;
+    }
+
+protected:
+    void select(const LayerView& view, int64_t budget, KeepLists& keep) override {
+        const int64_t w = frame().window;
+        // A new compression round (prompt, chunk or decode step) starts again at layer 0.
+        if (view.layer <= last_layer_ || view.n_past != round_n_past_) earlier_.clear();
+        last_layer_ = view.layer;
+        round_n_past_ = view.n_past;
+
+        const auto scores = layer_scores(view);                                // [H][m_h]
+        const std::vector<std::vector<int32_t>> units = layer_units(view, w);  // [H][m_h]
+        KvecOptions options = kvec_;
+        options.b = budget - w;
+        const KvecSelection sel = kvec_select(scores, spans_of(units), earlier_, options);
+        for (size_t h = 0; h < units.size(); ++h) {
+            for (int32_t i : sel.keep[h]) earlier_.insert(units[h][static_cast<size_t>(i)]);
+        }
+        keep_with_window(view, sel.keep, w, keep);
+    }
+
+private:
+    // Coverage unit of every prefix candidate: its position, or its token id (positions whose
+    // token is unknown get ids above the vocabulary seen, one each).
+    std::vector<std::vector<int32_t>> layer_units(const LayerView& view, int64_t w) const {
+        int32_t unknown_base = 0;
+        if (unit_ == CoverageUnit::token) {
+            for (int32_t t : view.tokens) unknown_base = std::max(unknown_base, t + 1);
+        }
+        std::vector<std::vector<int32_t>> units(view.heads.size());  // [H][m_h]
+        for (size_t h = 0; h < view.heads.size(); ++h) {
+            const KvHeadView& head = view.heads[h];
+            const int64_t m = prefix_count(head.n_entries, w);
+            units[h].resize(static_cast<size_t>(m));
+            for (int64_t i = 0; i < m; ++i) {
+                const int32_t pos = head.positions[i];
+                int32_t u = pos;
+                if (unit_ == CoverageUnit::token) {
+                    const bool known = pos >= 0 && static_cast<size_t>(pos) < view.tokens.size() &&
+                                       view.tokens[static_cast<size_t>(pos)] >= 0;
+                    u = known ? view.tokens[static_cast<size_t>(pos)] : unknown_base + pos;
+                }
+                units[h][static_cast<size_t>(i)] = u;
+            }
+        }
+        return units;
+    }
+
+    KvecOptions kvec_;
+    CoverageUnit unit_;
+    UnitSet earlier_;  // U: units kept by earlier layers of this round
+    int last_layer_ = -1;
+    int32_t round_n_past_ = -1;
+};
+
+}  // namespace
+
+PolicyEntry kvec_entry() {
+    std::vector<OptionSpec> options = frame_option_specs(32);
+    for (auto& o : snap_option_specs()) options.push_back(std::move(o));
+    options.push_back(float_option("gamma", 1.0, 0.0, 1e6,
+                                   "cross-head coverage weight, in units of the rank-b score "
+                                   "(provisional default)"));
+    options.push_back(float_option("mu", 1.0, 0.0, 1e6,
+                                   "cross-layer novelty: units no earlier layer kept count 1 + mu "
+                                   "(provisional default)"));
+    options.push_back(float_option("alpha", 0.2, 0.0, 1.0,
+                                   "safeguard: every head keeps its top floor(alpha * b) "
+                                   "(provisional default)"));
+    options.push_back(choice_option("unit", "position", {"position", "token"},
+                                    "coverage unit: prompt positions or token identities"));
+    options.push_back(bool_option("normalize", true,
+                                  "divide each head's scores by their sum (heads comparable)"));
+    return {"kvec", "K-VEC: coverage-aware eviction (Ada-SnapKV + cross-head/cross-layer coverage)",
+            options, [](const OptionValues& v) {
+                KvecOptions k;
+                k.gamma = v.get_float("gamma");
+                k.mu = v.get_float("mu");
+                k.alpha = v.get_float("alpha");
+                k.normalize = v.get_bool("normalize");
+                return std::make_unique<KvecPolicy>(read_frame_options(v), read_snap_options(v), k,
+                                                    parse_coverage_unit(v.get_choice("unit")));
+            }};
+}
+
+}  // namespace kvec::policy

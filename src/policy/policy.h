@@ -1,0 +1,120 @@
+// The common frame of every budgeted eviction policy, on top of the engine's eviction hook
+// (kvcache/eviction.h): budget B (or a ratio of the prompt), observation window w, one-shot or
+// chunked prefill compression, optional decode-time eviction. A policy derives from FramePolicy
+// and implements select(); the pure mathematics lives in select.h / scores.h / coverage.h.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvcache/eviction.h"
+#include "policy/options.h"
+#include "policy/scores.h"
+#include "policy/select.h"
+
+namespace kvec::policy {
+
+// Options every budgeted policy shares (docs/policies.md, "Common options").
+struct FrameOptions {
+    int64_t budget = 128;         // B: entries kept per KV head per layer, window included
+    double ratio = 0.0;           // > 0: B = max(min B, floor(ratio * prompt tokens)) instead
+    int64_t window = 32;          // w: most recent entries always kept (0: none)
+    bool chunked = false;         // compress after every prefill chunk (else after the prompt)
+    int64_t decode_interval = 0;  // > 0: keep the budget while decoding, every k steps
+};
+
+// Option descriptions: budget, ratio, chunked, decode, and window (only if default_window >= 0).
+std::vector<OptionSpec> frame_option_specs(int64_t default_window, int64_t default_decode = 0);
+// Reads them back; fixed_window >= 0 is used when the policy has no window option.
+FrameOptions read_frame_options(const OptionValues& values, int64_t fixed_window = -1);
+
+// SnapKV scoring options: kernel, pooling, gqa.
+struct SnapOptions {
+    int64_t kernel = 7;
+    Pooling pooling = Pooling::max;
+    GqaReduce gqa = GqaReduce::mean;
+};
+std::vector<OptionSpec> snap_option_specs();
+SnapOptions read_snap_options(const OptionValues& values);
+// Only the GQA reduction (H2O, TOVA).
+OptionSpec gqa_option_spec();
+
+// "the window <w>", for FramePolicy's kept_what.
+std::string window_text(int64_t window);
+
+class FramePolicy : public Evictor {
+public:
+    // Throws kvec::Error if budget < min_budget, the entries the policy always keeps, described
+    // by kept_what (e.g. "the window 32").
+    FramePolicy(std::string name, const FrameOptions& frame, int64_t min_budget,
+                const std::string& kept_what);
+
+    ObservationRequest request() const override;
+    bool on_prefill(const LayerView& view, KeepLists& keep) override;
+    bool on_decode(const LayerView& view, KeepLists& keep) override;
+
+    const std::string& name() const { return name_; }
+    const FrameOptions& frame() const { return frame_; }
+    // B for the sequence of this view (the fixed budget, or the ratio of its prompt length).
+    int64_t budget_for(const LayerView& view) const;
+
+protected:
+    // Observations the policy needs (window scores, column sums, last row). Default: none.
+    virtual void add_observations(ObservationRequest& request) const {}
+    // Fills keep[h] for every head. Called only when some head holds more than `budget` entries.
+    virtual void select(const LayerView& view, int64_t budget, KeepLists& keep) = 0;
+
+private:
+    bool compress(const LayerView& view, KeepLists& keep);
+
+    std::string name_;
+    FrameOptions frame_;
+    int64_t min_budget_;
+};
+
+// A policy scored by the window queries (SnapKV family): requests window scores for w queries
+// and rejects w = 0. snap_scores() gives the pooled prefix scores of a layer.
+class WindowScoredPolicy : public FramePolicy {
+public:
+    WindowScoredPolicy(std::string name, const FrameOptions& frame, const SnapOptions& snap);
+    const SnapOptions& snap() const { return snap_; }
+
+protected:
+    void add_observations(ObservationRequest& request) const override;
+    std::vector<std::vector<float>> layer_scores(const LayerView& view) const;  // [H][m_h]
+
+private:
+    SnapOptions snap_;
+};
+
+// --- helpers over a LayerView --------------------------------------------------------------
+
+// Throws kvec::Error naming the policy if an observation it requested is missing.
+void require(bool present, const std::string& policy, const char* what, const LayerView& view);
+
+// [group] views of the first m values of each row of a [group, n] score block.
+std::vector<std::span<const float>> group_rows(const float* rows, int group, int32_t n, int64_t m);
+
+// SnapKV scores of every head of the layer: window rows reduced over the group, restricted to
+// the head's prefix candidates (first n_h - w entries), pooled. -> [H][m_h].
+std::vector<std::vector<float>> snap_scores(const LayerView& view, int64_t window,
+                                            const SnapOptions& options, const std::string& policy);
+
+// Group-reduced prefix scores from column sums or last rows. -> [H][m_h].
+enum class Observation { ColumnSums, LastRow };
+std::vector<std::vector<float>> reduced_scores(const LayerView& view, Observation which,
+                                               int64_t window, GqaReduce gqa,
+                                               const std::string& policy);
+
+// keep[h] = top (budget - w) prefix entries by score + the w most recent, or everything when the
+// head holds at most `budget` entries.
+void keep_top_per_head(const LayerView& view, const std::vector<std::vector<float>>& scores,
+                       int64_t budget, int64_t window, KeepLists& keep);
+
+// keep[h] = prefix picks (ascending, window excluded) + the head's window.
+void keep_with_window(const LayerView& view, const HeadSelection& prefix_keep, int64_t window,
+                      KeepLists& keep);
+
+}  // namespace kvec::policy

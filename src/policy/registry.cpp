@@ -1,0 +1,64 @@
+#include "policy/registry.h"
+
+#include <fmt/format.h>
+
+#include "util/error.h"
+
+// One line per policy; each policy file defines `PolicyEntry <id>_entry()`.
+#define KVEC_POLICY_LIST(X) \
+    X(full)                 \
+    X(random)               \
+    X(streaming)            \
+    X(h2o)                  \
+    X(tova)                 \
+    X(snapkv)               \
+    X(pyramidkv)            \
+    X(ada_snapkv)           \
+    X(keydiff)              \
+    X(kvec)
+
+namespace kvec::policy {
+
+#define KVEC_DECLARE_POLICY(id) PolicyEntry id##_entry();
+KVEC_POLICY_LIST(KVEC_DECLARE_POLICY)
+#undef KVEC_DECLARE_POLICY
+
+const std::vector<PolicyEntry>& policies() {
+#define KVEC_POLICY_ENTRY(id) id##_entry(),
+    static const std::vector<PolicyEntry> list = {KVEC_POLICY_LIST(KVEC_POLICY_ENTRY)};
+#undef KVEC_POLICY_ENTRY
+    return list;
+}
+
+const PolicyEntry& find_policy(std::string_view name) {
+    std::string names;
+    for (const PolicyEntry& e : policies()) {
+        if (e.name == name) return e;
+        names += (names.empty() ? "" : ", ") + e.name;
+    }
+    fail("unknown eviction policy '{}' (policies: {})", name, names);
+}
+
+OptionValues policy_options(std::string_view spec) {
+    const PolicySpec parsed = parse_policy_spec(spec);
+    const PolicyEntry& entry = find_policy(parsed.name);
+    return OptionValues(entry.name, entry.options, parsed.options);
+}
+
+std::unique_ptr<Evictor> make_policy(std::string_view spec) {
+    const OptionValues values = policy_options(spec);
+    return find_policy(values.policy()).create(values);
+}
+
+std::string format_policy_list() {
+    std::string out;
+    for (const PolicyEntry& e : policies()) {
+        out += fmt::format("{:<12} {}\n", e.name, e.summary);
+        for (const OptionSpec& o : e.options) {
+            out += fmt::format("    {:<24} {}\n", o.name + "=" + o.default_value, o.help);
+        }
+    }
+    return out;
+}
+
+}  // namespace kvec::policy

@@ -1,0 +1,42 @@
+// The policy registry: name -> factory, summary and option descriptions (with defaults), for
+// `kvec policies`, the command line and the evaluation. Policies are selected by strings such as
+// "snapkv" or "kvec:budget=256,gamma=0.5,unit=token".
+//
+// Adding a policy: one file defining `PolicyEntry <id>_entry()` plus one line in the
+// KVEC_POLICY_LIST of registry.cpp.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvcache/eviction.h"
+#include "policy/options.h"
+
+namespace kvec::policy {
+
+struct PolicyEntry {
+    std::string name;                 // what users write, e.g. "ada-snapkv"
+    std::string summary;              // one line for the listing
+    std::vector<OptionSpec> options;  // every option, with its default
+    std::function<std::unique_ptr<Evictor>(const OptionValues&)> create;
+};
+
+// Every registered policy, in listing order.
+const std::vector<PolicyEntry>& policies();
+
+// The entry called `name`; throws kvec::Error listing the known names otherwise.
+const PolicyEntry& find_policy(std::string_view name);
+
+// Parses and validates "name[:key=value,...]" (unknown policy / option, bad value -> kvec::Error).
+OptionValues policy_options(std::string_view spec);
+
+// A ready policy from "name[:key=value,...]". Throws kvec::Error on any problem of the string.
+std::unique_ptr<Evictor> make_policy(std::string_view spec);
+
+// Human-readable list of the policies and their options with defaults (`kvec policies`).
+std::string format_policy_list();
+
+}  // namespace kvec::policy

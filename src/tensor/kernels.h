@@ -1,0 +1,27 @@
+// Float tile kernels behind the matmul dispatch (see matmul.h for the contract of TileKernel).
+// kernels_generic.cpp compiles for the baseline ISA; kernels_avx2.cpp with -mavx2 -mfma and is
+// only called when the CPU reports both.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kvec::kernels {
+
+void tile_generic(const float* x, int64_t nx, int64_t ldx, const float* w, int64_t nw,
+                  int64_t ldw, int64_t k, float* y, int64_t ldy);
+
+void tile_avx2(const float* x, int64_t nx, int64_t ldx, const float* w, int64_t nw, int64_t ldw,
+               int64_t k, float* y, int64_t ldy);
+
+// Q8_0 weights used in place (no dequantised copy), for few activation rows (decode):
+// y[i * ldy + j] = dot(x + i * ldx, row j of w) for i < nx, j < nw; w rows are row_bytes apart,
+// k a multiple of 32. AVX2 + F16C only.
+void matmul_q8_0_avx2(const float* x, int64_t nx, int64_t ldx, const uint8_t* w, size_t row_bytes,
+                      int64_t nw, int64_t k, float* y, int64_t ldy);
+
+// dst[n] = fp16 values of src[n] as float.
+void fp16_to_fp32_generic(const uint16_t* src, float* dst, int64_t n);
+void fp16_to_fp32_f16c(const uint16_t* src, float* dst, int64_t n);  // needs F16C (AVX2 builds)
+
+}  // namespace kvec::kernels

@@ -1,0 +1,27 @@
+// Baseline-ISA float tile kernel: one dot product per (i, j), vectorised by the compiler
+// (OpenMP simd reduction, 8 independent partial sums).
+#include "tensor/kernels.h"
+
+#include "util/fp16.h"
+
+namespace kvec::kernels {
+
+void tile_generic(const float* x, int64_t nx, int64_t ldx, const float* w, int64_t nw,
+                  int64_t ldw, int64_t k, float* y, int64_t ldy) {
+    for (int64_t i = 0; i < nx; ++i) {
+        const float* xi = x + i * ldx;  // [k]
+        for (int64_t j = 0; j < nw; ++j) {
+            const float* wj = w + j * ldw;  // [k]
+            float s = 0.0f;
+#pragma omp simd reduction(+ : s) simdlen(8)
+            for (int64_t p = 0; p < k; ++p) s += xi[p] * wj[p];
+            y[i * ldy + j] = s;
+        }
+    }
+}
+
+void fp16_to_fp32_generic(const uint16_t* src, float* dst, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_float(src[i]);
+}
+
+}  // namespace kvec::kernels

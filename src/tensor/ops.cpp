@@ -1,0 +1,162 @@
+#include "tensor/ops.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "quant/quant.h"
+#include "util/error.h"
+#include "util/fp16.h"
+
+namespace kvec {
+
+WeightView make_weight_view(const char* name, GgmlType type, const void* data, int64_t n_in,
+                            int64_t n_out) {
+    const GgmlTypeTraits& traits = ggml_type_traits(type);
+    if (n_in <= 0 || n_out <= 0) fail("tensor '{}': empty shape [{}, {}]", name, n_in, n_out);
+    if (n_in % traits.block_size != 0) {
+        fail("tensor '{}': rows of {} elements are not a whole number of {} blocks ({} elements)",
+             name, n_in, traits.name, traits.block_size);
+    }
+    WeightView w;
+    w.type = type;
+    w.data = static_cast<const uint8_t*>(data);
+    w.n_in = n_in;
+    w.n_out = n_out;
+    w.row_bytes = ggml_row_size(type, n_in);
+    return w;
+}
+
+namespace ops {
+
+namespace {
+// Below this many floats a loop is not worth an OpenMP team.
+constexpr int64_t kParallelMin = 1 << 15;
+}  // namespace
+
+void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t d, float eps) {
+#pragma omp parallel for schedule(static) if (n * d >= kParallelMin)
+    for (int64_t r = 0; r < n; ++r) {
+        const float* xr = x + r * d;  // [d]
+        float* yr = y + r * d;        // [d]
+        float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+        for (int64_t i = 0; i < d; ++i) ss += xr[i] * xr[i];
+        const float scale = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
+#pragma omp simd
+        for (int64_t i = 0; i < d; ++i) yr[i] = xr[i] * scale * w[i];
+    }
+}
+
+void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
+          const RopeParams& p) {
+    KVEC_CHECK(p.n_rot > 0 && p.n_rot % 2 == 0 && p.n_rot <= head_dim);
+    const int64_t half = p.n_rot / 2;
+    // inverse frequencies, including scaling: [half]
+    std::vector<double> inv_freq(static_cast<size_t>(half));
+    for (int64_t i = 0; i < half; ++i) {
+        double f = std::pow(static_cast<double>(p.freq_base), -2.0 * static_cast<double>(i) / p.n_rot);
+        f *= p.freq_scale;
+        if (p.freq_factors != nullptr) f /= p.freq_factors[i];
+        inv_freq[static_cast<size_t>(i)] = f;
+    }
+#pragma omp parallel if (n_tokens * n_heads * head_dim >= kParallelMin)
+    {
+        std::vector<float> cs(static_cast<size_t>(2 * half));  // [half] cos, then [half] sin
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < n_tokens; ++t) {
+            for (int64_t i = 0; i < half; ++i) {
+                const double theta = static_cast<double>(positions[t]) * inv_freq[static_cast<size_t>(i)];
+                cs[static_cast<size_t>(i)] = static_cast<float>(std::cos(theta));
+                cs[static_cast<size_t>(half + i)] = static_cast<float>(std::sin(theta));
+            }
+            const float* c = cs.data();
+            const float* s = cs.data() + half;
+            for (int64_t h = 0; h < n_heads; ++h) {
+                float* v = x + (t * n_heads + h) * head_dim;  // [head_dim]
+                if (p.mode == RopeMode::Norm) {
+                    for (int64_t i = 0; i < half; ++i) {
+                        const float a = v[2 * i], b = v[2 * i + 1];
+                        v[2 * i] = a * c[i] - b * s[i];
+                        v[2 * i + 1] = a * s[i] + b * c[i];
+                    }
+                } else {
+#pragma omp simd
+                    for (int64_t i = 0; i < half; ++i) {
+                        const float a = v[i], b = v[i + half];
+                        v[i] = a * c[i] - b * s[i];
+                        v[i + half] = a * s[i] + b * c[i];
+                    }
+                }
+            }
+        }
+    }
+}
+
+void swiglu(const float* gate, const float* up, float* out, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+    for (int64_t i = 0; i < n; ++i) {
+        const float g = gate[i];
+        out[i] = g / (1.0f + std::exp(-g)) * up[i];
+    }
+}
+
+void softmax(float* x, int64_t n) {
+    float mx = x[0];
+    for (int64_t i = 1; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; ++i) {
+        x[i] = std::exp(x[i] - mx);
+        sum += x[i];
+    }
+    const float inv = 1.0f / sum;
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void add_bias(float* y, const float* b, int64_t n, int64_t d) {
+    for (int64_t r = 0; r < n; ++r) {
+        float* yr = y + r * d;  // [d]
+#pragma omp simd
+        for (int64_t i = 0; i < d; ++i) yr[i] += b[i];
+    }
+}
+
+void add(float* y, const float* x, int64_t n) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+void dequantize_weight_row(const WeightView& w, int64_t r, float* dst) {
+    const uint8_t* src = w.row(r);
+    switch (w.type) {
+        case GgmlType::F32:
+            std::memcpy(dst, src, static_cast<size_t>(w.n_in) * sizeof(float));
+            return;
+        case GgmlType::F16: {
+            const auto* h = reinterpret_cast<const uint16_t*>(src);
+            for (int64_t i = 0; i < w.n_in; ++i) dst[i] = fp16_to_float(h[i]);
+            return;
+        }
+        case GgmlType::BF16: {
+            const auto* h = reinterpret_cast<const uint16_t*>(src);
+            for (int64_t i = 0; i < w.n_in; ++i) dst[i] = bf16_to_float(h[i]);
+            return;
+        }
+        default:
+            quant::dequantize_row(w.type, src, dst, w.n_in);
+    }
+}
+
+void get_rows(const WeightView& w, const int32_t* ids, int64_t n, float* out) {
+    for (int64_t t = 0; t < n; ++t) {
+        if (ids[t] < 0 || ids[t] >= w.n_out) {
+            fail("token id {} is outside the vocabulary [0, {})", ids[t], w.n_out);
+        }
+    }
+#pragma omp parallel for schedule(static) if (n * w.n_in >= kParallelMin)
+    for (int64_t t = 0; t < n; ++t) dequantize_weight_row(w, ids[t], out + t * w.n_in);
+}
+
+}  // namespace ops
+}  // namespace kvec

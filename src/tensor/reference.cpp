@@ -1,0 +1,69 @@
+#include "tensor/reference.h"
+
+#include <cmath>
+#include <vector>
+
+namespace kvec::ref {
+
+void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t d, float eps) {
+    for (int64_t r = 0; r < n; ++r) {
+        double ss = 0.0;
+        for (int64_t i = 0; i < d; ++i) ss += static_cast<double>(x[r * d + i]) * x[r * d + i];
+        const double scale = 1.0 / std::sqrt(ss / static_cast<double>(d) + eps);
+        for (int64_t i = 0; i < d; ++i) y[r * d + i] = static_cast<float>(x[r * d + i] * scale * w[i]);
+    }
+}
+
+void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
+          const ops::RopeParams& p) {
+    const int64_t half = p.n_rot / 2;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        for (int64_t h = 0; h < n_heads; ++h) {
+            float* v = x + (t * n_heads + h) * head_dim;
+            for (int64_t i = 0; i < half; ++i) {
+                double theta = p.freq_scale * static_cast<double>(positions[t]) *
+                               std::pow(static_cast<double>(p.freq_base), -2.0 * i / p.n_rot);
+                if (p.freq_factors != nullptr) theta /= p.freq_factors[i];
+                // the two elements that form pair i
+                const int64_t a = p.mode == ops::RopeMode::Norm ? 2 * i : i;
+                const int64_t b = p.mode == ops::RopeMode::Norm ? 2 * i + 1 : i + half;
+                const double xa = v[a], xb = v[b];
+                v[a] = static_cast<float>(xa * std::cos(theta) - xb * std::sin(theta));
+                v[b] = static_cast<float>(xa * std::sin(theta) + xb * std::cos(theta));
+            }
+        }
+    }
+}
+
+void swiglu(const float* gate, const float* up, float* out, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+        const double g = gate[i];
+        out[i] = static_cast<float>(g / (1.0 + std::exp(-g)) * up[i]);
+    }
+}
+
+void softmax(float* x, int64_t n) {
+    double mx = x[0];
+    for (int64_t i = 1; i < n; ++i) mx = std::max(mx, static_cast<double>(x[i]));
+    std::vector<double> e(static_cast<size_t>(n));
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+        e[static_cast<size_t>(i)] = std::exp(x[i] - mx);
+        sum += e[static_cast<size_t>(i)];
+    }
+    for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(e[static_cast<size_t>(i)] / sum);
+}
+
+void matmul(const float* x, int64_t n, const WeightView& w, float* y) {
+    std::vector<float> row(static_cast<size_t>(w.n_in));  // [n_in]
+    for (int64_t o = 0; o < w.n_out; ++o) {
+        ops::dequantize_weight_row(w, o, row.data());
+        for (int64_t t = 0; t < n; ++t) {
+            double s = 0.0;
+            for (int64_t i = 0; i < w.n_in; ++i) s += static_cast<double>(x[t * w.n_in + i]) * row[static_cast<size_t>(i)];
+            y[t * w.n_out + o] = static_cast<float>(s);
+        }
+    }
+}
+
+}  // namespace kvec::ref

@@ -1,0 +1,20 @@
+// Scalar references of the tensor operations: written for clarity, accumulating in double.
+// Tests compare the production ops (ops.h, matmul.h) against these.
+#pragma once
+
+#include <cstdint>
+
+#include "tensor/ops.h"
+#include "tensor/weight.h"
+
+namespace kvec::ref {
+
+void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t d, float eps);
+void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
+          const ops::RopeParams& params);
+void swiglu(const float* gate, const float* up, float* out, int64_t n);
+void softmax(float* x, int64_t n);
+// y[n, w.n_out] = x[n, w.n_in] . W^T, one dequantised row and one double dot at a time.
+void matmul(const float* x, int64_t n, const WeightView& w, float* y);
+
+}  // namespace kvec::ref

@@ -1,0 +1,126 @@
+#include <gtest/gtest.h>
+
+#include "engine/generator.h"
+#include "model/model.h"
+#include "test_helpers.h"
+#include "util/error.h"
+
+namespace kvec {
+namespace {
+
+using namespace testing_helpers;
+
+struct Fixture {
+    std::unique_ptr<Model> model;
+    std::unique_ptr<Tokenizer> tokenizer;
+};
+
+const Fixture& fixture() {
+    static Fixture f = [] {
+        Fixture x;
+        x.model = Model::load(write_model(tiny_spec(), "engine-tiny.gguf"));
+        x.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_gguf(x.model->file()));
+        return x;
+    }();
+    return f;
+}
+
+GenerateOptions greedy(int n) {
+    GenerateOptions o;
+    o.prompt = "Once upon a time";
+    o.n_predict = n;
+    o.sampling.temperature = 0.0f;
+    return o;
+}
+
+TEST(Generator, GreedyGenerationStreamsAndCounts) {
+    Session s(*fixture().model);
+    Generator g(s, *fixture().tokenizer);
+    std::string streamed;
+    const auto r = g.generate(greedy(12), [&](std::string_view t) { streamed += t; });
+    EXPECT_EQ(r.text, streamed);
+    EXPECT_EQ(r.prompt_tokens.front(), fixture().tokenizer->bos());  // the SPM vocabulary adds BOS
+    EXPECT_EQ(r.stats.n_prompt, static_cast<int32_t>(r.prompt_tokens.size()));
+    if (r.stats.stop_reason == StopReason::Length) {
+        EXPECT_EQ(r.stats.n_generated, 12);
+        EXPECT_EQ(r.stats.n_decoded, 11);  // the last token needs no forward pass
+    }
+    StreamDecoder d(*fixture().tokenizer);  // the stream is the tokens' text, UTF-8 completed
+    std::string expected;
+    for (int32_t id : r.tokens) expected += d.push(id);
+    expected += d.flush();
+    EXPECT_EQ(r.text, expected);
+    EXPECT_GT(r.stats.kv_bytes, 0u);
+    EXPECT_EQ(r.stats.kv_entries, int64_t{2} * 2 * (r.stats.n_prompt + r.stats.n_decoded));
+    EXPECT_GE(r.stats.kv_peak_bytes, r.stats.kv_bytes);
+
+    // Greedy is deterministic; the same run gives the same tokens.
+    const auto again = g.generate(greedy(12));
+    EXPECT_EQ(again.tokens, r.tokens);
+}
+
+TEST(Generator, StopStringCutsTheOutput) {
+    Session s(*fixture().model);
+    Generator g(s, *fixture().tokenizer);
+    const auto full = g.generate(greedy(24));
+    ASSERT_GE(full.text.size(), 6u);
+    GenerateOptions o = greedy(24);
+    const std::string stop = full.text.substr(full.text.size() / 2, 3);
+    o.stop = {stop};
+    const auto cut = g.generate(o);
+    EXPECT_EQ(cut.stats.stop_reason, StopReason::StopString);
+    EXPECT_EQ(cut.text, full.text.substr(0, full.text.find(stop)));
+}
+
+TEST(Generator, SeededSamplingIsReproducible) {
+    Session s(*fixture().model);
+    Generator g(s, *fixture().tokenizer);
+    GenerateOptions o = greedy(16);
+    o.sampling.temperature = 1.0f;
+    o.sampling.seed = 1234;
+    const auto a = g.generate(o), b = g.generate(o);
+    EXPECT_EQ(a.tokens, b.tokens);
+    o.sampling.seed = 99;
+    EXPECT_NE(g.generate(o).tokens, a.tokens);
+}
+
+TEST(Generator, PromptLongerThanContextIsAClearError) {
+    SessionOptions so;
+    so.n_ctx = 4;
+    Session s(*fixture().model, so);
+    Generator g(s, *fixture().tokenizer);
+    try {
+        g.generate(greedy(4));
+        FAIL();
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("context holds 4"), std::string::npos) << e.what();
+    }
+}
+
+TEST(Generator, ContextFullStopsGeneration) {
+    SessionOptions so;
+    so.n_ctx = 12;
+    Session s(*fixture().model, so);
+    Generator g(s, *fixture().tokenizer);
+    GenerateOptions o = greedy(-1);
+    const auto r = g.generate(o);
+    if (r.stats.stop_reason != StopReason::EndOfGeneration) {
+        EXPECT_EQ(r.stats.stop_reason, StopReason::ContextFull);
+        EXPECT_EQ(r.stats.n_prompt + r.stats.n_decoded, 12);
+    }
+}
+
+TEST(Generator, EvictionKeepsTheCacheSmall) {
+    SinkRecentEvictor ev(2, 4);
+    Session s(*fixture().model);
+    s.set_evictor(&ev);
+    Generator g(s, *fixture().tokenizer);
+    GenerateOptions o = greedy(5);
+    o.prompt = "The quick brown fox jumps over the lazy dog, again and again and again.";
+    const auto r = g.generate(o);
+    ASSERT_GT(r.stats.n_prompt, 6);
+    EXPECT_EQ(r.stats.kv_entries, int64_t{2} * 2 * (6 + r.stats.n_decoded));
+}
+
+}  // namespace
+}  // namespace kvec

@@ -1,0 +1,176 @@
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <vector>
+
+#include "kvcache/kv_cache.h"
+#include "util/error.h"
+#include "util/fp16.h"
+
+namespace kvec {
+namespace {
+
+// Rows of a recognisable pattern: key of position p, element i = p + i / 100 (exact in fp16 for
+// small p only approximately, so F32 caches are used where exactness matters).
+std::vector<float> rows(int n, int d, int first_pos, float sign) {
+    std::vector<float> r(static_cast<size_t>(n) * d);  // [n, d]
+    for (int t = 0; t < n; ++t)
+        for (int i = 0; i < d; ++i) r[static_cast<size_t>(t) * d + i] = sign * ((first_pos + t) + i / 128.0f);
+    return r;
+}
+
+KvCacheConfig config(KvType type, int n_aux = 0) {
+    KvCacheConfig c;
+    c.n_layer = 2;
+    c.n_head_kv = 3;
+    c.head_dim = 8;
+    c.type = type;
+    c.n_aux = n_aux;
+    return c;
+}
+
+TEST(KvCache, AppendStoresEntriesPerHead) {
+    KvCache kv(config(KvType::F32));
+    const int d = 8;
+    auto k = rows(5, d, 10, 1.0f), v = rows(5, d, 10, -1.0f);
+    std::vector<int32_t> pos = {10, 11, 12, 13, 14};
+    kv.append(1, 2, 5, k.data(), d, v.data(), d, pos.data());
+    EXPECT_EQ(kv.size(1, 2), 5);
+    EXPECT_EQ(kv.size(1, 1), 0);
+    EXPECT_EQ(kv.size(0, 2), 0);
+    std::vector<float> out(5 * d);
+    kv.read_keys(1, 2, 0, 5, out.data());
+    EXPECT_EQ(out, k);
+    kv.read_values(1, 2, 0, 5, out.data());
+    EXPECT_EQ(out, v);
+    EXPECT_EQ(std::vector<int32_t>(kv.positions(1, 2), kv.positions(1, 2) + 5), pos);
+    EXPECT_EQ(kv.total_entries(), 5);
+}
+
+TEST(KvCache, StridedAppendTakesOneHeadOfABatch) {
+    // A batch laid out [n_tokens, n_head_kv * d]: head h of token t starts at t * 3d + h * d.
+    KvCache kv(config(KvType::F32));
+    const int d = 8, n = 4, hk = 3;
+    std::vector<float> batch(static_cast<size_t>(n) * hk * d);
+    std::iota(batch.begin(), batch.end(), 0.0f);
+    std::vector<int32_t> pos = {0, 1, 2, 3};
+    kv.append(0, 1, n, batch.data() + d, hk * d, batch.data() + d, hk * d, pos.data());
+    std::vector<float> out(static_cast<size_t>(n) * d);
+    kv.read_keys(0, 1, 0, n, out.data());
+    for (int t = 0; t < n; ++t)
+        for (int i = 0; i < d; ++i) EXPECT_EQ(out[t * d + i], batch[t * hk * d + d + i]);
+}
+
+TEST(KvCache, F16StorageRoundsLikeFp16AndHalvesMemory) {
+    KvCache kv16(config(KvType::F16)), kv32(config(KvType::F32));
+    const int d = 8;
+    auto k = rows(3, d, 1000, 0.001f), v = rows(3, d, 7, 3.3f);
+    std::vector<int32_t> pos = {0, 1, 2};
+    kv16.append(0, 0, 3, k.data(), d, v.data(), d, pos.data());
+    kv32.append(0, 0, 3, k.data(), d, v.data(), d, pos.data());
+    std::vector<float> out(3 * d);
+    kv16.read_keys(0, 0, 0, 3, out.data());
+    for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i], fp16_to_float(float_to_fp16(k[i])));
+    EXPECT_EQ(kv16.entry_bytes(), 2u * 8 * 2 + 4);
+    EXPECT_EQ(kv32.entry_bytes(), 2u * 8 * 4 + 4);
+    EXPECT_EQ(kv16.bytes(), kv16.capacity(0, 0) * kv16.entry_bytes());
+    EXPECT_EQ(kv16.keys_f32(0, 0), nullptr);
+    EXPECT_NE(kv32.keys_f32(0, 0), nullptr);
+}
+
+TEST(KvCache, CompactKeepsSelectedEntriesAndFreesMemory) {
+    KvCache kv(config(KvType::F32, /*n_aux=*/2));
+    const int d = 8, n = 100;
+    auto k = rows(n, d, 0, 1.0f), v = rows(n, d, 0, -1.0f);
+    std::vector<int32_t> pos(n);
+    std::iota(pos.begin(), pos.end(), 0);
+    for (int l = 0; l < 2; ++l)
+        for (int h = 0; h < 3; ++h) kv.append(l, h, n, k.data(), d, v.data(), d, pos.data());
+    for (int32_t i = 0; i < n; ++i) {
+        kv.aux(0, 1, 0)[i] = static_cast<float>(i);
+        kv.aux(0, 1, 1)[i] = -static_cast<float>(i);
+    }
+    const size_t before = kv.bytes();
+    EXPECT_EQ(before, 6u * kv.capacity(0, 1) * kv.entry_bytes());
+    EXPECT_GE(kv.capacity(0, 1), n);
+
+    const std::vector<int32_t> keep = {0, 1, 2, 3, 50, 97, 98, 99};
+    kv.compact(0, 1, keep);
+    EXPECT_EQ(kv.size(0, 1), 8);
+    EXPECT_EQ(kv.capacity(0, 1), 8);  // the allocation shrinks to the kept entries
+    EXPECT_EQ(kv.size(0, 0), n);      // other heads untouched: heads hold different counts
+    EXPECT_EQ(kv.bytes(), before - (kv.capacity(0, 0) - 8) * kv.entry_bytes());
+    EXPECT_EQ(kv.peak_bytes(), before);
+
+    std::vector<float> out(8 * d);
+    kv.read_keys(0, 1, 0, 8, out.data());
+    for (size_t j = 0; j < keep.size(); ++j) {
+        EXPECT_EQ(kv.positions(0, 1)[j], keep[j]);
+        EXPECT_EQ(out[j * d + 3], k[keep[j] * d + 3]);
+        EXPECT_EQ(kv.aux(0, 1, 0)[j], static_cast<float>(keep[j]));  // aux moves with its entry
+        EXPECT_EQ(kv.aux(0, 1, 1)[j], -static_cast<float>(keep[j]));
+    }
+    kv.read_values(0, 1, 0, 8, out.data());
+    for (size_t j = 0; j < keep.size(); ++j) EXPECT_EQ(out[j * d], v[keep[j] * d]);
+
+    // Appending after compaction continues after the kept entries, aux of new entries = 0.
+    std::vector<int32_t> p2 = {100};
+    kv.append(0, 1, 1, k.data(), d, v.data(), d, p2.data());
+    EXPECT_EQ(kv.size(0, 1), 9);
+    EXPECT_EQ(kv.positions(0, 1)[8], 100);
+    EXPECT_EQ(kv.aux(0, 1, 0)[8], 0.0f);
+
+    // Compacting to nothing frees everything of that head.
+    kv.compact(0, 1, {});
+    EXPECT_EQ(kv.capacity(0, 1), 0);
+    kv.clear();
+    EXPECT_EQ(kv.bytes(), 0u);
+    EXPECT_EQ(kv.total_entries(), 0);
+    EXPECT_EQ(kv.peak_bytes(), before);
+}
+
+TEST(KvCache, GrowthIsBounded) {
+    KvCache kv(config(KvType::F16));
+    const int d = 8;
+    auto k = rows(1, d, 0, 1.0f);
+    for (int32_t p = 0; p < 1000; ++p) {
+        kv.append(0, 0, 1, k.data(), d, k.data(), d, &p);
+        const int32_t cap = kv.capacity(0, 0);
+        ASSERT_GE(cap, p + 1);
+        ASSERT_LE(cap, std::max(p + 1 + 64, (p + 1) * 9 / 8 + 64));
+    }
+    EXPECT_EQ(kv.used_bytes(), 1000u * kv.entry_bytes());
+}
+
+TEST(KvCache, RejectsBadKeepLists) {
+    KvCache kv(config(KvType::F32));
+    const int d = 8;
+    auto k = rows(4, d, 0, 1.0f);
+    std::vector<int32_t> pos = {0, 1, 2, 3};
+    kv.append(0, 0, 4, k.data(), d, k.data(), d, pos.data());
+    EXPECT_THROW(kv.compact(0, 0, std::vector<int32_t>{0, 4}), Error);
+    EXPECT_THROW(kv.compact(0, 0, std::vector<int32_t>{2, 1}), Error);
+    EXPECT_THROW(kv.compact(0, 0, std::vector<int32_t>{1, 1}), Error);
+    EXPECT_THROW(kv.compact(0, 0, std::vector<int32_t>{-1}), Error);
+    EXPECT_EQ(kv.size(0, 0), 4);  // a rejected list changes nothing
+    EXPECT_THROW(KvCache(KvCacheConfig{}), Error);
+}
+
+TEST(KvCache, MoveTransfersOwnership) {
+    KvCache a(config(KvType::F32));
+    const int d = 8;
+    auto k = rows(2, d, 0, 1.0f);
+    std::vector<int32_t> pos = {0, 1};
+    a.append(1, 1, 2, k.data(), d, k.data(), d, pos.data());
+    const size_t bytes = a.bytes();
+    KvCache b(std::move(a));
+    EXPECT_EQ(b.bytes(), bytes);
+    EXPECT_EQ(b.size(1, 1), 2);
+    KvCache c(config(KvType::F16));
+    c = std::move(b);
+    EXPECT_EQ(c.bytes(), bytes);
+    EXPECT_EQ(c.positions(1, 1)[1], 1);
+}
+
+}  // namespace
+}  // namespace kvec

@@ -1,0 +1,151 @@
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "model/model.h"
+#include "test_helpers.h"
+#include "util/error.h"
+
+namespace kvec {
+namespace {
+
+using namespace testing_helpers;
+
+std::string load_error(const std::string& path) {
+    try {
+        Model::load(path);
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+TEST(Model, ReadsHyperParameters) {
+    RandomModelSpec s = tiny_spec("qwen3");
+    s.head_dim = 48;  // q_dim 192 != n_embd 128
+    s.rope_base = 500000.0f;
+    const auto m = Model::load(write_model(s, "qwen3.gguf"));
+    const ModelConfig& c = m->config();
+    EXPECT_EQ(c.arch, Arch::Qwen3);
+    EXPECT_EQ(c.n_layer, 2);
+    EXPECT_EQ(c.n_embd, 128);
+    EXPECT_EQ(c.n_head, 4);
+    EXPECT_EQ(c.n_head_kv, 2);
+    EXPECT_EQ(c.head_dim, 48);
+    EXPECT_EQ(c.n_rot, 48);
+    EXPECT_EQ(c.n_ff, 256);
+    EXPECT_EQ(c.n_vocab, 512);
+    EXPECT_EQ(c.n_ctx_train, 256);
+    EXPECT_FLOAT_EQ(c.rope_freq_base, 500000.0f);
+    EXPECT_EQ(c.rope_mode, ops::RopeMode::Neox);
+    EXPECT_EQ(m->weights().layers[1].q_norm.size(), 48u);
+    EXPECT_EQ(m->weights().layers[0].wq.n_out, 192);
+    EXPECT_EQ(m->weights().layers[0].wo.n_in, 192);
+    EXPECT_FALSE(m->weights().tied_output);
+}
+
+TEST(Model, LinearAndLlama3RopeScaling) {
+    RandomModelSpec s = tiny_spec();
+    s.rope_scaling = "linear";
+    s.rope_factor = 4.0f;
+    auto m = Model::load(write_model(s, "linear.gguf"));
+    EXPECT_FLOAT_EQ(m->config().rope_freq_scale, 0.25f);
+    EXPECT_TRUE(m->weights().rope_freqs.empty());
+    s.rope_scaling = "llama3";
+    s.rope_factor = 8.0f;
+    m = Model::load(write_model(s, "llama3.gguf"));
+    EXPECT_FLOAT_EQ(m->config().rope_freq_scale, 1.0f);
+    ASSERT_EQ(m->weights().rope_freqs.size(), 16u);
+    EXPECT_FLOAT_EQ(m->weights().rope_freqs.front(), 1.0f);  // highest frequency: unscaled
+    EXPECT_FLOAT_EQ(m->weights().rope_freqs.back(), 8.0f);   // lowest frequency: full factor
+}
+
+TEST(Model, TiedOutputUsesTheEmbedding) {
+    RandomModelSpec s = tiny_spec();
+    s.tied = true;
+    const auto m = Model::load(write_model(s, "tied.gguf"));
+    EXPECT_TRUE(m->weights().tied_output);
+    EXPECT_EQ(m->weights().output.data, m->weights().token_embd.data);
+}
+
+TEST(Model, UnknownArchitectureListsSupportedOnes) {
+    const std::string good = write_model(tiny_spec(), "arch-good.gguf");
+    const std::string bad = temp_path("arch-bad.gguf");
+    Rewrite r;
+    r.set_metadata.push_back({"general.architecture", gguf::Value::from_string("gpt9")});
+    rewrite_gguf(good, bad, r);
+    const std::string e = load_error(bad);
+    EXPECT_NE(e.find("unsupported architecture 'gpt9'"), std::string::npos) << e;
+    EXPECT_NE(e.find("llama, qwen2, qwen3"), std::string::npos) << e;
+}
+
+TEST(Model, AllMissingTensorsInOneError) {
+    const std::string good = write_model(tiny_spec("qwen2"), "missing-good.gguf");
+    const std::string bad = temp_path("missing-bad.gguf");
+    Rewrite r;
+    r.drop_tensor = [](const std::string& n) {
+        return n == "blk.0.attn_q.weight" || n == "blk.1.ffn_up.weight" || n == "blk.1.attn_k.bias" ||
+               n == "output_norm.weight";
+    };
+    rewrite_gguf(good, bad, r);
+    const std::string e = load_error(bad);
+    EXPECT_NE(e.find("missing 4 tensors"), std::string::npos) << e;
+    for (const char* name : {"blk.0.attn_q.weight", "blk.1.ffn_up.weight", "blk.1.attn_k.bias", "output_norm.weight"}) {
+        EXPECT_NE(e.find(name), std::string::npos) << name << " not in: " << e;
+    }
+}
+
+TEST(Model, ShapeMismatchNamesTensorAndShapes) {
+    const std::string good = write_model(tiny_spec(), "shape-good.gguf");
+    const std::string bad = temp_path("shape-bad.gguf");
+    Rewrite r;
+    r.reshape.push_back({"blk.1.attn_k.weight", {128, 32}});
+    rewrite_gguf(good, bad, r);
+    const std::string e = load_error(bad);
+    EXPECT_NE(e.find("'blk.1.attn_k.weight' has shape [128, 32], expected [128, 64]"), std::string::npos) << e;
+}
+
+TEST(Model, MissingHyperParameterNamed) {
+    const std::string good = write_model(tiny_spec(), "hp-good.gguf");
+    auto f = gguf::File::open(good);
+    gguf::Writer w;
+    for (const auto& [k, v] : f->metadata())
+        if (k != "llama.attention.head_count") w.set(k, v);
+    for (const auto& t : f->tensors())
+        w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne.begin(), t.ne.begin() + t.n_dims), t.data, t.nbytes);
+    const std::string bad = temp_path("hp-bad.gguf");
+    w.write(bad);
+    EXPECT_NE(load_error(bad).find("llama.attention.head_count"), std::string::npos) << load_error(bad);
+}
+
+TEST(Model, RandomModelRejectsBadSpecs) {
+    RandomModelSpec s = tiny_spec();
+    s.type = GgmlType::Q4_K;  // rows of 128 are not whole 256-element blocks
+    EXPECT_THROW(write_random_model(s, temp_path("bad-q4k.gguf")), Error);
+    s = tiny_spec();
+    s.n_head_kv = 3;
+    EXPECT_THROW(write_random_model(s, temp_path("bad-gqa.gguf")), Error);
+    s = tiny_spec();
+    s.arch = "mamba";
+    EXPECT_THROW(write_random_model(s, temp_path("bad-arch.gguf")), Error);
+    s = tiny_spec();
+    s.n_vocab = 1 << 20;  // larger than the vocabulary file
+    EXPECT_THROW(write_random_model(s, temp_path("bad-vocab.gguf")), Error);
+    EXPECT_THROW(random_model_preset("gpt-5"), Error);
+    EXPECT_EQ(random_model_preset("tinyllama-1.1b").n_layer, 22);
+}
+
+TEST(Model, Llama3FactorsFollowTheFormula) {
+    // base 10000, 8 rotated dims: wavelengths 2pi * 10000^(i/8) for i = 0, 2, 4, 6:
+    // 6.28 and 62.8 (< 2048: factor 1), 628 (< 2048: 1), 6283 (between 2048 and 8192: smooth).
+    const auto f = llama3_rope_factors(8, 10000.0f, 8.0f);
+    ASSERT_EQ(f.size(), 4u);
+    EXPECT_FLOAT_EQ(f[0], 1.0f);
+    EXPECT_FLOAT_EQ(f[2], 1.0f);
+    const double wavelen = 2 * M_PI * 1000.0;
+    const double smooth = (8192.0 / wavelen - 1.0) / 3.0;
+    EXPECT_NEAR(f[3], 1.0 / ((1 - smooth) / 8.0 + smooth), 1e-5);
+}
+
+}  // namespace
+}  // namespace kvec

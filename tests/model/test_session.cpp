@@ -1,0 +1,308 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "model/model.h"
+#include "model/session.h"
+#include "test_helpers.h"
+#include "util/error.h"
+
+namespace kvec {
+namespace {
+
+using namespace testing_helpers;
+
+const Model& tiny_model() {
+    static const auto m = Model::load(write_model(tiny_spec(), "session-tiny.gguf"));
+    return *m;
+}
+
+std::vector<int32_t> some_tokens(int n, int seed = 1) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) t[static_cast<size_t>(i)] = (i * 37 + seed * 11 + 5) % 512;
+    return t;
+}
+
+SessionOptions f32_options(int n_batch = 512) {
+    SessionOptions o;
+    o.kv_type = KvType::F32;
+    o.n_batch = n_batch;
+    return o;
+}
+
+float max_abs_diff(std::span<const float> a, std::span<const float> b) {
+    float m = 0;
+    for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+    return m;
+}
+
+TEST(Session, LogitsAreFiniteAndNonDegenerate) {
+    Session s(tiny_model(), f32_options());
+    const auto logits = s.prefill(some_tokens(12));
+    ASSERT_EQ(logits.size(), 512u);
+    double mean = 0, var = 0;
+    for (float x : logits) {
+        ASSERT_TRUE(std::isfinite(x));
+        mean += x;
+    }
+    mean /= 512;
+    for (float x : logits) var += (x - mean) * (x - mean);
+    const double sd = std::sqrt(var / 512);
+    EXPECT_GT(sd, 0.5);  // the generator aims at about 3
+    EXPECT_LT(sd, 30.0);
+}
+
+TEST(Session, ChunkedPrefillMatchesOneChunk) {
+    const auto tokens = some_tokens(20);
+    Session one(tiny_model(), f32_options());
+    const auto a = one.prefill(tokens, true);
+    std::vector<float> all(a.begin(), a.end());
+    Session chunked(tiny_model(), f32_options(7));
+    const auto b = chunked.prefill(tokens, true);
+    EXPECT_LT(max_abs_diff(all, b), 1e-4f);
+    EXPECT_EQ(chunked.n_past(), 20);
+    EXPECT_EQ(chunked.kv_cache().size(1, 1), 20);
+}
+
+TEST(Session, DecodeMatchesPrefillOfTheWholeSequence) {
+    const auto tokens = some_tokens(15);
+    Session full(tiny_model(), f32_options());
+    const auto all = full.prefill(tokens, true);
+    std::vector<float> ref(all.begin(), all.end());  // [15, 512]
+
+    Session s(tiny_model(), f32_options());
+    s.prefill(std::span<const int32_t>(tokens).first(10));
+    for (int i = 10; i < 15; ++i) {
+        const auto l = s.decode(tokens[static_cast<size_t>(i)]);
+        EXPECT_LT(max_abs_diff(l, std::span<const float>(ref).subspan(static_cast<size_t>(i) * 512, 512)), 1e-4f)
+            << "token " << i;
+    }
+    EXPECT_EQ(s.n_past(), 15);
+    EXPECT_EQ(s.n_decoded(), 5);
+    EXPECT_EQ(s.tokens(), tokens);
+}
+
+TEST(Session, F16CacheIsCloseToF32) {
+    const auto tokens = some_tokens(16);
+    Session a(tiny_model(), f32_options());
+    const auto la = a.prefill(tokens);
+    std::vector<float> ref(la.begin(), la.end());
+    SessionOptions o;
+    o.kv_type = KvType::F16;
+    Session b(tiny_model(), o);
+    const auto lb = b.prefill(tokens);
+    const float d = max_abs_diff(ref, lb);
+    EXPECT_LT(d, 0.05f);
+    EXPECT_GT(b.kv_cache().entry_bytes() * 2, a.kv_cache().entry_bytes());  // roughly half
+    EXPECT_LT(b.kv_cache().bytes(), a.kv_cache().bytes());
+}
+
+TEST(Session, ErrorsOnContextOverflowAndBadTokens) {
+    SessionOptions o = f32_options();
+    o.n_ctx = 8;
+    Session s(tiny_model(), o);
+    try {
+        s.prefill(some_tokens(9));
+        FAIL() << "expected an error";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("context holds 8"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(s.n_past(), 0);  // nothing happened
+    s.prefill(some_tokens(8));
+    EXPECT_THROW(s.decode(1), Error);
+    s.reset();
+    const std::vector<int32_t> bad = {1, 512};
+    EXPECT_THROW(s.prefill(bad), Error);
+    EXPECT_THROW(s.decode(-1), Error);
+    EXPECT_THROW(s.prefill({}), Error);
+    const std::vector<int32_t> tok = {1, 2}, pos = {3, 3};
+    EXPECT_THROW(s.prefill_at(tok, pos), Error);
+}
+
+TEST(Session, ExplicitPositionsLeaveGaps) {
+    Session s(tiny_model(), f32_options());
+    const std::vector<int32_t> tok = {5, 6, 7}, pos = {0, 4, 9};
+    s.prefill_at(tok, pos);
+    EXPECT_EQ(s.n_past(), 10);
+    EXPECT_EQ(s.tokens()[4], 6);
+    EXPECT_EQ(s.tokens()[5], -1);
+    EXPECT_EQ(s.kv_cache().positions(0, 0)[2], 9);
+    s.decode(8);
+    EXPECT_EQ(s.kv_cache().positions(1, 1)[3], 10);
+}
+
+TEST(Session, EvictionCompactsEveryLayerAfterItsAttention) {
+    const auto tokens = some_tokens(40);
+    Session full(tiny_model(), f32_options());
+    full.prefill(tokens);
+    const size_t full_bytes = full.kv_cache().bytes();
+
+    SinkRecentEvictor ev(4, 8, /*head_skew=*/3);
+    Session s(tiny_model(), f32_options());
+    s.set_evictor(&ev);
+    s.prefill(tokens);
+    ASSERT_EQ(ev.sequences, std::vector<int32_t>{40});
+    ASSERT_EQ(ev.calls.size(), 2u);  // one call per layer, single chunk
+    for (int l = 0; l < 2; ++l) {
+        EXPECT_EQ(ev.calls[static_cast<size_t>(l)].layer, l);
+        EXPECT_EQ(ev.calls[static_cast<size_t>(l)].phase, EvictionPhase::Prefill);
+        EXPECT_TRUE(ev.calls[static_cast<size_t>(l)].final_chunk);
+        EXPECT_EQ(ev.calls[static_cast<size_t>(l)].n_prompt, 40);
+        EXPECT_EQ(ev.calls[static_cast<size_t>(l)].group, 2);
+        for (int h = 0; h < 2; ++h) {
+            const int32_t recent = 8 + 3 * h;
+            ASSERT_EQ(s.kv_cache().size(l, h), 4 + recent);
+            EXPECT_EQ(s.kv_cache().capacity(l, h), 4 + recent);  // memory really released
+            const int32_t* pos = s.kv_cache().positions(l, h);
+            for (int i = 0; i < 4; ++i) EXPECT_EQ(pos[i], i);
+            for (int i = 0; i < recent; ++i) EXPECT_EQ(pos[4 + i], 40 - recent + i);
+        }
+    }
+    const size_t expected = static_cast<size_t>(2 * (12 + 15)) * s.kv_cache().entry_bytes();
+    EXPECT_EQ(s.kv_cache().bytes(), expected);
+    EXPECT_LT(s.kv_cache().bytes(), full_bytes / 2);
+    // Layer 0 is compressed before layer 1 appends, so the peak is layer 1 full (2 heads x 64
+    // allocated entries) plus layer 0 compressed (27 entries): never the whole prompt everywhere.
+    EXPECT_EQ(s.kv_cache().peak_bytes(), static_cast<size_t>(2 * 64 + 27) * s.kv_cache().entry_bytes());
+
+    // Decoding continues at the original position.
+    s.decode(3);
+    EXPECT_EQ(s.kv_cache().positions(0, 0)[12], 40);
+    EXPECT_EQ(s.n_past(), 41);
+}
+
+TEST(Session, KeepAllEvictorChangesNothing) {
+    const auto tokens = some_tokens(20);
+    Session plain(tiny_model(), f32_options());
+    std::vector<float> ref(plain.prefill(tokens).begin(), plain.prefill(std::vector<int32_t>{9}).end());
+    SinkRecentEvictor keep_all(1000, 0);
+    Session s(tiny_model(), f32_options());
+    s.set_evictor(&keep_all);
+    s.prefill(tokens);
+    const auto l = s.decode(9);
+    plain.reset();
+    plain.prefill(tokens);
+    const auto r = plain.decode(9);
+    EXPECT_EQ(max_abs_diff(l, r), 0.0f);
+}
+
+TEST(Session, ObservationsAreProbabilityStatistics) {
+    const auto tokens = some_tokens(30);
+    ObservationRequest req;
+    req.window = 8;
+    req.column_sums = true;
+    req.last_row = true;
+    SinkRecentEvictor ev(2, 10, 0, req);
+    int checked = 0;
+    ev.inspect = [&](const LayerView& v) {
+        EXPECT_EQ(v.n_window, 8);
+        EXPECT_EQ(v.tokens.size(), 30u);
+        EXPECT_EQ(v.tokens[3], tokens[3]);
+        for (int h = 0; h < v.n_head_kv; ++h) {
+            const KvHeadView& hv = v.heads[static_cast<size_t>(h)];
+            ASSERT_EQ(hv.n_entries, 30);
+            ASSERT_NE(hv.window_scores, nullptr);
+            ASSERT_NE(hv.column_sums, nullptr);
+            ASSERT_NE(hv.last_row, nullptr);
+            for (int g = 0; g < v.group; ++g) {
+                const float* w = hv.window_scores + g * 30;
+                const float* c = hv.column_sums + g * 30;
+                const float* r = hv.last_row + g * 30;
+                const double sw = std::accumulate(w, w + 30, 0.0), sc = std::accumulate(c, c + 30, 0.0),
+                             sr = std::accumulate(r, r + 30, 0.0);
+                EXPECT_NEAR(sw, 1.0, 1e-5);   // mean of 8 probability rows
+                EXPECT_NEAR(sc, 30.0, 1e-4);  // 30 queries, each row sums to 1
+                EXPECT_NEAR(sr, 1.0, 1e-5);
+                // Causality: only the last window query sees the last key; the first token is
+                // seen by all 30 queries.
+                EXPECT_NEAR(w[29], r[29] / 8.0f, 1e-6);
+                EXPECT_GT(c[0], c[29]);
+                EXPECT_NEAR(c[29], r[29], 1e-6);
+            }
+        }
+        ++checked;
+    };
+    Session s(tiny_model(), f32_options());
+    s.set_evictor(&ev);
+    s.prefill(tokens);
+    EXPECT_EQ(checked, 2);
+    // Column sums live in the cache and moved with the compaction; decoding keeps accumulating.
+    const float before = s.kv_cache().aux(0, 0, 0)[0];
+    s.decode(1);
+    EXPECT_GT(s.kv_cache().aux(0, 0, 0)[0], before);
+    EXPECT_EQ(s.kv_cache().aux(0, 0, 0)[12], 0.0f + s.kv_cache().aux(0, 0, 0)[12]);
+}
+
+TEST(Session, ChunkedPrefillEvictsAfterEveryChunkAndBoundsPeak) {
+    const auto tokens = some_tokens(64);
+    ObservationRequest req;
+    req.window = 4;
+    SinkRecentEvictor ev(4, 12, 0, req);
+    Session s(tiny_model(), f32_options(16));
+    s.set_evictor(&ev);
+    s.prefill(tokens);
+    ASSERT_EQ(ev.calls.size(), 8u);  // 4 chunks x 2 layers
+    EXPECT_FALSE(ev.calls[0].final_chunk);
+    EXPECT_TRUE(ev.calls[7].final_chunk);
+    EXPECT_EQ(ev.calls[2].chunk_begin, 16);
+    EXPECT_EQ(ev.calls[2].chunk_end, 32);
+    EXPECT_EQ(ev.calls[2].n_prompt, 64);
+    EXPECT_EQ(s.kv_cache().size(1, 1), 16);
+    // Peak: at most budget 16 + chunk 16 entries per head (with allocation rounding to 64).
+    EXPECT_LE(s.kv_cache().peak_bytes(), static_cast<size_t>(2 * 2 * 64) * s.kv_cache().entry_bytes());
+}
+
+TEST(Session, DecodeTimeEvictionEveryKSteps) {
+    const auto tokens = some_tokens(20);
+    ObservationRequest req;
+    req.window = 4;
+    req.decode_interval = 3;
+    SinkRecentEvictor ev(2, 6, 0, req);
+    int decode_calls = 0;
+    ev.inspect = [&](const LayerView& v) {
+        if (v.phase != EvictionPhase::Decode) return;
+        ++decode_calls;
+        EXPECT_EQ(v.decode_step % 3, 0);
+        EXPECT_EQ(v.n_window, 4);
+        for (int h = 0; h < v.n_head_kv; ++h) {
+            const KvHeadView& hv = v.heads[static_cast<size_t>(h)];
+            ASSERT_NE(hv.window_scores, nullptr);
+            for (int g = 0; g < v.group; ++g) {
+                double sum = 0;
+                for (int32_t i = 0; i < hv.n_entries; ++i) sum += hv.window_scores[g * hv.n_entries + i];
+                EXPECT_NEAR(sum, 1.0, 1e-5);
+            }
+        }
+    };
+    Session s(tiny_model(), f32_options());
+    s.set_evictor(&ev);
+    s.prefill(tokens);
+    for (int i = 0; i < 7; ++i) s.decode(i + 1);
+    EXPECT_EQ(decode_calls, 2 * 2);  // steps 3 and 6, two layers each
+    EXPECT_EQ(s.kv_cache().size(0, 0), 8 + 1);  // compressed to 8 at step 6, then step 7 appended
+    EXPECT_EQ(s.kv_cache().positions(0, 0)[8], 26);
+}
+
+class BadEvictor : public Evictor {
+public:
+    ObservationRequest request() const override { return {}; }
+    bool on_prefill(const LayerView&, KeepLists& keep) override {
+        keep[0] = {3, 1};
+        return true;
+    }
+};
+
+TEST(Session, RejectsBadKeepListsAndLateAttachment) {
+    BadEvictor bad;
+    Session s(tiny_model(), f32_options());
+    s.set_evictor(&bad);
+    EXPECT_THROW(s.prefill(some_tokens(8)), Error);
+    Session t(tiny_model(), f32_options());
+    t.prefill(some_tokens(4));
+    EXPECT_THROW(t.set_evictor(&bad), Error);
+}
+
+}  // namespace
+}  // namespace kvec

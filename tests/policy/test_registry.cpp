@@ -1,0 +1,120 @@
+// Registry and option parsing: names, defaults, canonical strings, and the errors users see.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "policy/registry.h"
+#include "util/error.h"
+
+namespace kvec::policy {
+namespace {
+
+// Runs f, expects kvec::Error whose message contains every fragment.
+template <typename F>
+void expect_error(F&& f, std::initializer_list<std::string> fragments) {
+    try {
+        f();
+        ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+        const std::string msg = e.what();
+        for (const auto& frag : fragments) {
+            EXPECT_NE(msg.find(frag), std::string::npos) << "'" << frag << "' not in: " << msg;
+        }
+    }
+}
+
+TEST(PolicySpec, Parses) {
+    PolicySpec s = parse_policy_spec("snapkv");
+    EXPECT_EQ(s.name, "snapkv");
+    EXPECT_TRUE(s.options.empty());
+    s = parse_policy_spec(" kvec : budget=256 , gamma = 0.5,unit=token ");
+    EXPECT_EQ(s.name, "kvec");
+    EXPECT_EQ(s.options.size(), 3u);
+    EXPECT_EQ(s.options["budget"], "256");
+    EXPECT_EQ(s.options["gamma"], "0.5");
+    EXPECT_EQ(s.options["unit"], "token");
+    EXPECT_TRUE(parse_policy_spec("h2o:").options.empty());
+}
+
+TEST(PolicySpec, Errors) {
+    expect_error([] { parse_policy_spec(""); }, {"missing policy name"});
+    expect_error([] { parse_policy_spec(":budget=3"); }, {"missing policy name"});
+    expect_error([] { parse_policy_spec("snapkv:budget"); }, {"budget", "key=value"});
+    expect_error([] { parse_policy_spec("snapkv:=3"); }, {"empty name"});
+    expect_error([] { parse_policy_spec("snapkv:budget=3,budget=4"); }, {"budget", "twice"});
+}
+
+TEST(Registry, EveryPolicyIsListedAndBuildsWithDefaults) {
+    const std::vector<std::string> expected = {"full",    "random", "streaming", "h2o",
+                                               "tova",    "snapkv", "pyramidkv", "ada-snapkv",
+                                               "keydiff", "kvec"};
+    ASSERT_EQ(policies().size(), expected.size());
+    const std::string listing = format_policy_list();
+    for (size_t i = 0; i < expected.size(); ++i) {
+        EXPECT_EQ(policies()[i].name, expected[i]);
+        EXPECT_NE(make_policy(expected[i]), nullptr) << expected[i];
+        EXPECT_NE(listing.find(expected[i]), std::string::npos);
+    }
+    EXPECT_NE(listing.find("budget=128"), std::string::npos);
+    EXPECT_NE(listing.find("gamma=1"), std::string::npos);
+}
+
+TEST(Registry, RequestsTheObservationsEachPolicyNeeds) {
+    EXPECT_EQ(make_policy("full")->request().window, 0);
+    EXPECT_EQ(make_policy("snapkv")->request().window, 32);
+    EXPECT_EQ(make_policy("snapkv:window=8")->request().window, 8);
+    EXPECT_EQ(make_policy("kvec")->request().window, 32);
+    EXPECT_TRUE(make_policy("h2o")->request().column_sums);
+    EXPECT_FALSE(make_policy("snapkv")->request().column_sums);
+    EXPECT_TRUE(make_policy("tova")->request().last_row);
+    EXPECT_EQ(make_policy("keydiff")->request().window, 0);
+    EXPECT_EQ(make_policy("streaming")->request().window, 0);
+    EXPECT_EQ(make_policy("h2o")->request().decode_interval, 0);
+    EXPECT_EQ(make_policy("h2o:decode=1")->request().decode_interval, 1);
+}
+
+TEST(Registry, CanonicalOptions) {
+    EXPECT_EQ(policy_options("streaming:budget=64").canonical(),
+              "streaming:budget=64,ratio=0,chunked=false,decode=0,sinks=4,rerotate=false");
+    const OptionValues v = policy_options("kvec:gamma=0.5,unit=token,chunked=yes");
+    EXPECT_EQ(v.get_float("gamma"), 0.5);
+    EXPECT_EQ(v.get_choice("unit"), "token");
+    EXPECT_TRUE(v.get_bool("chunked"));
+    EXPECT_TRUE(v.is_given("gamma"));
+    EXPECT_FALSE(v.is_given("mu"));
+    EXPECT_EQ(v.get_float("mu"), 1.0);
+    EXPECT_EQ(v.get_float("alpha"), 0.2);
+    EXPECT_EQ(v.get_int("window"), 32);
+    EXPECT_EQ(v.get_int("kernel"), 7);
+    EXPECT_EQ(v.get_choice("pooling"), "max");
+    EXPECT_EQ(v.get_choice("gqa"), "mean");
+}
+
+TEST(Registry, ClearErrors) {
+    expect_error([] { make_policy("snapkvv"); },
+                 {"unknown eviction policy 'snapkvv'", "snapkv", "ada-snapkv"});
+    expect_error([] { make_policy("snapkv:gamma=1"); }, {"snapkv", "no option 'gamma'", "kernel"});
+    expect_error([] { make_policy("full:budget=3"); }, {"full", "takes no options"});
+    expect_error([] { make_policy("snapkv:budget=abc"); }, {"budget", "integer", "'abc'"});
+    expect_error([] { make_policy("snapkv:budget=0"); }, {"budget", "'0'"});
+    expect_error([] { make_policy("snapkv:budget=12x"); }, {"budget", "'12x'"});
+    expect_error([] { make_policy("snapkv:pooling=sum"); }, {"pooling", "max, avg", "'sum'"});
+    expect_error([] { make_policy("snapkv:kernel=4"); }, {"kernel", "odd"});
+    expect_error([] { make_policy("snapkv:window=0"); }, {"window must be >= 1"});
+    expect_error([] { make_policy("snapkv:budget=16"); }, {"budget 16", "window 32"});
+    expect_error([] { make_policy("ada-snapkv:alpha=2"); }, {"alpha", "'2'"});
+    expect_error([] { make_policy("kvec:gamma=-1"); }, {"gamma", "'-1'"});
+    expect_error([] { make_policy("kvec:mu=nan"); }, {"mu", "'nan'"});
+    expect_error([] { make_policy("kvec:unit=word"); }, {"unit", "position, token"});
+    expect_error([] { make_policy("kvec:chunked=maybe"); }, {"chunked", "true or false"});
+    expect_error([] { make_policy("streaming:budget=3"); }, {"budget 3"});
+    expect_error([] { make_policy("streaming:rerotate=true"); }, {"rerotate", "not support"});
+    expect_error([] { make_policy("random:ratio=1.5"); }, {"ratio", "'1.5'"});
+    // Small budgets that respect the window are fine.
+    EXPECT_NE(make_policy("snapkv:budget=8,window=8"), nullptr);
+    EXPECT_NE(make_policy("tova:budget=1"), nullptr);
+    EXPECT_NE(make_policy("keydiff:budget=1,window=0"), nullptr);
+}
+
+}  // namespace
+}  // namespace kvec::policy

@@ -1,0 +1,138 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "gguf/ggml_type.h"
+#include "quant/quant.h"
+#include "tensor/matmul.h"
+#include "tensor/reference.h"
+#include "util/fp16.h"
+
+namespace kvec {
+namespace {
+
+struct Weights {
+    std::vector<uint8_t> bytes;  // [n_out rows of the type]
+    WeightView view;
+};
+
+Weights make_weights(GgmlType type, int64_t n_in, int64_t n_out, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, 0.5f);
+    std::vector<float> f(static_cast<size_t>(n_in * n_out));  // [n_out, n_in]
+    for (float& x : f) x = dist(rng);
+    Weights w;
+    const size_t row = ggml_row_size(type, n_in);
+    w.bytes.resize(row * static_cast<size_t>(n_out));
+    for (int64_t r = 0; r < n_out; ++r) {
+        quant::quantize_row(type, f.data() + r * n_in, w.bytes.data() + r * row, n_in);
+    }
+    w.view = make_weight_view("w", type, w.bytes.data(), n_in, n_out);
+    return w;
+}
+
+std::vector<float> random_x(int64_t n, int64_t k, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> x(static_cast<size_t>(n * k));
+    for (float& v : x) v = dist(rng);
+    return x;
+}
+
+// Compares matmul() with the scalar reference; the tolerance is relative to the magnitude of
+// the products summed (float32 accumulation in a different order).
+void check(const Weights& w, int64_t n) {
+    const auto x = random_x(n, w.view.n_in, 99 + static_cast<uint32_t>(n));
+    std::vector<float> y(static_cast<size_t>(n * w.view.n_out), -1.0f), yr(y.size());
+    matmul(x.data(), n, w.view, y.data());
+    ref::matmul(x.data(), n, w.view, yr.data());
+    float scale = 0.0f;
+    for (float v : yr) scale = std::max(scale, std::fabs(v));
+    for (size_t i = 0; i < y.size(); ++i) {
+        ASSERT_NEAR(y[i], yr[i], 2e-5f * (1.0f + scale)) << "element " << i << " n=" << n;
+    }
+}
+
+class MatmulTypes : public ::testing::TestWithParam<GgmlType> {};
+
+TEST_P(MatmulTypes, MatchesReferenceOnEveryKernel) {
+    const GgmlType type = GetParam();
+    const int64_t block = ggml_type_traits(type).block_size;
+    const int64_t n_in = block >= 256 ? 512 : 96;
+    const Weights w = make_weights(type, n_in, 53, 5);
+    for (CpuKernel k : {CpuKernel::Generic, CpuKernel::Avx2}) {
+        if (!cpu_kernel_supported(k)) continue;
+        set_cpu_kernel(k);
+        for (int64_t n : {1, 2, 5, 13}) check(w, n);
+    }
+    set_cpu_kernel(cpu_kernel_supported(CpuKernel::Avx2) ? CpuKernel::Avx2 : CpuKernel::Generic);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTypes,
+                         ::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0,
+                                           GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
+                                           GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K,
+                                           GgmlType::Q6_K),
+                         [](const auto& info) { return std::string(ggml_type_name(info.param)); });
+
+TEST(Matmul, OddShapesAndManyRows) {
+    // n_in not a multiple of 8 (kernel tails), n_out not a multiple of the 3-wide tile, and more
+    // activation rows than one activation block (256).
+    for (CpuKernel k : {CpuKernel::Generic, CpuKernel::Avx2}) {
+        if (!cpu_kernel_supported(k)) continue;
+        set_cpu_kernel(k);
+        for (int64_t n_out : {1, 2, 4, 25}) check(make_weights(GgmlType::F32, 35, n_out, 7), 6);
+        check(make_weights(GgmlType::F32, 64, 31, 8), 300);
+        check(make_weights(GgmlType::Q8_0, 64, 50, 9), 300);
+        // Packed prefill path: k over several 256-chunks (the last partial), panels of 16 with a
+        // remainder, row blocks of 6 with a remainder.
+        check(make_weights(GgmlType::F32, 600, 37, 10), 50);
+        check(make_weights(GgmlType::Q4_K, 768, 40, 11), 29);
+    }
+    set_cpu_kernel(cpu_kernel_supported(CpuKernel::Avx2) ? CpuKernel::Avx2 : CpuKernel::Generic);
+}
+
+TEST(Matmul, KnownProduct) {
+    // [[1, 2, 3]] . [[1, 0, 0], [0, 1, 0], [1, 1, 1], [-1, 2, 0.5]]^T = [1, 2, 6, 4.5]
+    const std::vector<float> x = {1, 2, 3};
+    const std::vector<float> w = {1, 0, 0, 0, 1, 0, 1, 1, 1, -1, 2, 0.5f};
+    std::vector<float> y(4);
+    matmul(x.data(), 1, make_weight_view("w", GgmlType::F32, w.data(), 3, 4), y.data());
+    EXPECT_EQ(y, (std::vector<float>{1, 2, 6, 4.5f}));
+}
+
+TEST(Matmul, TileKernelsAgree) {
+    if (!cpu_kernel_supported(CpuKernel::Avx2)) GTEST_SKIP() << "no AVX2 on this CPU";
+    const auto x = random_x(7, 45, 1), w = random_x(11, 45, 2);
+    std::vector<float> a(7 * 11), b(7 * 11);
+    set_cpu_kernel(CpuKernel::Generic);
+    tile_kernel()(x.data(), 7, 45, w.data(), 11, 45, 45, a.data(), 11);
+    set_cpu_kernel(CpuKernel::Avx2);
+    tile_kernel()(x.data(), 7, 45, w.data(), 11, 45, 45, b.data(), 11);
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4f);
+}
+
+TEST(Kernels, Fp16ConversionMatchesScalar) {
+    std::vector<uint16_t> h;
+    for (uint32_t v = 0; v < 65536; v += 7) h.push_back(static_cast<uint16_t>(v));  // incl. subnormals, inf, NaN
+    for (CpuKernel k : {CpuKernel::Generic, CpuKernel::Avx2}) {
+        if (!cpu_kernel_supported(k)) continue;
+        set_cpu_kernel(k);
+        std::vector<float> out(h.size());
+        convert_fp16_to_fp32(h.data(), out.data(), static_cast<int64_t>(h.size()));
+        for (size_t i = 0; i < h.size(); ++i) {
+            const float want = fp16_to_float(h[i]);
+            if (std::isnan(want)) {
+                ASSERT_TRUE(std::isnan(out[i])) << h[i];
+            } else {
+                ASSERT_EQ(out[i], want) << h[i];
+            }
+        }
+    }
+    set_cpu_kernel(cpu_kernel_supported(CpuKernel::Avx2) ? CpuKernel::Avx2 : CpuKernel::Generic);
+}
+
+}  // namespace
+}  // namespace kvec

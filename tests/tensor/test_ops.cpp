@@ -1,0 +1,158 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "tensor/ops.h"
+#include "tensor/reference.h"
+#include "util/error.h"
+
+namespace kvec {
+namespace {
+
+std::vector<float> random_vec(size_t n, uint32_t seed, float scale = 1.0f) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, scale);
+    std::vector<float> v(n);
+    for (float& x : v) x = dist(rng);
+    return v;
+}
+
+void expect_close(const std::vector<float>& a, const std::vector<float>& b, float tol) {
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], tol) << "at " << i;
+}
+
+TEST(Ops, RmsNormMatchesReference) {
+    const int64_t n = 5, d = 96;
+    auto x = random_vec(n * d, 1, 3.0f);
+    auto w = random_vec(d, 2);
+    std::vector<float> y(n * d), yr(n * d);
+    ops::rms_norm(x.data(), w.data(), y.data(), n, d, 1e-5f);
+    ref::rms_norm(x.data(), w.data(), yr.data(), n, d, 1e-5f);
+    expect_close(y, yr, 1e-5f);
+    // In place gives the same result.
+    ops::rms_norm(x.data(), w.data(), x.data(), n, d, 1e-5f);
+    expect_close(x, yr, 1e-5f);
+}
+
+TEST(Ops, RmsNormOfConstantRowIsWeight) {
+    // Every element equal to c: rms = |c|, so y = sign(c) * w (up to eps).
+    const int64_t d = 8;
+    std::vector<float> x(d, -2.0f), w = random_vec(d, 3), y(d);
+    ops::rms_norm(x.data(), w.data(), y.data(), 1, d, 0.0f);
+    for (int64_t i = 0; i < d; ++i) EXPECT_NEAR(y[i], -w[i], 1e-6f);
+}
+
+TEST(Ops, RopeHandComputedValues) {
+    // head_dim 4, base 100: pair 0 turns by p * 1, pair 1 by p * 100^(-1/2) = p * 0.1.
+    const int32_t pos[1] = {1};
+    ops::RopeParams p;
+    p.n_rot = 4;
+    p.freq_base = 100.0f;
+    std::vector<float> x = {1, 0, 1, 0};
+    p.mode = ops::RopeMode::Norm;  // pairs (0,1), (2,3)
+    ops::rope(x.data(), 1, 1, 4, pos, p);
+    expect_close(x, {std::cos(1.0f), std::sin(1.0f), std::cos(0.1f), std::sin(0.1f)}, 1e-6f);
+
+    x = {1, 1, 0, 0};
+    p.mode = ops::RopeMode::Neox;  // pairs (0,2), (1,3)
+    ops::rope(x.data(), 1, 1, 4, pos, p);
+    expect_close(x, {std::cos(1.0f), std::cos(0.1f), std::sin(1.0f), std::sin(0.1f)}, 1e-6f);
+
+    // Linear scaling by 4 at position 4 equals no scaling at position 1.
+    x = {1, 0, 1, 0};
+    const int32_t pos4[1] = {4};
+    p.mode = ops::RopeMode::Norm;
+    p.freq_scale = 0.25f;
+    ops::rope(x.data(), 1, 1, 4, pos4, p);
+    expect_close(x, {std::cos(1.0f), std::sin(1.0f), std::cos(0.1f), std::sin(0.1f)}, 1e-6f);
+
+    // A frequency factor of 2 on pair 1 halves its angle.
+    x = {1, 0, 1, 0};
+    const float factors[2] = {1.0f, 2.0f};
+    p.freq_scale = 1.0f;
+    p.freq_factors = factors;
+    ops::rope(x.data(), 1, 1, 4, pos, p);
+    expect_close(x, {std::cos(1.0f), std::sin(1.0f), std::cos(0.05f), std::sin(0.05f)}, 1e-6f);
+}
+
+TEST(Ops, RopeMatchesReferenceAllModes) {
+    const int64_t n_tokens = 7, n_heads = 3, head_dim = 16;
+    std::vector<int32_t> pos = {0, 1, 2, 5, 17, 100, 1000};
+    std::vector<float> factors = {1.0f, 1.5f, 2.0f, 4.0f, 8.0f, 1.0f};  // [n_rot / 2] for n_rot 12
+    for (auto mode : {ops::RopeMode::Norm, ops::RopeMode::Neox}) {
+        for (int n_rot : {16, 12}) {
+            for (bool with_factors : {false, true}) {
+                if (with_factors && n_rot != 12) continue;
+                ops::RopeParams p;
+                p.mode = mode;
+                p.n_rot = n_rot;
+                p.freq_base = 10000.0f;
+                p.freq_scale = 0.5f;
+                p.freq_factors = with_factors ? factors.data() : nullptr;
+                auto x = random_vec(n_tokens * n_heads * head_dim, 7);
+                auto xr = x;
+                const auto x0 = x;
+                ops::rope(x.data(), n_tokens, n_heads, head_dim, pos.data(), p);
+                ref::rope(xr.data(), n_tokens, n_heads, head_dim, pos.data(), p);
+                expect_close(x, xr, 2e-5f);
+                // Dimensions past n_rot are untouched; position 0 is the identity.
+                for (int64_t t = 0; t < n_tokens; ++t)
+                    for (int64_t h = 0; h < n_heads; ++h)
+                        for (int64_t i = n_rot; i < head_dim; ++i) {
+                            const int64_t k = (t * n_heads + h) * head_dim + i;
+                            EXPECT_EQ(x[k], x0[k]);
+                        }
+                for (int64_t i = 0; i < n_heads * head_dim; ++i) EXPECT_EQ(x[i], x0[i]);
+            }
+        }
+    }
+}
+
+TEST(Ops, SwigluAndSoftmaxMatchReference) {
+    const int64_t n = 1000;
+    auto g = random_vec(n, 11, 4.0f), u = random_vec(n, 12);
+    std::vector<float> y(n), yr(n);
+    ops::swiglu(g.data(), u.data(), y.data(), n);
+    ref::swiglu(g.data(), u.data(), yr.data(), n);
+    for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(y[i], yr[i], 1e-5f * (1 + std::fabs(yr[i])));
+
+    auto s = random_vec(n, 13, 5.0f);
+    s[3] = 80.0f;  // large values must not overflow
+    auto sr = s;
+    ops::softmax(s.data(), n);
+    ref::softmax(sr.data(), n);
+    double sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        ASSERT_NEAR(s[i], sr[i], 1e-6f);
+        sum += s[i];
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-5);
+}
+
+TEST(Ops, GetRowsDequantisesAndChecksIds) {
+    const int64_t n_in = 8, n_out = 5;
+    auto table = random_vec(n_in * n_out, 21);
+    WeightView w = make_weight_view("t", GgmlType::F32, table.data(), n_in, n_out);
+    const int32_t ids[3] = {4, 0, 4};
+    std::vector<float> out(3 * n_in);
+    ops::get_rows(w, ids, 3, out.data());
+    for (int t = 0; t < 3; ++t)
+        for (int64_t i = 0; i < n_in; ++i) EXPECT_EQ(out[t * n_in + i], table[ids[t] * n_in + i]);
+    const int32_t bad[1] = {5};
+    EXPECT_THROW(ops::get_rows(w, bad, 1, out.data()), Error);
+    const int32_t neg[1] = {-1};
+    EXPECT_THROW(ops::get_rows(w, neg, 1, out.data()), Error);
+}
+
+TEST(Ops, WeightViewRejectsPartialBlocks) {
+    std::vector<uint8_t> bytes(1024);
+    EXPECT_THROW(make_weight_view("w", GgmlType::Q8_0, bytes.data(), 48, 2), Error);
+    EXPECT_THROW(make_weight_view("w", GgmlType::Q4_K, bytes.data(), 128, 1), Error);
+    EXPECT_NO_THROW(make_weight_view("w", GgmlType::Q8_0, bytes.data(), 64, 2));
+}
+
+}  // namespace
+}  // namespace kvec

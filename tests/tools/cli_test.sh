@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Usage: cli_test.sh /path/to/kvec
+# Every check prints what it tests; the first failure prints the command's output and exits 1.
+set -u
+KVEC="$1"
+DIR=$(mktemp -d)
+trap 'rm -rf "$DIR"' EXIT
+failures=0
+
+fail() {
+    echo "FAIL: $1"
+    echo "--- stdout:"; cat "$DIR/out" 2>/dev/null
+    echo "--- stderr:"; cat "$DIR/err" 2>/dev/null
+    failures=$((failures + 1))
+}
+
+# expect STATUS DESCRIPTION -- command...   (runs the command, checks the exit status)
+expect() {
+    local want="$1" what="$2"
+    shift 3
+    "$@" >"$DIR/out" 2>"$DIR/err"
+    local got=$?
+    if [ "$got" -ne "$want" ]; then fail "$what: exit status $got, expected $want"; return 1; fi
+    echo "ok: $what"
+}
+
+# contains FILE TEXT DESCRIPTION
+contains() {
+    if ! grep -qF -- "$2" "$DIR/$1"; then fail "$3: '$2' not in $1"; return 1; fi
+}
+
+M="$DIR/tiny.gguf"
+expect 0 "gen-model writes a tiny model" -- "$KVEC" gen-model --layers 2 --embd 128 --heads 4 --kv-heads 2 --ff 256 --vocab 512 --ctx 256 -o "$M"
+[ -s "$M" ] || fail "gen-model output missing"
+
+expect 0 "run generates text and prints stats" -- "$KVEC" run -m "$M" -p "Hello world" -n 8 --temp 0 -t 2
+contains err "prompt:" "run stats"
+contains err "tokens/s" "run stats"
+contains err "kv cache:" "run stats"
+[ -s "$DIR/out" ] || fail "run printed no text"
+
+expect 0 "seeded sampling run 1" -- "$KVEC" run -m "$M" -p "abc" -n 12 --temp 1 --seed 5
+cp "$DIR/out" "$DIR/seed1"
+expect 0 "seeded sampling run 2" -- "$KVEC" run -m "$M" -p "abc" -n 12 --temp 1 --seed 5
+cmp -s "$DIR/out" "$DIR/seed1" || fail "the same seed gave different text"
+
+printf 'A prompt from a file.' >"$DIR/prompt.txt"
+expect 0 "run -f reads the prompt from a file" -- "$KVEC" run -m "$M" -f "$DIR/prompt.txt" -n 4 --kv-type f32 --chunk 3
+expect 0 "stop strings accepted" -- "$KVEC" run -m "$M" -p "x" -n 4 --stop "zz" --stop "yy" --temp 0
+
+expect 1 "unknown flag is rejected" -- "$KVEC" run -m "$M" -p "x" --no-such-flag
+contains err "error:" "unknown flag message"
+expect 1 "missing model file" -- "$KVEC" run -m "$DIR/absent.gguf" -p "x"
+contains err "does not exist" "missing model message"
+head -c 4000 "$M" >"$DIR/corrupt.gguf"
+expect 1 "corrupt (truncated) model" -- "$KVEC" run -m "$DIR/corrupt.gguf" -p "x"
+contains err "error:" "corrupt model message"
+printf 'not a gguf file at all' >"$DIR/text.gguf"
+expect 1 "not a GGUF file" -- "$KVEC" info "$DIR/text.gguf"
+contains err "error:" "non-GGUF message"
+expect 1 "prompt longer than the context" -- "$KVEC" run -m "$M" -p "one two three four five six seven" -c 4
+contains err "context holds 4" "context message"
+expect 1 "no prompt" -- "$KVEC" run -m "$M"
+contains err "-p/--prompt" "no prompt message"
+expect 1 "bad kv type" -- "$KVEC" run -m "$M" -p "x" --kv-type q4
+expect 1 "bad number" -- "$KVEC" run -m "$M" -p "x" -n many
+expect 1 "bad top-p" -- "$KVEC" run -m "$M" -p "x" --top-p 0
+contains err "top-p" "top-p message"
+expect 1 "no subcommand" -- "$KVEC"
+expect 0 "help" -- "$KVEC" run --help
+contains out "--n-predict" "help text"
+
+expect 0 "info prints metadata and tensors" -- "$KVEC" info "$M"
+contains out "general.architecture" "info metadata"
+contains out "blk.1.ffn_down.weight" "info tensors"
+contains out "tokenizer.ggml.tokens" "info arrays"
+
+expect 0 "quantize to q8_0" -- "$KVEC" quantize "$M" "$DIR/q8.gguf" q8_0
+expect 0 "run the quantised model" -- "$KVEC" run -m "$DIR/q8.gguf" -p "Hello" -n 4 --temp 0
+expect 1 "quantize to an unknown type" -- "$KVEC" quantize "$M" "$DIR/x.gguf" q9_9
+contains err "unknown quantisation type" "quantize message"
+
+expect 0 "bench" -- "$KVEC" bench -m "$M" -p 16 -n 4 -r 2 -d 8 -t 2
+contains out "pp16 @ d8" "bench pp row"
+contains out "tg4 @ d8" "bench tg row"
+contains out "±" "bench stddev"
+
+expect 1 "gen-model: K-quant needs rows of 256" -- "$KVEC" gen-model --embd 128 --heads 4 --kv-heads 2 --ff 256 --vocab 512 --type q4_K -o "$DIR/k.gguf"
+contains err "multiples of 256" "gen-model K-quant message"
+expect 1 "gen-model: unknown type" -- "$KVEC" gen-model --vocab 512 --type q7 -o "$DIR/k.gguf"
+expect 1 "gen-model: unknown preset" -- "$KVEC" gen-model --preset nope -o "$DIR/k.gguf"
+expect 0 "gen-model qwen3 with tied output" -- "$KVEC" gen-model --arch qwen3 --layers 1 --embd 128 --heads 2 --kv-heads 1 --head-dim 64 --ff 256 --vocab 300 --tied --type q8_0 -o "$DIR/q3.gguf"
+expect 0 "run qwen3" -- "$KVEC" run -m "$DIR/q3.gguf" -p "Hi" -n 3 --temp 0
+
+if [ "$failures" -ne 0 ]; then
+    echo "$failures check(s) failed"
+    exit 1
+fi
+echo "all CLI checks passed"

@@ -1,0 +1,148 @@
+"""Training tool of kvec_train: a short run reduces the loss, resume is exact, export loads."""
+
+import contextlib
+import io
+import json
+import tempfile
+import unittest
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from kvec_train import data, train
+
+WORDS = ("ship whale captain river mountain city people law nation army navy sea wind storm "
+         "harbor island forest market bridge tower garden castle letter journey winter summer "
+         "morning evening silver golden ancient quiet brave distant bright hollow gentle").split()
+
+
+def make_corpus(path: Path) -> None:
+    """A small generated corpus (train and held-out documents); no packages needed."""
+    rng = np.random.default_rng(0)
+    syll = ["ka", "to", "mi", "re", "sa", "lo", "ne", "vi", "du", "pe", "go", "ra"]
+    extra = ["".join(rng.choice(syll, 3)) for _ in range(400)]
+    vocab = WORDS + extra
+    docs = []
+    for i in range(6):
+        sents = []
+        for _ in range(150):
+            words = rng.choice(vocab, int(rng.integers(5, 12))).tolist()
+            sents.append(" ".join(words).capitalize() + ".")
+        docs.append(data.Document("gen", f"gen/{i}", " ".join(sents) + "\n", i >= 4, "generated"))
+    data.save_corpus(docs, path)
+
+
+CONFIG = {
+    "name": "smoke", "seed": 3, "tokenizer": {"vocab_size": 400},
+    "model": {"n_embd": 32, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "n_ff": 64,
+              "context_length": 128, "tied_output": True},
+    "optim": {"lr": 0.01, "warmup_steps": 2, "min_lr_ratio": 0.5},
+    "stages": [
+        {"name": "a", "steps": 12, "seq_len": 64, "batch": 4, "max_keys": 2,
+         "mix": {"induction": 0.3, "niah": 0.3, "lm": 0.3, "copy": 0.1}},
+        {"name": "b", "steps": 8, "seq_len": 128, "batch": 2, "max_keys": 3,
+         "mix": {"niah": 0.4, "vt": 0.2, "lm": 0.4}}],
+    "log_every": 5, "checkpoint_minutes": 100,
+    "eval": {"every": 20, "lm_len": 32, "lm_windows": 2, "niah_lengths": [128], "niah_samples": 1},
+}
+
+
+def run_cli(*argv):
+    with contextlib.redirect_stdout(io.StringIO()):
+        return train.main(list(argv))
+
+
+class TestTraining(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        root = Path(cls.tmp.name)
+        cls.cfg_path = root / "config.json"
+        cls.cfg_path.write_text(json.dumps(CONFIG))
+        cls.runs = {}
+        for name in ("full", "split"):
+            run = root / name
+            run.mkdir()
+            make_corpus(run / "corpus.jsonl")
+            cls.runs[name] = run
+        torch.manual_seed(0)
+        run_cli("train", "--config", str(cls.cfg_path), "--run", str(cls.runs["full"]), "--threads", "1")
+        run_cli("train", "--config", str(cls.cfg_path), "--run", str(cls.runs["split"]), "--threads", "1",
+                "--max-steps", "13")
+        run_cli("train", "--run", str(cls.runs["split"]), "--resume", "--threads", "1")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_training_reduces_the_loss(self):
+        run = self.runs["full"]
+        cfg = json.loads((run / "config.json").read_text())
+        prep = train.prepare(cfg, run)
+        start, _ = train.build_model(cfg, prep.tok.n_vocab, 64)
+        end, _, _, _, ckpt = train.load_trained(run)
+        self.assertEqual(ckpt["step"], 20)
+        with torch.no_grad():
+            for step in (0, 5, 15):
+                x, w, _ = train.make_batch(cfg, prep, step)
+                before = float(train.weighted_loss(start(x[:, :-1]), x[:, 1:], w)[0])
+                after = float(train.weighted_loss(end(x[:, :-1]), x[:, 1:], w)[0])
+                self.assertLess(after, before - 0.3, f"batch of step {step}")
+        log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+        self.assertEqual([e["step"] for e in log if e["kind"] == "train"], [5, 10, 15, 20])
+        evals = [e for e in log if e["kind"] == "eval"]
+        self.assertEqual(len(evals), 1)
+        self.assertIn("niah_single_128", evals[0])
+        self.assertIn("step 20", (run / "status.md").read_text())
+
+    def test_batches_are_a_function_of_seed_and_step(self):
+        run = self.runs["full"]
+        cfg = json.loads((run / "config.json").read_text())
+        prep = train.prepare(cfg, run)
+        a = train.make_batch(cfg, prep, 7)
+        b = train.make_batch(cfg, prep, 7)
+        c = train.make_batch(cfg, prep, 8)
+        self.assertTrue(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]))
+        self.assertFalse(torch.equal(a[0], c[0]))
+
+    def test_resume_continues_exactly(self):
+        full = torch.load(self.runs["full"] / "ckpt.pt")
+        split = torch.load(self.runs["split"] / "ckpt.pt")
+        self.assertEqual(full["step"], split["step"])
+        self.assertEqual(full["tokens_seen"], split["tokens_seen"])
+        for k, v in full["model"].items():
+            torch.testing.assert_close(split["model"][k], v, rtol=1e-5, atol=1e-6, msg=k)
+
+    def test_existing_run_needs_resume(self):
+        with self.assertRaises(SystemExit):
+            run_cli("train", "--config", str(self.cfg_path), "--run", str(self.runs["full"]))
+
+    def test_export_loads_in_the_reference(self):
+        from kvec_ref.model import load_gguf
+        run = self.runs["full"]
+        model, mc, cfg, tok, _ = train.load_trained(run)
+        x = torch.tensor([tok.encode("Ship whale captain. The river", add_bos=True)])
+        with torch.no_grad():
+            want = model(x)
+        for dtype, tol in (("f32", 1e-5), ("f16", 5e-2)):
+            out = Path(self.tmp.name) / f"m-{dtype}.gguf"
+            run_cli("export", "--run", str(run), "--out", str(out), "--dtype", dtype)
+            loaded, config, meta = load_gguf(out)
+            self.assertEqual(config.n_layer, 2)
+            self.assertEqual(config.n_head_kv, 2)
+            with torch.no_grad():
+                got = loaded(x)
+            torch.testing.assert_close(got, want, rtol=0, atol=tol)
+
+            def val(k):
+                v = meta[k]
+                return getattr(v, "value", v)
+            self.assertEqual(val("tokenizer.ggml.model"), "gpt2")
+            self.assertEqual(val("tokenizer.ggml.pre"), "llama-bpe")
+            self.assertEqual(list(val("tokenizer.ggml.tokens")), tok.tokens)
+            self.assertEqual(int(val("tokenizer.ggml.bos_token_id")), tok.bos_id)
+
+
+if __name__ == "__main__":
+    unittest.main()

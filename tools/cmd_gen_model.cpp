@@ -1,0 +1,97 @@
+// kvec gen-model: write a random-weight model of a chosen shape and type (tests, speed comparisons).
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "commands.h"
+#include "gguf/ggml_type.h"
+#include "model/random_model.h"
+#include "util/error.h"
+#include "util/timer.h"
+
+namespace kvec::tools {
+
+namespace {
+
+struct GenOptions {
+    RandomModelSpec spec;
+    std::string preset;
+    std::string type = "f32";
+    std::string out;
+    CLI::App* cmd = nullptr;
+};
+
+int gen_model(GenOptions& o) {
+    RandomModelSpec s = o.spec;
+    if (!o.preset.empty()) {
+        // The preset's shape, with any explicitly given flag taking precedence.
+        RandomModelSpec p = random_model_preset(o.preset);
+        const RandomModelSpec& f = o.spec;
+        auto given = [&](const char* flag) { return o.cmd->count(flag) > 0; };
+        if (given("--arch")) p.arch = f.arch;
+        if (given("--layers")) p.n_layer = f.n_layer;
+        if (given("--embd")) p.n_embd = f.n_embd;
+        if (given("--heads")) p.n_head = f.n_head;
+        if (given("--kv-heads")) p.n_head_kv = f.n_head_kv;
+        if (given("--ff")) p.n_ff = f.n_ff;
+        if (given("--head-dim")) p.head_dim = f.head_dim;
+        if (given("--vocab")) p.n_vocab = f.n_vocab;
+        if (given("--ctx")) p.n_ctx = f.n_ctx;
+        if (given("--rope-base")) p.rope_base = f.rope_base;
+        if (given("--rope-scaling")) p.rope_scaling = f.rope_scaling;
+        if (given("--rope-factor")) p.rope_factor = f.rope_factor;
+        if (given("--name")) p.name = f.name;
+        p.tied = f.tied;
+        p.seed = f.seed;
+        p.vocab_from = f.vocab_from;
+        s = p;
+    }
+    const auto type = ggml_type_from_name(o.type);
+    if (!type || !ggml_type_traits(static_cast<uint32_t>(*type))) {
+        fail("unknown tensor type '{}' (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, "
+             "q3_K, q4_K, q5_K, q6_K)", o.type);
+    }
+    if (*type == GgmlType::Q8_1 || *type == GgmlType::Q8_K) {
+        fail("type {} is an intermediate format, not a weight type; pick another --type", o.type);
+    }
+    s.type = *type;
+    Timer timer;
+    write_random_model(s, o.out);
+    fmt::print(stderr, "wrote {} ({} {} layers, embd {}, heads {}/{}, ff {}, type {}) in {:.1f} s\n", o.out, s.arch,
+               s.n_layer, s.n_embd, s.n_head, s.n_head_kv, s.n_ff, ggml_type_name(s.type), timer.seconds());
+    return 0;
+}
+
+}  // namespace
+
+void add_gen_model_command(CLI::App& app, Action& action) {
+    auto o = std::make_shared<GenOptions>();
+    CLI::App* cmd = app.add_subcommand("gen-model", "write a random-weight model (any architecture, shape and type)");
+    o->cmd = cmd;
+    RandomModelSpec& s = o->spec;
+    cmd->add_option("--arch", s.arch, "architecture")->check(CLI::IsMember({"llama", "qwen2", "qwen3"}))->capture_default_str();
+    cmd->add_option("--preset", o->preset, "a named shape: tinyllama-1.1b");
+    cmd->add_option("--layers", s.n_layer, "layers")->capture_default_str();
+    cmd->add_option("--embd", s.n_embd, "embedding size")->capture_default_str();
+    cmd->add_option("--heads", s.n_head, "query heads")->capture_default_str();
+    cmd->add_option("--kv-heads", s.n_head_kv, "KV heads (GQA when fewer than --heads)")->capture_default_str();
+    cmd->add_option("--ff", s.n_ff, "feed-forward size")->capture_default_str();
+    cmd->add_option("--head-dim", s.head_dim, "head size (default: embd / heads)");
+    cmd->add_option("--vocab", s.n_vocab, "vocabulary size (default: all tokens of the vocabulary file)");
+    cmd->add_option("--ctx", s.n_ctx, "training context length written to the file")->capture_default_str();
+    cmd->add_option("--rope-base", s.rope_base, "RoPE frequency base")->capture_default_str();
+    cmd->add_option("--rope-scaling", s.rope_scaling, "RoPE scaling")
+        ->check(CLI::IsMember({"none", "linear", "llama3"}))
+        ->capture_default_str();
+    cmd->add_option("--rope-factor", s.rope_factor, "RoPE scaling factor (default: 4 linear, 8 llama3)");
+    cmd->add_flag("--tied", s.tied, "no output.weight: the output shares the token embedding");
+    cmd->add_option("--type", o->type, "weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K..q6_K")
+        ->capture_default_str();
+    cmd->add_option("--vocab-from", s.vocab_from, "GGUF file whose tokenizer is copied (default: the llama-spm vocabulary)");
+    cmd->add_option("--name", s.name, "general.name");
+    cmd->add_option("--seed", s.seed, "random seed")->capture_default_str();
+    cmd->add_option("-o,--output", o->out, "output file")->required();
+    cmd->callback([o, &action] { action = [o] { return gen_model(*o); }; });
+}
+
+}  // namespace kvec::tools

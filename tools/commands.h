@@ -1,0 +1,28 @@
+// The `kvec` subcommands. Each file registers one subcommand on the CLI11 app: it declares its
+// options and, when the subcommand is chosen, stores the action main() runs. Actions throw
+// kvec::Error for user errors; main() prints "error: <message>" and exits with status 1.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstddef>
+#include <functional>
+#include <string>
+
+namespace kvec::tools {
+
+using Action = std::function<int()>;
+
+void add_run_command(CLI::App& app, Action& action);
+void add_bench_command(CLI::App& app, Action& action);
+void add_gen_model_command(CLI::App& app, Action& action);
+void add_quantize_command(CLI::App& app, Action& action);
+void add_info_command(CLI::App& app, Action& action);
+void add_synth_command(CLI::App& app, Action& action);
+
+// Shared helpers (common.cpp).
+std::string format_bytes(size_t bytes);     // "1.25 MiB"
+std::string format_count(int64_t n);        // "1.10 B", "68.4 M", "12.3 K"
+void check_readable_file(const std::string& path, const char* what);  // throws kvec::Error
+
+}  // namespace kvec::tools

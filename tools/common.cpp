@@ -1,0 +1,33 @@
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "commands.h"
+#include "util/error.h"
+
+namespace kvec::tools {
+
+std::string format_bytes(size_t bytes) {
+    const double b = static_cast<double>(bytes);
+    if (b >= 1024.0 * 1024 * 1024) return fmt::format("{:.2f} GiB", b / (1024.0 * 1024 * 1024));
+    if (b >= 1024.0 * 1024) return fmt::format("{:.2f} MiB", b / (1024.0 * 1024));
+    if (b >= 1024.0) return fmt::format("{:.2f} KiB", b / 1024.0);
+    return fmt::format("{} B", bytes);
+}
+
+std::string format_count(int64_t n) {
+    const double x = static_cast<double>(n);
+    if (x >= 1e9) return fmt::format("{:.2f} B", x / 1e9);
+    if (x >= 1e6) return fmt::format("{:.2f} M", x / 1e6);
+    if (x >= 1e3) return fmt::format("{:.2f} K", x / 1e3);
+    return fmt::format("{}", n);
+}
+
+void check_readable_file(const std::string& path, const char* what) {
+    std::error_code ec;
+    const auto status = std::filesystem::status(path, ec);
+    if (ec || !std::filesystem::exists(status)) fail("{} '{}' does not exist", what, path);
+    if (!std::filesystem::is_regular_file(status)) fail("{} '{}' is not a regular file", what, path);
+}
+
+}  // namespace kvec::tools

@@ -1,0 +1,70 @@
+// kvec: command-line entry point. Dispatches to one subcommand (one file each).
+#include <fmt/format.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <new>
+
+#include "commands.h"
+#include "util/error.h"
+
+namespace {
+
+// OpenMP threads that spin while waiting at a barrier steal the CPU from the thread they wait
+// for whenever the machine has more runnable threads than cores; on a shared 2-core machine
+// that made 2-thread decoding 4x slower than 1 thread. Passive waiting costs a few microseconds
+// per barrier on an idle machine. libgomp reads OMP_WAIT_POLICY when it is loaded, before
+// main(), so when the user has not chosen a policy we set it and start again.
+void prefer_passive_openmp_waiting(char** argv) {
+    if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
+    if (::setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+    ::execv("/proc/self/exe", argv);
+    // execv only returns on failure: carry on with the default policy.
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    prefer_passive_openmp_waiting(argv);
+    CLI::App app{"kvec: CPU inference for GGUF Llama-family models with a KV cache held to a memory budget"};
+    app.set_version_flag("--version", std::string("kvec ") + KVEC_VERSION);
+    app.require_subcommand(1);
+    app.fallthrough(false);
+
+    kvec::tools::Action action;
+    kvec::tools::add_run_command(app, action);
+    kvec::tools::add_bench_command(app, action);
+    kvec::tools::add_gen_model_command(app, action);
+    kvec::tools::add_quantize_command(app, action);
+    kvec::tools::add_info_command(app, action);
+    kvec::tools::add_synth_command(app, action);
+
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::CallForAllHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::CallForVersion& e) {
+        return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+        fmt::print(stderr, "error: {}\n", e.what());
+        fmt::print(stderr, "Run '{} --help' for usage.\n", argc > 1 && app.get_subcommands().size() == 1
+                                                            ? std::string("kvec ") + app.get_subcommands()[0]->get_name()
+                                                            : std::string("kvec"));
+        return 1;
+    }
+    try {
+        return action ? action() : 1;
+    } catch (const kvec::Error& e) {
+        std::fflush(stdout);
+        fmt::print(stderr, "error: {}\n", e.what());
+        return 1;
+    } catch (const std::bad_alloc&) {
+        std::fflush(stdout);
+        fmt::print(stderr, "error: out of memory\n");
+        return 1;
+    }
+}
