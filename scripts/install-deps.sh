@@ -13,8 +13,11 @@ APT_PACKAGES=(
     libfmt-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev libhwy-dev
     libgtest-dev libgmock-dev libbenchmark-dev libcairo2-dev
     python3 python3-torch python3-numpy python3-regex libopenblas0-pthread bible-kjv
-    nodejs npm bible-kjv-text
+    bible-kjv-text
 )
+# Node.js and npm: Debian's packages unless the machine already has an npm (e.g. NodeSource's
+# nodejs, which bundles npm and conflicts with Debian's npm package).
+if ! command -v npm >/dev/null 2>&1; then APT_PACKAGES+=(nodejs npm); fi
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
