@@ -10,7 +10,7 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 APT_PACKAGES=(
     build-essential cmake ninja-build pkg-config git
-    libfmt-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev libhwy-dev
+    libfmt-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev
     libgtest-dev libgmock-dev libbenchmark-dev libcairo2-dev
     python3 python3-torch python3-numpy python3-regex libopenblas0-pthread bible-kjv
     bible-kjv-text

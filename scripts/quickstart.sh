@@ -16,4 +16,5 @@ if [ ! -f "$MODEL" ]; then
     "$KVEC" gen-model --arch llama --layers 4 --embd 256 --heads 8 --kv-heads 2 --ff 768 \
         --type q8_0 --seed 1 -o "$MODEL"
 fi
-"$KVEC" run -m "$MODEL" -f data/text/sotu/2001_george_w_bush_r.txt -c 8192 -n 32 --temp 0
+"$KVEC" run -m "$MODEL" -f data/text/sotu/2001_george_w_bush_r.txt -c 8192 -n 32 --temp 0 \
+    --policy kvec --budget 256

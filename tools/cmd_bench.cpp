@@ -1,18 +1,38 @@
-// kvec bench: prompt-processing (pp) and generation (tg) throughput, like llama-bench's
-// pp512 / tg128, optionally at a depth (tokens already in the cache), mean +- stddev over
-// repetitions. Tests are described by BenchTest and printed by a table printer so that lists of
-// sizes and other output formats can be added without touching the measurement.
+// kvec bench: prompt-processing (pp) and generation (tg) throughput, like llama-bench.
+//
+// Every parameter takes a comma list and the bench runs the cross product:
+//   -m models, -t threads, -p prompt sizes, -n generation sizes, -d depths (tokens already in the
+//   cache), --policy eviction policies, --budget budgets, -b chunk sizes, --kv-type.
+// Tests: `pp N` (a prefill of N tokens after the depth), `tg N` (N decode steps after the depth);
+// with a depth they are named `pp N @ dD` / `tg N @ dD`. With a policy the depth prompt is
+// prefilled with the policy attached (it compresses the prompt once after the prefill, or after
+// every chunk with its `chunked=true` option); the decode steps then run over the compressed
+// cache. For pp tests the policy is attached to the timed prefill itself (chunked eviction).
+// Each test runs -r times: mean and sample standard deviation of tokens/s.
+//
+// Also reported: KV bytes after the test and the peak (allocated bytes, KvCache::bytes()), the
+// share of the timed section spent in eviction (Session::eviction_stats()), and for tg tests the
+// bytes read per token (weights of the matrices + live KV entries) as a share of the measured
+// streaming-read bandwidth (--bandwidth, on by default; measured before and after each tg test,
+// the best of both, since on a shared machine it moves with the load).
+//
+// Output: -o md (default, a Markdown table), csv or json.
 #include <fmt/format.h>
+#include <omp.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <vector>
 
 #include "commands.h"
 #include "engine/generator.h"
 #include "model/model.h"
 #include "model/session.h"
+#include "policy/registry.h"
 #include "tensor/matmul.h"
 #include "util/error.h"
 #include "util/timer.h"
@@ -22,15 +42,88 @@ namespace kvec::tools {
 namespace {
 
 struct BenchOptions {
-    std::string model;
-    int n_prompt = 512;
-    int n_gen = 128;
-    int depth = 0;
-    int threads = 0;
+    std::vector<std::string> models;
+    std::vector<int> n_prompt = {512};
+    std::vector<int> n_gen = {128};
+    std::vector<int> depth = {0};
+    std::vector<int> threads = {0};
+    std::vector<int> chunk = {512};
+    std::vector<std::string> kv_type = {"f16"};
+    std::vector<std::string> policy = {"full"};
+    std::vector<int> budget;
     int reps = 5;
-    int chunk = 512;
-    std::string kv_type = "f16";
+    std::string output = "md";
+    bool bandwidth = true;
+    double bandwidth_gib = 0.25;
 };
+
+// Splits a comma list of integers (CLI11 gives us the raw strings so that "1,2" works).
+std::vector<int> parse_int_list(const std::string& s, const char* flag, int min_value) {
+    std::vector<int> out;
+    std::stringstream ss(s);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        if (item.empty()) fail("{}: empty item in the list '{}'", flag, s);
+        size_t used = 0;
+        long v = 0;
+        try {
+            v = std::stol(item, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (used != item.size()) fail("{}: '{}' is not an integer", flag, item);
+        if (v < min_value || v > 1'000'000'000) fail("{}: {} is out of range (minimum {})", flag, v, min_value);
+        out.push_back(static_cast<int>(v));
+    }
+    if (out.empty()) fail("{}: empty list", flag);
+    return out;
+}
+
+std::vector<std::string> parse_string_list(const std::string& s, const char* flag) {
+    std::vector<std::string> out;
+    std::stringstream ss(s);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        if (item.empty()) fail("{}: empty item in the list '{}'", flag, s);
+        out.push_back(item);
+    }
+    if (out.empty()) fail("{}: empty list", flag);
+    return out;
+}
+
+// Policies are comma-separated, but a policy's own options are too ("kvec:budget=256,gamma=0.5"):
+// an item with '=' and no ':' continues the previous policy's options.
+std::vector<std::string> parse_policy_list(const std::string& s) {
+    std::vector<std::string> out;
+    for (const std::string& item : parse_string_list(s, "--policy")) {
+        const bool continues = item.find('=') != std::string::npos && item.find(':') == std::string::npos;
+        if (continues && !out.empty()) {
+            out.back() += "," + item;
+        } else {
+            out.push_back(item);
+        }
+    }
+    return out;
+}
+
+std::string policy_name(const std::string& spec) { return spec.substr(0, spec.find(':')); }
+
+bool spec_has_option(const std::string& spec, const std::string& key) {
+    const size_t colon = spec.find(':');
+    if (colon == std::string::npos) return false;
+    std::stringstream ss(spec.substr(colon + 1));
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        if (item.rfind(key + "=", 0) == 0) return true;
+    }
+    return false;
+}
+
+// The spec with the budget added (unless the spec names one or the policy has no budget).
+std::string with_budget(const std::string& spec, int budget) {
+    if (budget <= 0 || policy_name(spec) == "full" || spec_has_option(spec, "budget")) return spec;
+    return spec + (spec.find(':') == std::string::npos ? ":" : ",") + fmt::format("budget={}", budget);
+}
 
 struct BenchTest {
     enum class Kind { Prompt, Generation } kind;
@@ -43,21 +136,40 @@ struct BenchTest {
     }
 };
 
-struct BenchResult {
-    BenchTest test;
-    std::vector<double> tokens_per_second;  // one per repetition
+struct Stats {
+    std::vector<double> v;
     double mean() const {
         double s = 0;
-        for (double x : tokens_per_second) s += x;
-        return s / static_cast<double>(tokens_per_second.size());
+        for (double x : v) s += x;
+        return v.empty() ? 0.0 : s / static_cast<double>(v.size());
     }
     double stddev() const {
-        if (tokens_per_second.size() < 2) return 0.0;
+        if (v.size() < 2) return 0.0;
         const double m = mean();
         double s = 0;
-        for (double x : tokens_per_second) s += (x - m) * (x - m);
-        return std::sqrt(s / static_cast<double>(tokens_per_second.size() - 1));
+        for (double x : v) s += (x - m) * (x - m);
+        return std::sqrt(s / static_cast<double>(v.size() - 1));
     }
+};
+
+struct BenchResult {
+    std::string model, model_type;
+    size_t model_bytes = 0;
+    int64_t model_params = 0;
+    int threads = 0, chunk = 0;
+    std::string kv_type, policy;  // policy: the full spec
+    BenchTest test{};
+    Stats tokens_per_second;      // one per repetition
+    Stats seconds;                // timed section per repetition
+    Stats evict_share;            // eviction time / timed section
+    Stats depth_seconds;          // untimed depth prefill (incl. its eviction)
+    Stats depth_evict_seconds;    // eviction work of the depth prefill
+    size_t kv_bytes = 0;          // allocated KV bytes after the test (last repetition)
+    size_t kv_peak = 0;           // peak allocated KV bytes during the repetition
+    size_t kv_entries = 0;        // entries after the depth prefill (compressed size)
+    double bytes_per_token = 0;   // tg: weights + live KV read per decode step
+    double bandwidth = 0;         // tg: streaming-read bytes/s measured around the test (best)
+    double bw_share = -1;         // tg: bytes_per_token * t/s / bandwidth
 };
 
 std::vector<int32_t> random_tokens(int n, int n_vocab, std::mt19937& rng) {
@@ -67,67 +179,287 @@ std::vector<int32_t> random_tokens(int n, int n_vocab, std::mt19937& rng) {
     return t;
 }
 
-// One repetition: fills the cache to the depth (not timed), then times the test.
-double run_once(Session& s, const BenchTest& t, std::mt19937& rng) {
-    s.reset();
-    if (t.depth > 0) s.prefill(random_tokens(t.depth, s.n_vocab(), rng));
-    if (t.kind == BenchTest::Kind::Prompt) {
-        const auto tokens = random_tokens(t.n_tokens, s.n_vocab(), rng);
-        Timer timer;
-        s.prefill(tokens);
-        return t.n_tokens / timer.seconds();
+double eviction_seconds(const EvictionStats& s) { return s.policy_seconds + s.observe_seconds + s.compact_seconds; }
+
+// Bytes of the weight matrices one decode step reads (every layer matrix and the output; the
+// embedding table contributes one row).
+double weight_bytes_per_token(const Model& m) {
+    auto bytes = [](const WeightView& w) { return static_cast<double>(w.row_bytes) * static_cast<double>(w.n_out); };
+    double b = bytes(m.weights().output) + static_cast<double>(m.weights().token_embd.row_bytes);
+    for (const LayerWeights& L : m.weights().layers) {
+        b += bytes(L.wq) + bytes(L.wk) + bytes(L.wv) + bytes(L.wo) + bytes(L.w_gate) + bytes(L.w_up) + bytes(L.w_down);
     }
-    const auto tokens = random_tokens(t.n_tokens, s.n_vocab(), rng);
-    Timer timer;
-    for (int32_t id : tokens) s.decode(id);
-    return t.n_tokens / timer.seconds();
+    return b;
 }
 
-void print_table(const Model& m, const BenchOptions& o, const std::vector<BenchResult>& results) {
-    const std::string model = fmt::format("{} {}", m.config().arch_name, m.weight_type_name());
-    fmt::print("| {:<20} | {:>10} | {:>10} | {:>7} | {:>6} | {:>14} | {:>20} |\n", "model", "size", "params", "threads",
-               "kv", "test", "t/s");
-    fmt::print("| {:-<20} | {:->10} | {:->10} | {:->7} | {:->6} | {:->14} | {:->20} |\n", "", "", "", "", "", "", "");
-    for (const BenchResult& r : results) {
-        fmt::print("| {:<20} | {:>10} | {:>10} | {:>7} | {:>6} | {:>14} | {:>20} |\n", model, format_bytes(m.n_bytes()),
-                   format_count(m.n_params()), num_threads(), o.kv_type, r.test.name(),
-                   fmt::format("{:.2f} ± {:.2f}", r.mean(), r.stddev()));
+// Streaming read bandwidth with the current thread count: the best of several passes over a
+// buffer far larger than the caches (each thread sums its own contiguous slice), bytes/second.
+class BandwidthProbe {
+public:
+    explicit BandwidthProbe(size_t bytes) : buf_(bytes / sizeof(uint64_t)) {
+        const auto n = static_cast<int64_t>(buf_.size());
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; ++i) buf_[static_cast<size_t>(i)] = static_cast<uint64_t>(i);  // map every page
     }
+    double measure(int passes) {
+        const auto n = static_cast<int64_t>(buf_.size());
+        double best = 0;
+        for (int pass = 0; pass < passes; ++pass) {
+            Timer t;
+            uint64_t total = 0;
+#pragma omp parallel reduction(+ : total)
+            {
+                const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
+                const int64_t b = n * id / nt, e = n * (id + 1) / nt;
+                total += stream_read_sum(buf_.data() + b, e - b);
+            }
+            const double s = t.seconds();
+            sink_ += total;
+            best = std::max(best, static_cast<double>(n) * sizeof(uint64_t) / s);
+        }
+        return best;
+    }
+    uint64_t sink() const { return sink_; }
+
+private:
+    std::vector<uint64_t> buf_;  // [bytes / 8]
+    uint64_t sink_ = 0;          // keeps the sums alive
+};
+
+struct RunConfig {
+    int threads, chunk;
+    std::string kv_type, policy;
+};
+
+// One test, -r repetitions. For tg tests the bandwidth is measured just before and just after
+// the repetitions (best of both): on a shared machine it changes with the load.
+void run_test(const Model& model, const RunConfig& rc, const BenchTest& t, int reps, BandwidthProbe* probe,
+              std::mt19937& rng, BenchResult& r) {
+    SessionOptions so;
+    so.n_ctx = t.depth + t.n_tokens + 1;
+    so.n_batch = rc.chunk;
+    so.kv_type = rc.kv_type == "f32" ? KvType::F32 : KvType::F16;
+    Session session(model, so);
+    std::unique_ptr<Evictor> evictor;
+    if (policy_name(rc.policy) != "full") evictor = policy::make_policy(rc.policy);
+    session.set_evictor(evictor.get());
+    // Warm-up: touches every weight page and starts the thread team.
+    session.prefill(random_tokens(std::min(16, so.n_ctx - 1), session.n_vocab(), rng));
+    session.decode(0);
+    const double weight_bytes = weight_bytes_per_token(model);
+    const bool gen = t.kind == BenchTest::Kind::Generation;
+    if (gen && probe != nullptr) r.bandwidth = probe->measure(3);
+    for (int rep = 0; rep < reps; ++rep) {
+        session.reset();
+        if (t.depth > 0) {
+            Timer dt;
+            session.prefill(random_tokens(t.depth, session.n_vocab(), rng));
+            r.depth_seconds.v.push_back(dt.seconds());
+            r.depth_evict_seconds.v.push_back(eviction_seconds(session.eviction_stats()));
+            r.kv_entries = session.kv_cache().total_entries();
+        }
+        const double evict_before = eviction_seconds(session.eviction_stats());
+        const size_t kv_used_before = session.kv_cache().used_bytes();
+        const auto tokens = random_tokens(t.n_tokens, session.n_vocab(), rng);
+        Timer timer;
+        if (t.kind == BenchTest::Kind::Prompt) {
+            session.prefill(tokens);
+        } else {
+            for (int32_t id : tokens) session.decode(id);
+        }
+        const double s = timer.seconds();
+        r.seconds.v.push_back(s);
+        r.tokens_per_second.v.push_back(t.n_tokens / s);
+        r.evict_share.v.push_back((eviction_seconds(session.eviction_stats()) - evict_before) / s);
+        r.kv_bytes = session.kv_cache().bytes();
+        r.kv_peak = session.kv_cache().peak_bytes();
+        if (t.kind == BenchTest::Kind::Generation) {
+            // Live KV bytes grow by one entry per head and layer per step: the mean over the test.
+            const double kv_mean = 0.5 * static_cast<double>(kv_used_before + session.kv_cache().used_bytes());
+            r.bytes_per_token = weight_bytes + kv_mean;
+        }
+    }
+    if (gen && probe != nullptr) {
+        r.bandwidth = std::max(r.bandwidth, probe->measure(3));
+        r.bw_share = r.bytes_per_token * r.tokens_per_second.mean() / r.bandwidth;
+    }
+}
+
+std::string pm(const Stats& s, int digits) {
+    return fmt::format("{:.{}f} ± {:.{}f}", s.mean(), digits, s.stddev(), digits);
+}
+
+std::string budget_column(const std::string& spec) {
+    if (policy_name(spec) == "full") return "-";
+    const size_t p = spec.find("budget=");
+    if (p == std::string::npos) return "default";
+    return spec.substr(p + 7, spec.find(',', p) == std::string::npos ? std::string::npos : spec.find(',', p) - p - 7);
+}
+
+void print_markdown(const std::vector<BenchResult>& rs) {
+    fmt::print("| model | size | params | threads | kv | chunk | policy | budget | test | t/s | KV bytes | KV peak | "
+               "evict % | GB/s | bw % |\n");
+    fmt::print("| --- | ---: | ---: | ---: | --- | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    for (const BenchResult& r : rs) {
+        fmt::print("| {} {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", r.model, r.model_type,
+                   format_bytes(r.model_bytes), format_count(r.model_params), r.threads, r.kv_type, r.chunk,
+                   r.policy, budget_column(r.policy), r.test.name(), pm(r.tokens_per_second, 2),
+                   format_bytes(r.kv_bytes), format_bytes(r.kv_peak),
+                   fmt::format("{:.1f}", 100.0 * r.evict_share.mean()),
+                   r.bandwidth > 0 ? fmt::format("{:.1f}", r.bandwidth / 1e9) : std::string("-"),
+                   r.bw_share >= 0 ? fmt::format("{:.0f}", 100.0 * r.bw_share) : std::string("-"));
+    }
+}
+
+std::string csv_field(const std::string& s) {
+    if (s.find_first_of(",\"\n") == std::string::npos) return s;
+    std::string out = "\"";
+    for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+    return out + "\"";
+}
+
+void print_csv(const std::vector<BenchResult>& rs) {
+    fmt::print("model,type,model_bytes,params,threads,kv_type,chunk,policy,test,kind,n_tokens,depth,reps,tps_mean,"
+               "tps_stddev,seconds_mean,kv_bytes,kv_peak_bytes,kv_entries,evict_share,depth_prefill_seconds,"
+               "depth_evict_seconds,bytes_per_token,bandwidth_bytes_per_second,bandwidth_share\n");
+    for (const BenchResult& r : rs) {
+        fmt::print("{},{},{},{},{},{},{},{},{},{},{},{},{},{:.4f},{:.4f},{:.6f},{},{},{},{:.5f},{:.4f},{:.4f},{:.0f},{:.0f},{:.4f}\n",
+                   csv_field(r.model), r.model_type, r.model_bytes, r.model_params, r.threads, r.kv_type, r.chunk,
+                   csv_field(r.policy), r.test.name(), r.test.kind == BenchTest::Kind::Prompt ? "pp" : "tg",
+                   r.test.n_tokens, r.test.depth, r.tokens_per_second.v.size(), r.tokens_per_second.mean(),
+                   r.tokens_per_second.stddev(), r.seconds.mean(), r.kv_bytes, r.kv_peak, r.kv_entries,
+                   r.evict_share.mean(), r.depth_seconds.mean(), r.depth_evict_seconds.mean(), r.bytes_per_token,
+                   r.bandwidth, r.bw_share);
+    }
+}
+
+std::string json_string(const std::string& s) {
+    std::string out = "\"";
+    for (char c : s) {
+        if (c == '"' || c == '\\') {
+            out += '\\';
+            out += c;
+        } else if (static_cast<unsigned char>(c) < 0x20) {
+            out += fmt::format("\\u{:04x}", static_cast<int>(c));
+        } else {
+            out += c;
+        }
+    }
+    return out + "\"";
+}
+
+std::string json_array(const std::vector<double>& v) {
+    std::string s = "[";
+    for (size_t i = 0; i < v.size(); ++i) s += fmt::format("{}{:.6g}", i ? ", " : "", v[i]);
+    return s + "]";
+}
+
+void print_json(const std::vector<BenchResult>& rs, double bandwidth, const std::string& backend) {
+    fmt::print("{{\n  \"backend\": {},\n  \"bandwidth_bytes_per_second\": {:.6g},\n  \"results\": [\n",
+               json_string(backend), bandwidth);
+    for (size_t i = 0; i < rs.size(); ++i) {
+        const BenchResult& r = rs[i];
+        fmt::print("    {{\"model\": {}, \"type\": {}, \"model_bytes\": {}, \"params\": {}, \"threads\": {}, "
+                   "\"kv_type\": {}, \"chunk\": {}, \"policy\": {}, \"test\": {}, \"n_tokens\": {}, \"depth\": {}, "
+                   "\"tokens_per_second\": {}, \"tps_mean\": {:.4f}, \"tps_stddev\": {:.4f}, \"seconds\": {}, "
+                   "\"kv_bytes\": {}, \"kv_peak_bytes\": {}, \"kv_entries\": {}, \"evict_share\": {:.5f}, "
+                   "\"depth_prefill_seconds\": {:.4f}, \"depth_evict_seconds\": {:.4f}, \"bytes_per_token\": {:.0f}, "
+                   "\"bandwidth_bytes_per_second\": {:.0f}, \"bandwidth_share\": {:.4f}}}{}\n",
+                   json_string(r.model), json_string(r.model_type), r.model_bytes, r.model_params, r.threads,
+                   json_string(r.kv_type), r.chunk, json_string(r.policy), json_string(r.test.name()), r.test.n_tokens,
+                   r.test.depth, json_array(r.tokens_per_second.v), r.tokens_per_second.mean(),
+                   r.tokens_per_second.stddev(), json_array(r.seconds.v), r.kv_bytes, r.kv_peak, r.kv_entries,
+                   r.evict_share.mean(), r.depth_seconds.mean(), r.depth_evict_seconds.mean(), r.bytes_per_token,
+                   r.bandwidth, r.bw_share, i + 1 < rs.size() ? "," : "");
+    }
+    fmt::print("  ]\n}}\n");
 }
 
 int bench(const BenchOptions& o) {
-    check_readable_file(o.model, "model file");
-    if (o.n_prompt < 0 || o.n_gen < 0 || o.depth < 0) fail("-p, -n and -d must not be negative");
-    if (o.n_prompt == 0 && o.n_gen == 0) fail("nothing to measure: -p and -n are both 0");
+    if (o.models.empty()) fail("no model given (-m)");
+    for (const std::string& m : o.models) check_readable_file(m, "model file");
     if (o.reps <= 0) fail("-r must be positive, got {}", o.reps);
-    if (o.chunk <= 0) fail("--chunk must be positive, got {}", o.chunk);
-    set_num_threads(o.threads);
-    auto model = Model::load(o.model);
-    SessionOptions so;
-    so.n_ctx = o.depth + std::max(o.n_prompt, o.n_gen) + 1;
-    so.n_batch = o.chunk;
-    so.kv_type = o.kv_type == "f32" ? KvType::F32 : KvType::F16;
-    Session session(*model, so);
+    if (std::all_of(o.n_prompt.begin(), o.n_prompt.end(), [](int v) { return v == 0; }) &&
+        std::all_of(o.n_gen.begin(), o.n_gen.end(), [](int v) { return v == 0; })) {
+        fail("nothing to measure: -p and -n are all 0");
+    }
+    for (const std::string& k : o.kv_type) {
+        if (k != "f16" && k != "f32") fail("--kv-type: '{}' is not f16 or f32", k);
+    }
+    if (o.output != "md" && o.output != "csv" && o.output != "json") fail("-o: '{}' is not md, csv or json", o.output);
+    if (!(o.bandwidth_gib >= 0.01 && o.bandwidth_gib <= 64)) fail("--bandwidth-gib must be in [0.01, 64]");
+    // Policy specs (with budgets), validated before any model is loaded.
+    std::vector<std::string> specs;
+    for (const std::string& p : o.policy) {
+        if (policy_name(p) == "full" || o.budget.empty()) {
+            specs.push_back(p);
+        } else {
+            for (int b : o.budget) specs.push_back(with_budget(p, b));
+        }
+    }
+    for (const std::string& s : specs) {
+        if (policy_name(s) != "full") (void)policy::make_policy(s);
+    }
 
     std::vector<BenchTest> tests;
-    if (o.n_prompt > 0) tests.push_back({BenchTest::Kind::Prompt, o.n_prompt, o.depth});
-    if (o.n_gen > 0) tests.push_back({BenchTest::Kind::Generation, o.n_gen, o.depth});
-
-    fmt::print(stderr, "model: {} ({})\nmatmul: {}, threads: {}, repetitions: {}\n", o.model, model->summary(),
-               matmul_backend_description(), num_threads(), o.reps);
-    std::mt19937 rng(1234);
-    // Warm-up: touches every weight page and starts the thread team.
-    session.reset();
-    session.prefill(random_tokens(std::min(16, so.n_ctx - 1), session.n_vocab(), rng));
-    session.decode(0);
+    for (int d : o.depth) {
+        for (int p : o.n_prompt) {
+            if (p > 0) tests.push_back({BenchTest::Kind::Prompt, p, d});
+        }
+        for (int n : o.n_gen) {
+            if (n > 0) tests.push_back({BenchTest::Kind::Generation, n, d});
+        }
+    }
 
     std::vector<BenchResult> results;
-    for (const BenchTest& t : tests) {
-        BenchResult r{t, {}};
-        for (int i = 0; i < o.reps; ++i) r.tokens_per_second.push_back(run_once(session, t, rng));
-        results.push_back(r);
+    double last_bandwidth = 0;
+    for (const std::string& path : o.models) {
+        auto model = Model::load(path);
+        for (int threads : o.threads) {
+            set_num_threads(threads);
+            std::unique_ptr<BandwidthProbe> probe;
+            double bandwidth = 0;
+            if (o.bandwidth) {
+                probe = std::make_unique<BandwidthProbe>(static_cast<size_t>(o.bandwidth_gib * (1ull << 30)));
+                bandwidth = probe->measure(5);
+                last_bandwidth = std::max(last_bandwidth, bandwidth);
+            }
+            fmt::print(stderr, "model: {} ({})\nmatmul: {} (precision: {})\nthreads: {}, repetitions: {}{}\n", path,
+                       model->summary(), matmul_backend_description(),
+                       matmul_precision() == MatmulPrecision::Fast ? "fast" : "exact", num_threads(), o.reps,
+                       o.bandwidth ? fmt::format(", streaming read bandwidth: {:.1f} GB/s", bandwidth / 1e9) : "");
+            std::mt19937 rng(1234);
+            for (int chunk : o.chunk) {
+                for (const std::string& kv : o.kv_type) {
+                    for (const std::string& spec : specs) {
+                        for (const BenchTest& t : tests) {
+                            BenchResult r;
+                            r.model = model->config().arch_name;
+                            r.model_type = model->weight_type_name();
+                            r.model_bytes = model->n_bytes();
+                            r.model_params = model->n_params();
+                            r.threads = num_threads();
+                            r.chunk = chunk;
+                            r.kv_type = kv;
+                            r.policy = spec;
+                            r.test = t;
+                            run_test(*model, {threads, chunk, kv, spec}, t, o.reps, probe.get(), rng, r);
+                            fmt::print(stderr, "  {} {} t={} {}: {:.2f} t/s\n", r.model_type, spec, r.threads,
+                                       t.name(), r.tokens_per_second.mean());
+                            results.push_back(std::move(r));
+                        }
+                    }
+                }
+            }
+        }
     }
-    print_table(*model, o, results);
+    if (o.output == "csv") {
+        print_csv(results);
+    } else if (o.output == "json") {
+        print_json(results, last_bandwidth, matmul_backend_description());
+    } else {
+        print_markdown(results);
+    }
     return 0;
 }
 
@@ -135,18 +467,45 @@ int bench(const BenchOptions& o) {
 
 void add_bench_command(CLI::App& app, Action& action) {
     auto o = std::make_shared<BenchOptions>();
-    CLI::App* cmd = app.add_subcommand("bench", "measure prompt-processing and generation speed (like llama-bench)");
-    cmd->add_option("-m,--model", o->model, "model file (GGUF)")->required();
-    cmd->add_option("-p,--n-prompt", o->n_prompt, "prompt tokens per pp test; 0 = skip")->capture_default_str();
-    cmd->add_option("-n,--n-gen", o->n_gen, "generated tokens per tg test; 0 = skip")->capture_default_str();
-    cmd->add_option("-d,--depth", o->depth, "tokens already in the KV cache before each test")->capture_default_str();
-    cmd->add_option("-t,--threads", o->threads, "threads (default: all hardware threads)");
-    cmd->add_option("-r,--repetitions", o->reps, "repetitions of each test")->capture_default_str();
-    cmd->add_option("-b,--chunk,--batch-size", o->chunk, "prefill chunk size")->capture_default_str();
-    cmd->add_option("--kv-type,--cache-type", o->kv_type, "KV-cache element type")
-        ->check(CLI::IsMember({"f16", "f32"}))
+    // Raw comma lists, parsed in the callback.
+    struct Raw {
+        std::string models, p = "512", n = "128", d = "0", t = "0", b = "512", kv = "f16", policy = "full", budget;
+    };
+    auto raw = std::make_shared<Raw>();
+    CLI::App* cmd = app.add_subcommand(
+        "bench", "measure prompt-processing and generation speed (like llama-bench); every list flag takes a comma list");
+    cmd->add_option("-m,--model", raw->models, "model file(s) (GGUF), comma-separated")->required();
+    cmd->add_option("-p,--n-prompt", raw->p, "prompt tokens per pp test; 0 = skip")->capture_default_str();
+    cmd->add_option("-n,--n-gen", raw->n, "generated tokens per tg test; 0 = skip")->capture_default_str();
+    cmd->add_option("-d,--depth", raw->d, "tokens already in the KV cache before each test")->capture_default_str();
+    cmd->add_option("-t,--threads", raw->t, "threads (0: all hardware threads)")->capture_default_str();
+    cmd->add_option("-b,--chunk,--batch-size", raw->b, "prefill chunk size")->capture_default_str();
+    cmd->add_option("--kv-type,--cache-type", raw->kv, "KV-cache element type: f16, f32")->capture_default_str();
+    cmd->add_option("--policy", raw->policy,
+                    "eviction policies, e.g. full,kvec or kvec:chunked=true (a policy's own options follow it)")
         ->capture_default_str();
-    cmd->callback([o, &action] { action = [o] { return bench(*o); }; });
+    cmd->add_option("--budget", raw->budget, "KV budgets (entries per head) for the policies other than full");
+    cmd->add_option("-r,--repetitions", o->reps, "repetitions of each test")->capture_default_str();
+    cmd->add_option("-o,--output", o->output, "output format: md, csv, json")->capture_default_str();
+    cmd->add_flag("--bandwidth,!--no-bandwidth", o->bandwidth,
+                  "measure the streaming-read bandwidth and report tg speed as a share of it (default on)");
+    cmd->add_option("--bandwidth-gib", o->bandwidth_gib, "buffer size of the bandwidth measurement (GiB)")
+        ->capture_default_str();
+    cmd->callback([o, raw, &action] {
+        // Parsed when the action runs, so that a bad list is reported as "error: ..." by main().
+        action = [o, raw] {
+            o->models = parse_string_list(raw->models, "-m");
+            o->n_prompt = parse_int_list(raw->p, "-p", 0);
+            o->n_gen = parse_int_list(raw->n, "-n", 0);
+            o->depth = parse_int_list(raw->d, "-d", 0);
+            o->threads = parse_int_list(raw->t, "-t", 0);
+            o->chunk = parse_int_list(raw->b, "-b", 1);
+            o->kv_type = parse_string_list(raw->kv, "--kv-type");
+            o->policy = parse_policy_list(raw->policy);
+            o->budget = raw->budget.empty() ? std::vector<int>{} : parse_int_list(raw->budget, "--budget", 1);
+            return bench(*o);
+        };
+    });
 }
 
 }  // namespace kvec::tools

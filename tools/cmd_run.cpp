@@ -1,6 +1,9 @@
-// kvec run: generate text from a prompt, streaming it, then print speed and KV-cache figures.
+// kvec run: generate text from a prompt, streaming it, then print speed and KV-cache figures;
+// with --policy, the KV cache is held to a budget by an eviction policy and the run also prints
+// the memory before and after eviction, the peak, the coverage diagnostics and the policy's time.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -11,6 +14,9 @@
 #include "engine/generator.h"
 #include "model/model.h"
 #include "model/session.h"
+#include "policy/coverage_probe.h"
+#include "policy/policy.h"
+#include "policy/registry.h"
 #include "tensor/matmul.h"
 #include "util/error.h"
 
@@ -34,11 +40,84 @@ struct RunOptions {
     float repeat_penalty = 1.0f;
     int repeat_last_n = 64;
     int64_t seed = -1;
-    int chunk = 512;
+    int batch = 512;    // -b/--batch-size: tokens per forward step
+    int chunk = 0;      // --chunk: > 0: chunked prefill (with a policy: evict after every chunk)
+    bool batch_given = false;
+    bool chunk_given = false;
     std::string kv_type = "f16";
     std::vector<std::string> stop;
     bool echo = false;
+    // Eviction.
+    std::string policy;          // "name[:key=value,...]"; empty: no eviction
+    int64_t budget = 0;          // --budget B (0: not given)
+    double ratio = 0.0;          // --ratio R (0: not given)
+    bool budget_given = false;
+    bool ratio_given = false;
+    int decode_evict = 0;        // --decode-evict[=K]: > 0: keep the budget while decoding
+    int coverage_window = 32;    // w of the coverage diagnostics' prefix
 };
+
+// The policy string of the run: --policy with --budget / --ratio / --chunk / --decode-evict
+// folded in as options (each may be given once, either way).
+std::string policy_spec(const RunOptions& o) {
+    const bool any_flag = o.budget_given || o.ratio_given || o.decode_evict > 0;
+    if (o.policy.empty()) {
+        if (any_flag) fail("--budget, --ratio and --decode-evict need an eviction policy (--policy NAME)");
+        return "";
+    }
+    policy::PolicySpec spec = policy::parse_policy_spec(o.policy);
+    const policy::PolicyEntry& entry = policy::find_policy(spec.name);
+    auto has = [&](const char* key) {
+        return std::any_of(entry.options.begin(), entry.options.end(),
+                           [&](const policy::OptionSpec& os) { return os.name == key; });
+    };
+    auto set = [&](const char* key, const std::string& value, const char* flag) {
+        if (!has(key)) fail("{} does not apply to policy {} (it has no option '{}')", flag, entry.name, key);
+        if (spec.options.count(key) != 0) {
+            fail("{} given twice: in --policy ({}={}) and as {}", key, key, spec.options.at(key), flag);
+        }
+        spec.options[key] = value;
+    };
+    if (o.budget_given && o.ratio_given) fail("give either --budget or --ratio, not both");
+    if (o.budget_given) set("budget", std::to_string(o.budget), "--budget");
+    if (o.ratio_given) set("ratio", fmt::format("{}", o.ratio), "--ratio");
+    if (o.decode_evict > 0) set("decode", std::to_string(o.decode_evict), "--decode-evict");
+    if (o.chunk_given && has("chunked")) set("chunked", "true", "--chunk");
+    std::string text = spec.name;
+    char sep = ':';
+    for (const auto& [key, value] : spec.options) {
+        text += sep + key + "=" + value;
+        sep = ',';
+    }
+    return text;
+}
+
+std::string join_values(const std::vector<policy::LayerCoverage>& layers, bool redundancy) {
+    std::string s;
+    for (const auto& l : layers) s += fmt::format("{}{:.3f}", s.empty() ? "" : " ", redundancy ? l.redundancy : l.c_head);
+    return s;
+}
+
+void print_coverage(const policy::CoverageReport& r, int n_layer) {
+    if (static_cast<int>(r.positions.size()) != n_layer) {
+        fmt::print(stderr, "coverage:   not measured (no prompt round)\n");
+        return;
+    }
+    fmt::print(stderr, "coverage:   prefix = positions [0, N - w) with w = {}: {} positions, {} distinct tokens\n",
+               r.window, r.universe_positions, r.universe_tokens);
+    if (r.universe_positions == 0) {
+        fmt::print(stderr, "            (the prompt is not longer than w: nothing to measure)\n");
+        return;
+    }
+    for (bool tokens : {false, true}) {
+        const auto& layers = tokens ? r.tokens : r.positions;
+        const char* unit = tokens ? "tokens   " : "positions";
+        fmt::print(stderr, "  {}  cross-layer C_layer {:.3f}; cross-head C_head mean {:.3f}, per layer: {}\n", unit,
+                   tokens ? r.c_layer_tokens : r.c_layer_positions, r.mean_c_head(tokens), join_values(layers, false));
+        fmt::print(stderr, "  {}  redundancy R mean {:.3f}, per layer: {}\n", unit, r.mean_redundancy(tokens),
+                   join_values(layers, true));
+    }
+}
 
 std::string read_text_file(const std::string& path) {
     check_readable_file(path, "prompt file");
@@ -49,22 +128,78 @@ std::string read_text_file(const std::string& path) {
     return ss.str();
 }
 
+// Memory before / after eviction, peak (and its bound in chunked mode), coverage, policy time.
+void print_eviction_report(const Session& session, const Evictor& evictor, const policy::CoverageProbe& probe,
+                           const GenerationStats& s) {
+    const ModelConfig& c = session.model().config();
+    const KvCache& kv = session.kv_cache();
+    const size_t entry = kv.entry_bytes();
+    const int64_t heads = int64_t{c.n_layer} * c.n_head_kv;
+    const int64_t full_entries = heads * s.n_prompt;  // the prompt uncompressed
+    const auto full_bytes = static_cast<size_t>(full_entries) * entry;
+    fmt::print(stderr, "eviction:   before {} ({} bytes, {} entries: the prompt uncompressed)\n", format_bytes(full_bytes),
+               full_bytes, full_entries);
+    const double kept = full_bytes > 0 ? 100.0 * static_cast<double>(s.kv_prompt_bytes) / static_cast<double>(full_bytes) : 0.0;
+    fmt::print(stderr, "            after  {} ({} bytes, {} entries, {:.1f}% of before) after the prompt\n",
+               format_bytes(s.kv_prompt_bytes), s.kv_prompt_bytes, s.kv_prompt_entries, kept);
+    fmt::print(stderr, "            at the end {} ({} bytes, {} entries), peak {} ({} bytes)\n", format_bytes(s.kv_bytes),
+               s.kv_bytes, s.kv_entries, format_bytes(s.kv_peak_bytes), s.kv_peak_bytes);
+    if (const auto* frame = dynamic_cast<const policy::FramePolicy*>(&evictor)) {
+        const int64_t budget = frame->budget_for_prompt(s.n_prompt);
+        const int64_t target = heads * std::min<int64_t>(budget, s.n_prompt);
+        fmt::print(stderr, "            budget B = {} per KV head and layer: {} entries after the prompt ({})\n", budget,
+                   target, s.kv_prompt_entries == target ? "met exactly" : fmt::format("kept {}", s.kv_prompt_entries));
+        if (frame->frame().chunked) {
+            const int64_t chunk = session.options().n_batch;
+            const auto bound = static_cast<size_t>(heads * (budget + chunk)) * entry;
+            fmt::print(stderr, "            prompt peak {} ({} bytes); bound budget + chunk = {} x (B {} + C {}) entries = {} ({} bytes): {}\n",
+                       format_bytes(s.kv_prompt_peak_bytes), s.kv_prompt_peak_bytes, heads, budget, chunk,
+                       format_bytes(bound), bound, s.kv_prompt_peak_bytes <= bound ? "within" : "EXCEEDED");
+        }
+    }
+    const EvictionStats& e = session.eviction_stats();
+    const double policy_s = e.policy_seconds + e.observe_seconds;
+    fmt::print(stderr, "            {} policy calls, {} compressions, {} entries evicted{}\n", e.calls, e.compressions,
+               e.evicted, e.repositioned > 0 ? fmt::format(", {} re-rotations", e.repositioned) : "");
+    fmt::print(stderr, "            policy time {:.4f} s (scoring + selection; {:.2f}% of the prompt time), compaction {:.4f} s\n",
+               policy_s, s.prompt_seconds > 0 ? 100.0 * policy_s / s.prompt_seconds : 0.0, e.compact_seconds);
+    print_coverage(probe.report(), c.n_layer);
+}
+
 int run(const RunOptions& o) {
     if (o.prompt.empty() == o.file.empty()) fail("give the prompt with exactly one of -p/--prompt or -f/--file");
     const std::string prompt = o.file.empty() ? o.prompt : read_text_file(o.file);
     check_readable_file(o.model, "model file");
-    if (o.chunk <= 0) fail("--chunk must be positive, got {}", o.chunk);
+    if (o.batch_given && o.batch <= 0) fail("--batch-size must be positive, got {}", o.batch);
+    if (o.chunk_given && o.chunk <= 0) fail("--chunk must be positive, got {}", o.chunk);
+    if (o.chunk_given && o.batch_given) {
+        fail("--chunk and -b/--batch-size both set the prefill chunk size: give one (--chunk also makes "
+             "the policy evict after every chunk)");
+    }
     if (o.ctx < 0) fail("--ctx-size must be positive, got {}", o.ctx);
+    if (o.coverage_window < 0) fail("--coverage-window must be >= 0, got {}", o.coverage_window);
     const KvType kv_type = o.kv_type == "f32" ? KvType::F32 : KvType::F16;
+    const std::string spec = policy_spec(o);
+    std::unique_ptr<Evictor> evictor;
+    std::string canonical;
+    if (!spec.empty()) {
+        canonical = policy::policy_options(spec).canonical();
+        evictor = policy::make_policy(spec);
+    }
 
     set_num_threads(o.threads);
     auto model = Model::load(o.model);
     const Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
     SessionOptions so;
     so.n_ctx = o.ctx;
-    so.n_batch = o.chunk;
+    so.n_batch = o.chunk_given ? o.chunk : o.batch;
     so.kv_type = kv_type;
     Session session(*model, so);
+    std::unique_ptr<policy::CoverageProbe> probe;
+    if (evictor) {
+        probe = std::make_unique<policy::CoverageProbe>(*evictor, o.coverage_window);
+        session.set_evictor(probe.get());
+    }
     Generator generator(session, tokenizer);
 
     GenerateOptions g;
@@ -86,6 +221,16 @@ int run(const RunOptions& o) {
     fmt::print(stderr, "threads: {}, context: {}, chunk: {}, kv cache: {}, matmul: {}, seed: {}\n",
                num_threads(), session.n_ctx(), session.options().n_batch, kv_type_name(kv_type),
                matmul_backend_description(), g.sampling.seed);
+    if (evictor) {
+        const auto* frame = dynamic_cast<const policy::FramePolicy*>(evictor.get());
+        const bool decode = frame != nullptr && frame->frame().decode_interval > 0;
+        const bool every_chunk = frame != nullptr && frame->frame().chunked;
+        fmt::print(stderr, "policy: {} (evicts {}{})\n", canonical,
+                   frame == nullptr ? "nothing"
+                   : every_chunk    ? fmt::format("after every prefill chunk of {} tokens", session.options().n_batch)
+                                    : std::string("once after the prompt"),
+                   decode ? fmt::format(", and every {} decode step(s)", frame->frame().decode_interval) : "");
+    }
     if (o.echo) {
         fmt::print("{}", prompt);
         std::fflush(stdout);
@@ -105,6 +250,7 @@ int run(const RunOptions& o) {
                s.n_decoded, s.decode_seconds, s.decode_tokens_per_second());
     fmt::print(stderr, "kv cache:   {} ({} bytes, {} entries), peak {} ({} bytes)\n", format_bytes(s.kv_bytes),
                s.kv_bytes, s.kv_entries, format_bytes(s.kv_peak_bytes), s.kv_peak_bytes);
+    if (evictor) print_eviction_report(session, *evictor, *probe, s);
     fmt::print(stderr, "stopped:    {}\n", stop_reason_name(s.stop_reason));
     return 0;
 }
@@ -131,14 +277,32 @@ void add_run_command(CLI::App& app, Action& action) {
     cmd->add_option("--repeat-last-n", o->repeat_last_n, "tokens the repeat penalty looks back; -1 = all")
         ->capture_default_str();
     cmd->add_option("-s,--seed", o->seed, "random seed; -1 = random")->capture_default_str();
-    cmd->add_option("-b,--chunk,--batch-size", o->chunk, "prefill chunk size (tokens per forward step)")
+    cmd->add_option("-b,--batch-size", o->batch, "prefill chunk size (tokens per forward step); eviction once after the prompt")
+        ->capture_default_str();
+    cmd->add_option("--chunk", o->chunk,
+                    "chunked prefill: C tokens per forward step, and the policy evicts after every chunk "
+                    "(peak KV memory about budget + chunk)");
+    cmd->add_option("--policy", o->policy,
+                    "eviction policy NAME[:opt=val,...] (see `kvec policies`); default: none (full cache)");
+    cmd->add_option("--budget", o->budget, "KV entries kept per KV head and layer (the policy's budget option)");
+    cmd->add_option("--ratio", o->ratio, "budget as a fraction of the prompt length (the policy's ratio option)");
+    cmd->add_flag("--decode-evict{1}", o->decode_evict,
+                  "keep the budget while decoding, re-selecting every K steps (--decode-evict=K; default 1)");
+    cmd->add_option("--coverage-window", o->coverage_window,
+                    "w of the coverage diagnostics (prefix = positions [0, N - w)), the same for every policy")
         ->capture_default_str();
     cmd->add_option("--kv-type,--cache-type", o->kv_type, "KV-cache element type")
         ->check(CLI::IsMember({"f16", "f32"}))
         ->capture_default_str();
     cmd->add_option("--stop,-r,--reverse-prompt", o->stop, "stop when this text appears (repeatable)");
     cmd->add_flag("--echo", o->echo, "print the prompt before the generated text");
-    cmd->callback([o, &action] { action = [o] { return run(*o); }; });
+    cmd->callback([o, cmd, &action] {
+        o->batch_given = cmd->count("--batch-size") > 0;
+        o->chunk_given = cmd->count("--chunk") > 0;
+        o->budget_given = cmd->count("--budget") > 0;
+        o->ratio_given = cmd->count("--ratio") > 0;
+        action = [o] { return run(*o); };
+    });
 }
 
 }  // namespace kvec::tools

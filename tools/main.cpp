@@ -40,6 +40,9 @@ int main(int argc, char** argv) {
     kvec::tools::add_quantize_command(app, action);
     kvec::tools::add_info_command(app, action);
     kvec::tools::add_synth_command(app, action);
+    kvec::tools::add_eval_command(app, action);
+    kvec::tools::add_perplexity_command(app, action);
+    kvec::tools::add_policies_command(app, action);
 
     try {
         app.parse(argc, argv);

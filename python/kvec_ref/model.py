@@ -322,6 +322,18 @@ class Transformer(nn.Module):
                 stats: Optional[Sequence[AttnStats]] = None) -> torch.Tensor:
         """tokens [B, T] (or [T]) -> logits [B, T, n_vocab] (float32, or float64 for a double model).
 
+        Same arguments as `hidden`; the logits are output(hidden(...)).
+        """
+        x = self.hidden(tokens, positions, kv_visible, cache, stats)  # [B, T, n_embd]
+        logits = F.linear(x, self.output_weight())  # [B, T, n_vocab]
+        return logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+
+    def hidden(self, tokens: torch.Tensor, positions: Optional[torch.Tensor] = None,
+               kv_visible=None, cache: Optional[KVCache] = None,
+               stats: Optional[Sequence[AttnStats]] = None) -> torch.Tensor:
+        """tokens [B, T] (or [T]) -> final hidden states [B, T, n_embd] after output_norm, i.e. the
+        input of the output projection (training computes logits only where the loss needs them).
+
         positions: RoPE positions [B, T] or [T]; default 0 .. T-1 (after the cache's length).
         kv_visible: eviction mask, int [n_layer, n_head_kv, T] (numpy or torch): key j of KV head
             h in layer l is visible to query i iff j <= i < kv_visible[l, h, j] (indices are
@@ -366,9 +378,7 @@ class Transformer(nn.Module):
         for l, layer in enumerate(self.layers):
             x = layer(x, cos, sin, l, None if visible is None else visible[l], cache,
                       None if stats is None else stats[l])
-        x = self.output_norm(x)
-        logits = F.linear(x, self.output_weight())  # [B, T, n_vocab]
-        return logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+        return self.output_norm(x)  # [B, T, n_embd]
 
 
 def check_kv_visible(kv_visible, config: ModelConfig, n_tokens: int) -> torch.Tensor:

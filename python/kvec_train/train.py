@@ -189,8 +189,8 @@ def make_batch(cfg: dict, prep: Prepared, step: int):
         seq = prep.synth.gen(prep.train_ctx, rng, n) if task == "synth" and prep.synth else None
         if task == "synth" and seq is None:
             task = "niah"  # no `kvec synth` instance fits (or none generated): the Python mirror
-        if seq is None and task == "niah":
-            seq = ktasks.gen_niah(prep.train_ctx, rng, n, int(st.get("max_keys", 16)))
+        if seq is None and task in ("niah", "kv"):
+            seq = ktasks.GENERATORS[task](prep.train_ctx, rng, n, int(st.get("max_keys", 16)))
         elif seq is None:
             seq = ktasks.GENERATORS[task](prep.train_ctx, rng, n)
         seq = ktasks.fit(seq, n, prep.tok.pad_id)
@@ -198,6 +198,20 @@ def make_batch(cfg: dict, prep: Prepared, step: int):
         ws.append(seq.weights[1:])
         kinds.append(task)
     return (torch.tensor(ids, dtype=torch.long), torch.tensor(ws, dtype=torch.float32), kinds)
+
+
+def weighted_loss_sparse(model, hidden: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor):
+    """weighted_loss, with logits computed only where the weight is non-zero (most positions of
+    the task sequences): hidden [B, T, n_embd], targets [B, T], weights [B, T]."""
+    mask = weights > 0  # [B, T]
+    logits = F.linear(hidden[mask], model.output_weight())  # [n_weighted, n_vocab]
+    ce = torch.zeros(targets.shape, dtype=logits.dtype)  # [B, T]
+    ce = ce.masked_scatter(mask, F.cross_entropy(logits.float(), targets[mask], reduction="none"))
+    wsum = weights.sum(dim=1)  # [B]
+    per_seq = (ce * weights).sum(dim=1) / wsum.clamp_min(1e-6)  # [B]
+    live = wsum > 0
+    loss = per_seq[live].mean() if bool(live.any()) else hidden.sum() * 0.0
+    return loss, per_seq.detach()
 
 
 def weighted_loss(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor):
@@ -288,11 +302,55 @@ def load_checkpoint(run: Path) -> Optional[dict]:
     return None
 
 
+@torch.no_grad()
+def init_previous_token_heads(model, n_kv_heads: int, pair_logit: float = 12.0, n_pairs: int = 4) -> None:
+    """Structured initialisation of layer 0: its first n_kv_heads KV heads (and their query
+    heads) attend to the previous token from step 0, so that later layers only have to learn the
+    content match of an induction head (prev-token head + match head) instead of waiting out the
+    induction plateau, which on 2 CPU cores outlasts the training budget.
+
+    How: every embedding row gets a shared direction u (with a tied output matrix this adds the
+    same amount to every logit, so it changes no prediction); the key of such a head reads u
+    into a constant vector c on the n_pairs fastest RoPE pairs, the query reads u into c turned
+    back by one position's angle, so after RoPE q_m . k_n = sum_i r_i cos((m - n - 1) theta_i),
+    largest at n = m - 1. pair_logit sets each pair's contribution to the attention logit at the
+    peak (after the 1/sqrt(head_dim) scale). Everything else keeps its random initialisation,
+    and training may reshape all of it."""
+    from kvec_ref.model import rope_inv_freq
+    c = model.config
+    if not c.tied_output:
+        raise ValueError("init_previous_token_heads needs a tied output matrix")
+    gen = torch.Generator().manual_seed(4321)
+    u = torch.randn(c.n_embd, generator=gen)
+    u /= u.norm()  # [n_embd]
+    emb = model.tok_embd.weight  # [n_vocab, n_embd]
+    a = float(emb.norm(dim=1).mean())
+    emb += a * u  # the u component is about half of every row
+    u_hat = 1.0 / math.sqrt(2.0) * math.sqrt(c.n_embd)  # u . RMSNorm(row), roughly
+    theta = rope_inv_freq(c).float()  # [rope_dim / 2]
+    mag = math.sqrt(pair_logit * math.sqrt(c.head_dim)) / u_hat  # |c| per pair / u_hat
+    attn = model.layers[0].attn
+    group = c.n_head // c.n_head_kv
+    for hk in range(n_kv_heads):
+        ck = torch.zeros(c.head_dim)  # [head_dim]
+        cq = torch.zeros(c.head_dim)
+        for i in range(n_pairs):  # NORM layout: pair i = dims (2i, 2i + 1)
+            ck[2 * i] = mag
+            cq[2 * i] = mag * math.cos(-float(theta[i]))
+            cq[2 * i + 1] = mag * math.sin(-float(theta[i]))
+        rows = slice(hk * c.head_dim, (hk + 1) * c.head_dim)
+        attn.wk.weight[rows] = torch.outer(ck, u)
+        for hq in range(hk * group, (hk + 1) * group):
+            attn.wq.weight[hq * c.head_dim:(hq + 1) * c.head_dim] = torch.outer(cq, u)
+
+
 def build_model(cfg: dict, n_vocab: int, seq_len: int):
     from kvec_ref.model import Transformer
     torch.manual_seed(int(cfg["seed"]))
     mc = model_config(cfg, n_vocab, seq_len)
     model = Transformer(mc)
+    if cfg.get("init", {}).get("previous_token_heads", 0):
+        init_previous_token_heads(model, int(cfg["init"]["previous_token_heads"]))
     return model, mc
 
 
@@ -374,8 +432,7 @@ def cmd_train(args) -> int:
         for g in opt.param_groups:
             g["lr"] = lr_at(cfg, step)
         x, w, kinds = make_batch(cfg, prep, step)
-        logits = model(x[:, :-1])
-        loss, per_seq = weighted_loss(logits, x[:, 1:], w)
+        loss, per_seq = weighted_loss_sparse(model, model.hidden(x[:, :-1]), x[:, 1:], w)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gnorm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["optim"].get("grad_clip", 1.0)))

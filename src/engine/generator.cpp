@@ -75,6 +75,9 @@ GenerationResult Generator::generate_from_tokens(const std::vector<int32_t>& pro
     Timer timer;
     std::span<const float> logits = session_.prefill(prompt);
     st.prompt_seconds = timer.seconds();
+    st.kv_prompt_bytes = session_.kv_cache().bytes();
+    st.kv_prompt_entries = session_.kv_cache().total_entries();
+    st.kv_prompt_peak_bytes = session_.kv_cache().peak_bytes();
 
     std::vector<int32_t> history = prompt;  // for the repetition penalty
     StreamDecoder decoder(tokenizer_);

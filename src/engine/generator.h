@@ -36,6 +36,9 @@ struct GenerationStats {
     int32_t n_decoded = 0;           // decode steps run
     double decode_seconds = 0;       // time in decode steps
     double sample_seconds = 0;       // time in the sampler
+    size_t kv_prompt_bytes = 0;      // cache bytes right after the prompt (after its eviction)
+    int64_t kv_prompt_entries = 0;   // entries right after the prompt
+    size_t kv_prompt_peak_bytes = 0; // largest cache allocation during the prompt
     size_t kv_bytes = 0;             // cache bytes at the end
     size_t kv_peak_bytes = 0;        // largest cache allocation during the run
     int64_t kv_entries = 0;          // entries at the end (all layers and heads)

@@ -44,4 +44,28 @@ void check_keep_lists(const LayerView& view, const KeepLists& keep) {
     }
 }
 
+void check_repositioning(const LayerView& view, const KeepLists& keep, const Repositioning& r) {
+    if (r.positions.size() != keep.size()) {
+        fail("re-positioning of layer {}: {} position lists for {} KV heads", view.layer,
+             r.positions.size(), keep.size());
+    }
+    for (size_t h = 0; h < keep.size(); ++h) {
+        const auto& p = r.positions[h];
+        if (p.size() != keep[h].size()) {
+            fail("re-positioning of layer {} head {}: {} new positions for {} kept entries",
+                 view.layer, h, p.size(), keep[h].size());
+        }
+        for (size_t i = 0; i < p.size(); ++i) {
+            if (p[i] < 0 || p[i] >= r.next_position) {
+                fail("re-positioning of layer {} head {}: position {} is outside [0, {})",
+                     view.layer, h, p[i], r.next_position);
+            }
+            if (i > 0 && p[i] <= p[i - 1]) {
+                fail("re-positioning of layer {} head {}: positions are not strictly increasing "
+                     "({} after {})", view.layer, h, p[i], p[i - 1]);
+            }
+        }
+    }
+}
+
 }  // namespace kvec

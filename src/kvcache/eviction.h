@@ -8,7 +8,9 @@
 //   3. the policy fills, per KV head, the sorted entry indices to keep, and returns true;
 //   4. the engine compacts layer l (memory is freed) and moves on to layer l + 1.
 // The layer's output was already computed in step 1, so eviction affects later tokens only.
-// Entries keep their original positions (RoPE phase); new tokens continue from the prompt length.
+// Entries keep their original positions (RoPE phase); new tokens continue from the prompt length,
+// unless the policy re-positions the kept entries (Evictor::reposition, StreamingLLM's
+// re-rotation), in which case their keys are re-rotated and new tokens continue from there.
 #pragma once
 
 #include <cstdint>
@@ -18,11 +20,22 @@
 
 namespace kvec {
 
+// Which queries form the observation window of a prefill call.
+enum class WindowScope {
+    // The last min(w, chunk length) queries of each chunk, at every chunk (chunked compression).
+    Chunk,
+    // The last w queries of the prefill call (the prompt), whatever the chunking: provided at
+    // the final chunk only (one-shot compression after the prompt). When the final chunk is
+    // shorter than w, the queries of the earlier chunks are kept by the engine (w query rows
+    // per layer) and their rows computed at the final chunk, causal by position.
+    Prompt,
+};
+
 // What the policy wants the engine to compute. Read once when the evictor is attached.
 struct ObservationRequest {
-    // w > 0: for the last min(w, chunk length) queries of a prefill chunk (or, at a decode-time
-    // call, the last w queries the layer has seen, prompt and generated), their softmax
-    // probability rows over all entries, averaged over those queries, per query head.
+    // w > 0: for the window queries (see window_scope; at a decode-time call, the last w
+    // queries the layer has seen, prompt and generated), their softmax probability rows over
+    // all entries, averaged over those queries, per query head.
     int window = 0;
     // Column sums of the attention probabilities, per query head, accumulated over every query
     // since the entry entered the cache (all prefill chunks and every decode step). Kept in the
@@ -32,6 +45,8 @@ struct ObservationRequest {
     bool last_row = false;
     // k > 0: call on_decode after every k-th decode step (k = 1: every step); 0: never.
     int decode_interval = 0;
+    // Which prefill queries form the window (Chunk: each chunk's own; Prompt: the prompt's last w).
+    WindowScope window_scope = WindowScope::Chunk;
 };
 
 enum class EvictionPhase { Prefill, Decode };
@@ -69,6 +84,16 @@ struct LayerView {
 // keep[h]: strictly increasing entry indices (into KvHeadView h) to keep.
 using KeepLists = std::vector<std::vector<int32_t>>;
 
+// New positions for the kept entries of a layer (StreamingLLM's re-rotation to contiguous
+// positions). The engine rotates each kept key by the RoPE angle of (new - old position), which
+// is exactly the key RoPE would have produced at the new position (NORM and NEOX layouts,
+// frequency scaling and factors included), stores the new positions, and gives the next token
+// processed position next_position.
+struct Repositioning {
+    std::vector<std::vector<int32_t>> positions;  // [n_head_kv][kept_h] strictly increasing, >= 0
+    int32_t next_position = 0;                    // > every new position
+};
+
 class Evictor {
 public:
     virtual ~Evictor() = default;
@@ -84,6 +109,15 @@ public:
 
     // Right after layer view.layer's attention at a decode step, every decode_interval steps.
     virtual bool on_decode(const LayerView& view, KeepLists& keep) { return false; }
+
+    // Called after on_prefill / on_decode returned true, with the validated keep lists, before
+    // the layer is compacted. Return true and fill `out` (one list of new positions per head,
+    // one per kept entry) to move the kept entries. Within one forward step (a prefill chunk or
+    // a decode step) either every layer is re-positioned, with the same next_position, or none
+    // (kvec::Error otherwise). Default: entries keep their original positions.
+    virtual bool reposition(const LayerView& view, const KeepLists& keep, Repositioning& out) {
+        return false;
+    }
 };
 
 // Helpers for policies.
@@ -97,5 +131,9 @@ void reduce_over_group(const float* scores, int group, int32_t n, GroupReduction
 // Throws kvec::Error (naming the layer, head and index) unless keep has one strictly
 // increasing, in-range list per head of the view.
 void check_keep_lists(const LayerView& view, const KeepLists& keep);
+
+// Throws kvec::Error unless `r` has one list per head, as long as that head's keep list,
+// strictly increasing, non-negative and below r.next_position.
+void check_repositioning(const LayerView& view, const KeepLists& keep, const Repositioning& r);
 
 }  // namespace kvec

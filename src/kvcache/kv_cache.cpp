@@ -136,9 +136,18 @@ void KvCache::append(int layer, int hi, int32_t n, const float* keys, int64_t ke
     const int64_t needed = static_cast<int64_t>(h.size) + n;
     if (needed > INT32_MAX) fail("KV cache head holds too many entries ({})", needed);
     if (needed > h.capacity) {
-        const int64_t rounded = (needed + 63) / 64 * 64;
-        const int64_t grown = static_cast<int64_t>(h.capacity) + h.capacity / 8;
-        reallocate(h, static_cast<int32_t>(std::min<int64_t>(INT32_MAX, std::max(rounded, grown))));
+        if (n > 1) {
+            // A prefill chunk: exactly what it needs, so that chunked prefill's peak is budget +
+            // chunk per head. (The copy touches each cached entry once; the chunk's attention
+            // reads it once per query.)
+            reallocate(h, static_cast<int32_t>(needed));
+        } else {
+            // Decoding: room for max(16, capacity / 8) more entries, so reallocations stay rare
+            // (one copy of the head per capacity / 8 steps) and the slack small (a decode-time
+            // evicting policy compacts to exactly B, then grows to B + 16 or 12.5% at most).
+            const int64_t slack = std::max<int64_t>(16, h.capacity / 8);
+            reallocate(h, static_cast<int32_t>(std::min<int64_t>(INT32_MAX, needed - 1 + slack)));
+        }
     }
     const int d = config_.head_dim;
     const size_t row = static_cast<size_t>(d) * kv_type_size(config_.type);
@@ -176,6 +185,32 @@ void KvCache::compact(int layer, int hi, std::span<const int32_t> keep) {
     }
     h.size = static_cast<int32_t>(keep.size());
     reallocate(h, h.size);
+}
+
+void KvCache::reposition(int layer, int hi, int32_t begin, int32_t end, const float* keys,
+                         const int32_t* positions) {
+    Head& h = head(layer, hi);
+    if (begin < 0 || begin > end || end > h.size) {
+        fail("KV cache re-positioning of layer {} head {}: entries [{}, {}) outside [0, {})", layer,
+             hi, begin, end, h.size);
+    }
+    for (int32_t i = begin; i < end; ++i) {
+        const int32_t p = positions[i - begin];
+        const int32_t prev = i == begin ? (begin > 0 ? h.positions[begin - 1] : -1)
+                                        : positions[i - begin - 1];
+        const bool last_ok = i + 1 < end || end == h.size || p < h.positions[end];
+        if (p < 0 || p <= prev || !last_ok) {
+            fail("KV cache re-positioning of layer {} head {}: position {} of entry {} breaks the "
+                 "increasing order", layer, hi, p, i);
+        }
+    }
+    const int d = config_.head_dim;
+    const size_t row = static_cast<size_t>(d) * kv_type_size(config_.type);
+    for (int32_t i = begin; i < end; ++i) {
+        encode_row(config_.type, keys + static_cast<int64_t>(i - begin) * d,
+                   h.keys + static_cast<size_t>(i) * row, d);
+        h.positions[i] = positions[i - begin];
+    }
 }
 
 void KvCache::clear() {

@@ -8,9 +8,11 @@
 // bytes of live entries; peak_bytes() the largest bytes() seen since construction or
 // reset_peak().
 //
-// Growth: append() grows a head's allocation to the needed size rounded up to a multiple of
-// 64 entries, or by 1/8 of the current capacity if that is larger, so decoding reallocates
-// rarely and over-allocation stays below max(64 entries, 12.5%).
+// Growth: append() of one entry (decoding) into a full head grows its allocation by max(16
+// entries, 1/8 of the capacity), so decoding reallocates rarely and over-allocation stays below
+// max(16 entries, 12.5%). append() of several
+// entries (a prefill chunk) allocates exactly the needed size, so that the peak of chunked prefill
+// with eviction is exactly budget + chunk entries per head.
 #pragma once
 
 #include <cstddef>
@@ -61,6 +63,13 @@ public:
     // Keeps entries keep[0..k) (strictly increasing indices < size), in that order, and frees
     // the rest: afterwards size == capacity == k. Throws kvec::Error on a bad index list.
     void compact(int layer, int head, std::span<const int32_t> keep);
+
+    // Overwrites the keys of entries [begin, end) with keys [end - begin, head_dim] (converted to
+    // the element type) and their positions with positions [end - begin], which must keep the
+    // head's positions strictly increasing (kvec::Error otherwise; nothing changes then). Used to
+    // re-rotate kept keys to new positions.
+    void reposition(int layer, int head, int32_t begin, int32_t end, const float* keys,
+                    const int32_t* positions);
 
     // Drops every entry and frees all memory (peak is kept).
     void clear();

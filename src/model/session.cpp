@@ -6,6 +6,7 @@
 #include "tensor/matmul.h"
 #include "tensor/ops.h"
 #include "util/error.h"
+#include "util/timer.h"
 
 namespace kvec {
 
@@ -24,6 +25,36 @@ KvCacheConfig cache_config(const ModelConfig& c, KvType type, int n_aux) {
 size_t sz(int64_t n) { return static_cast<size_t>(n); }
 
 }  // namespace
+
+ops::RopeParams rope_params(const Model& model) {
+    const ModelConfig& c = model.config();
+    ops::RopeParams rope;
+    rope.mode = c.rope_mode;
+    rope.n_rot = c.n_rot;
+    rope.freq_base = c.rope_freq_base;
+    rope.freq_scale = c.rope_freq_scale;
+    const auto& factors = model.weights().rope_freqs;
+    rope.freq_factors = factors.empty() ? nullptr : factors.data();
+    return rope;
+}
+
+void rerotate_keys(float* keys, int32_t n, int head_dim, const int32_t* from, const int32_t* to,
+                   const ops::RopeParams& rope) {
+    KVEC_CHECK(n >= 0 && head_dim > 0);
+    int32_t i = 0;
+    while (i < n) {
+        const int64_t delta = int64_t{to[i]} - from[i];
+        int32_t j = i + 1;
+        while (j < n && int64_t{to[j]} - from[j] == delta) ++j;
+        if (delta != 0) {
+            if (delta < INT32_MIN || delta > INT32_MAX) fail("re-rotation by {} positions", delta);
+            // The run [i, j) as the heads of one token: one evaluation of the angles of `delta`.
+            const auto d = static_cast<int32_t>(delta);
+            ops::rope(keys + int64_t{i} * head_dim, 1, j - i, head_dim, &d, rope);
+        }
+        i = j;
+    }
+}
 
 Session::Session(const Model& model, const SessionOptions& options)
     : model_(model), options_(options), kv_(cache_config(model.config(), options.kv_type, 0)) {
@@ -51,6 +82,7 @@ Session::Session(const Model& model, const SessionOptions& options)
     window_.resize(H);
     last_row_.resize(H);
     colsum_.resize(H);
+    rope_ = rope_params(model);
 }
 
 void Session::set_evictor(Evictor* evictor) {
@@ -65,7 +97,8 @@ void Session::set_evictor(Evictor* evictor) {
     }
     const ModelConfig& c = model_.config();
     kv_ = KvCache(cache_config(c, options_.kv_type, request_.column_sums ? c.n_group() : 0));
-    const bool ring = request_.window > 0 && request_.decode_interval > 0;
+    const bool ring = request_.window > 0 &&
+                      (request_.decode_interval > 0 || request_.window_scope == WindowScope::Prompt);
     const auto L = sz(c.n_layer);
     recent_q_.assign(ring ? L : 0, std::vector<float>(ring ? sz(int64_t{request_.window} * c.q_dim()) : 0));
     recent_pos_.assign(ring ? L : 0, std::vector<int32_t>(ring ? sz(request_.window) : 0));
@@ -80,6 +113,7 @@ void Session::reset() {
     n_prompt_ = 0;
     n_decoded_ = 0;
     tokens_.clear();
+    eviction_stats_ = EvictionStats{};
     std::fill(recent_count_.begin(), recent_count_.end(), 0);
     std::fill(recent_next_.begin(), recent_next_.end(), 0);
 }
@@ -125,14 +159,19 @@ std::span<const float> Session::prefill_at(std::span<const int32_t> tokens,
     n_prompt_ = positions.back() + 1;
     n_decoded_ = 0;
     if (all_logits) all_logits_.resize(sz(int64_t{n} * V));
+    int32_t shift = 0;  // positions given up by re-positioning evictions of earlier chunks
+    std::vector<int32_t> chunk_pos;  // [T] positions of the current chunk
     for (int32_t i = 0; i < n; i += options_.n_batch) {
         const int32_t T = std::min(options_.n_batch, n - i);
-        const int32_t last = positions[sz(i + T - 1)];
+        chunk_pos.assign(positions.begin() + i, positions.begin() + i + T);
+        for (int32_t& p : chunk_pos) p -= shift;
+        const int32_t last = chunk_pos.back();
         tokens_.resize(sz(last + 1), -1);
-        for (int32_t t = 0; t < T; ++t) tokens_[sz(positions[sz(i + t)])] = tokens[sz(i + t)];
+        for (int32_t t = 0; t < T; ++t) tokens_[sz(chunk_pos[sz(t)])] = tokens[sz(i + t)];
         n_past_ = last + 1;
         float* out = all_logits ? all_logits_.data() + int64_t{i} * V : logits_.data();
-        forward(tokens.data() + i, positions.data() + i, T, all_logits, out, Step::PrefillChunk, i + T == n);
+        forward(tokens.data() + i, chunk_pos.data(), T, all_logits, out, Step::PrefillChunk, i + T == n);
+        shift += last + 1 - n_past_;  // > 0 only after a re-positioning
     }
     if (all_logits) return all_logits_;
     return logits_;
@@ -155,12 +194,9 @@ void Session::forward(const int32_t* tokens, const int32_t* positions, int32_t T
     const ModelWeights& W = model_.weights();
     const int64_t E = c.n_embd, Q = c.q_dim(), KV = c.kv_dim(), F = c.n_ff, D = c.head_dim;
 
-    ops::RopeParams rope;
-    rope.mode = c.rope_mode;
-    rope.n_rot = c.n_rot;
-    rope.freq_base = c.rope_freq_base;
-    rope.freq_scale = c.rope_freq_scale;
-    rope.freq_factors = W.rope_freqs.empty() ? nullptr : W.rope_freqs.data();
+    const ops::RopeParams& rope = rope_;
+    repositioned_layers_ = 0;
+    reposition_map_.clear();
 
     ops::get_rows(W.token_embd, tokens, T, x_.data());  // x [T, E]
     for (int l = 0; l < c.n_layer; ++l) {
@@ -188,6 +224,7 @@ void Session::forward(const int32_t* tokens, const int32_t* positions, int32_t T
         matmul(gate_.data(), T, L.w_down, proj_.data());  // [T, E]
         ops::add(x_.data(), proj_.data(), T * E);
     }
+    finish_repositioning();
     if (all_logits) {
         ops::rms_norm(x_.data(), W.output_norm.data(), xn_.data(), T, E, c.rms_eps);
         matmul(xn_.data(), T, W.output, out);  // [T, V]
@@ -260,12 +297,24 @@ void Session::attention(int layer, int32_t T, const int32_t* positions, Step ste
     const bool evict = evictor_ != nullptr &&
                        (step == Step::PrefillChunk ||
                         (request_.decode_interval > 0 && n_decoded_ % request_.decode_interval == 0));
-    const bool want_window = evict && request_.window > 0 && step == Step::PrefillChunk;
+    const bool prompt_scope = request_.window_scope == WindowScope::Prompt;
+    const bool ring = request_.window > 0 && (request_.decode_interval > 0 || prompt_scope);
+    if (ring) remember_queries(layer, T, positions);
+    bool want_window = evict && request_.window > 0 && step == Step::PrefillChunk;
+    // Prompt scope: the window is the prompt's last w queries, needed at the final chunk only;
+    // when that chunk holds fewer than w queries and earlier ones exist, all come from the ring.
+    bool ring_window = false;
+    if (want_window && prompt_scope) {
+        if (!final_chunk) {
+            want_window = false;
+        } else if (T < request_.window && recent_count_[sz(layer)] > T) {
+            want_window = false;
+            ring_window = true;
+        }
+    }
     const bool want_last = evict && request_.last_row;
     const bool want_colsum = request_.column_sums;
     const int32_t n_window = want_window ? std::min(request_.window, T) : 0;
-    const bool ring = request_.window > 0 && request_.decode_interval > 0;
-    if (ring) remember_queries(layer, T, positions);
 
     // Keys and values of every head as float (F16 caches are converted once per layer).
     int32_t n_max = 0;
@@ -330,18 +379,29 @@ void Session::attention(int layer, int32_t T, const int32_t* positions, Step ste
             }
         }
     }
-    if (!evict) return;
+    if (evict) run_evictor(layer, T, positions, step, final_chunk, n_window, want_window, want_last, ring_window);
+}
 
-    // Eviction hook: the layer's output is computed; now the policy may compress the layer.
-    const bool decode_window = step == Step::Decode && request_.window > 0;
-    if (decode_window) window_from_recent_queries(layer);
+// The eviction hook of one layer after its attention: builds the view, asks the policy, compacts
+// (and re-positions) the layer.
+void Session::run_evictor(int layer, int32_t T, const int32_t* positions, Step step, bool final_chunk,
+                          int32_t n_window, bool want_window, bool want_last, bool ring_window) {
+    const ModelConfig& c = model_.config();
+    const int G = c.n_group(), Hkv = c.n_head_kv;
+    const bool want_colsum = request_.column_sums;
+    const bool recent_window = (step == Step::Decode && request_.window > 0) || ring_window;
+    if (recent_window) {
+        Timer observe;
+        window_from_recent_queries(layer);
+        eviction_stats_.observe_seconds += observe.seconds();
+    }
     std::vector<KvHeadView> heads(sz(Hkv));
     for (int h = 0; h < Hkv; ++h) {
         KvHeadView& v = heads[sz(h)];
         v.n_entries = kv_.size(layer, h);
         v.positions = kv_.positions(layer, h);
         v.keys = keys_p_[sz(h)];
-        if (want_window || decode_window) v.window_scores = window_[sz(h)].data();
+        if (want_window || recent_window) v.window_scores = window_[sz(h)].data();
         if (want_last) v.last_row = last_row_[sz(h)].data();
         if (want_colsum) {
             auto& cs = colsum_[sz(h)];
@@ -359,8 +419,8 @@ void Session::attention(int layer, int32_t T, const int32_t* positions, Step ste
     view.n_layer = c.n_layer;
     view.n_head_kv = Hkv;
     view.group = G;
-    view.head_dim = D;
-    view.n_window = decode_window ? recent_count_[sz(layer)] : n_window;
+    view.head_dim = c.head_dim;
+    view.n_window = recent_window ? recent_count_[sz(layer)] : n_window;
     view.chunk_begin = positions[0];
     view.chunk_end = positions[T - 1] + 1;
     view.final_chunk = final_chunk;
@@ -370,10 +430,85 @@ void Session::attention(int layer, int32_t T, const int32_t* positions, Step ste
     view.tokens = tokens_;
     view.heads = heads;
     KeepLists keep(sz(Hkv));
+    Timer policy_timer;
+    ++eviction_stats_.calls;
     const bool compress = step == Step::Decode ? evictor_->on_decode(view, keep) : evictor_->on_prefill(view, keep);
-    if (!compress) return;
+    if (!compress) {
+        eviction_stats_.policy_seconds += policy_timer.seconds();
+        return;
+    }
     check_keep_lists(view, keep);
-    for (int h = 0; h < Hkv; ++h) kv_.compact(layer, h, keep[sz(h)]);
+    Repositioning moves;
+    const bool move = evictor_->reposition(view, keep, moves);
+    if (move) check_repositioning(view, keep, moves);
+    eviction_stats_.policy_seconds += policy_timer.seconds();
+
+    Timer compact_timer;
+    ++eviction_stats_.compressions;
+    std::vector<std::vector<float>> rotated;  // [Hkv][kept_h, D] re-rotated kept keys
+    if (move) rotated = apply_repositioning(layer, view, keep, moves);  // reads the view: before compacting
+    for (int h = 0; h < Hkv; ++h) {
+        eviction_stats_.evicted += heads[sz(h)].n_entries - static_cast<int64_t>(keep[sz(h)].size());
+        kv_.compact(layer, h, keep[sz(h)]);
+        if (move) kv_.reposition(layer, h, 0, kv_.size(layer, h), rotated[sz(h)].data(), moves.positions[sz(h)].data());
+    }
+    eviction_stats_.compact_seconds += compact_timer.seconds();
+}
+
+// Re-rotates the kept keys of a layer to their new positions (returned [Hkv][kept_h, D]; the
+// caller writes them into the cache after compacting) and records the step's re-positioning.
+std::vector<std::vector<float>> Session::apply_repositioning(int layer, const LayerView& view, const KeepLists& keep,
+                                                             const Repositioning& r) {
+    const int D = model_.config().head_dim;
+    if (repositioned_layers_ > 0 && r.next_position != reposition_next_) {
+        fail("eviction policy re-positioned layer {} to continue at {}, but an earlier layer of the same step at {}",
+             layer, r.next_position, reposition_next_);
+    }
+    if (repositioned_layers_ != layer) {
+        fail("eviction policy re-positioned layer {} but not every layer before it in the same step", layer);
+    }
+    const bool record_map = repositioned_layers_ == 0;
+    ++repositioned_layers_;
+    reposition_next_ = r.next_position;
+    std::vector<std::vector<float>> rotated(sz(view.n_head_kv));  // [Hkv][kept_h, D]
+    std::vector<int32_t> from;                                     // [kept_h] old positions
+    for (int h = 0; h < view.n_head_kv; ++h) {
+        const KvHeadView& hv = view.heads[sz(h)];
+        const auto& k = keep[sz(h)];
+        const auto& to = r.positions[sz(h)];
+        auto& out = rotated[sz(h)];
+        out.resize(k.size() * sz(D));
+        from.resize(k.size());
+        for (size_t i = 0; i < k.size(); ++i) {
+            std::copy(hv.keys + int64_t{k[i]} * D, hv.keys + int64_t{k[i] + 1} * D, out.begin() + static_cast<int64_t>(i) * D);
+            from[i] = hv.positions[k[i]];
+            if (record_map) reposition_map_.emplace_back(from[i], to[i]);
+        }
+        rerotate_keys(out.data(), static_cast<int32_t>(k.size()), D, from.data(), to.data(), rope_);
+    }
+    // The recent queries carry the old phases: the window restarts from the next queries.
+    if (!recent_count_.empty()) {
+        recent_count_[sz(layer)] = 0;
+        recent_next_[sz(layer)] = 0;
+    }
+    return rotated;
+}
+
+// After a forward step: if the policy re-positioned the layers, the next token continues at the
+// position it named, and the token ids follow their entries.
+void Session::finish_repositioning() {
+    if (repositioned_layers_ == 0) return;
+    if (repositioned_layers_ != model_.config().n_layer) {
+        fail("eviction policy re-positioned {} of {} layers in one step (all or none)", repositioned_layers_,
+             model_.config().n_layer);
+    }
+    std::vector<int32_t> moved(sz(reposition_next_), -1);  // [next position] token ids
+    for (const auto& [from, to] : reposition_map_) {
+        if (from >= 0 && sz(from) < tokens_.size()) moved[sz(to)] = tokens_[sz(from)];
+    }
+    tokens_.swap(moved);
+    n_past_ = reposition_next_;
+    ++eviction_stats_.repositioned;
 }
 
 }  // namespace kvec

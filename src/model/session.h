@@ -12,7 +12,10 @@
 //
 // Positions: prefill assigns n_past, n_past + 1, ... (or the positions given); decode continues
 // at n_past. Entries keep their original positions after eviction, so a token generated after a
-// compressed prompt of N tokens still gets position N + t.
+// compressed prompt of N tokens still gets position N + t. The exception is a policy that
+// re-positions what it keeps (Evictor::reposition, StreamingLLM's re-rotation): the kept keys are
+// re-rotated to their new positions (rerotate_keys) and the next token gets the position the
+// policy names; later chunks of the same prefill move down by the same amount.
 //
 // Attention runs per (layer, KV head) over that head's variable-length list of entries, one query
 // row at a time (never an N x N matrix), full softmax in float32. In the same pass it produces the
@@ -28,8 +31,34 @@
 #include "kvcache/eviction.h"
 #include "kvcache/kv_cache.h"
 #include "model/model.h"
+#include "tensor/ops.h"
 
 namespace kvec {
+
+// RoPE parameters of a model (mode, rotated dimensions, base, linear scaling, frequency factors).
+// The factors pointer refers to the model's weights.
+ops::RopeParams rope_params(const Model& model);
+
+// Moves n post-RoPE keys [n, head_dim] from positions from[n] to positions to[n] in place: each
+// rotated pair turns by the RoPE angle of (to - from), which equals RoPE applied at `to` to the
+// un-rotated key (angles are linear in the position; NORM and NEOX layouts, freq_scale and
+// freq_factors included; dimensions at or past n_rot are unchanged). Runs of equal shifts share
+// one evaluation of the angles; a zero shift leaves the key untouched.
+void rerotate_keys(float* keys, int32_t n, int head_dim, const int32_t* from, const int32_t* to,
+                   const ops::RopeParams& rope);
+
+// Time and volume of the eviction work of a session since the last reset() (for `kvec run` and
+// the policy benchmark). The observations computed inside the attention pass are not timed
+// separately (they are interleaved with it); window rows computed after the pass are.
+struct EvictionStats {
+    double policy_seconds = 0;   // in Evictor::on_prefill / on_decode / reposition (scoring, selection)
+    double observe_seconds = 0;  // window rows computed after the pass (decode; short final chunk)
+    double compact_seconds = 0;  // compaction and re-rotation of the layers
+    int64_t calls = 0;           // hook calls
+    int64_t compressions = 0;    // calls that compacted a layer
+    int64_t evicted = 0;         // entries removed
+    int64_t repositioned = 0;    // forward steps whose layers were re-positioned
+};
 
 struct SessionOptions {
     int32_t n_ctx = 0;        // positions available; 0: the model's training context length
@@ -77,6 +106,8 @@ public:
     KvCache& kv_cache() { return kv_; }
     const KvCache& kv_cache() const { return kv_; }
 
+    const EvictionStats& eviction_stats() const { return eviction_stats_; }
+
 private:
     enum class Step { PrefillChunk, Decode };
 
@@ -87,6 +118,12 @@ private:
     void remember_queries(int layer, int32_t T, const int32_t* positions);
     void window_from_recent_queries(int layer);
     void check_positions(std::span<const int32_t> positions) const;
+    void run_evictor(int layer, int32_t T, const int32_t* positions, Step step, bool final_chunk,
+                     int32_t n_window, bool want_window, bool want_last, bool ring_window);
+    std::vector<std::vector<float>> apply_repositioning(int layer, const LayerView& view,
+                                                        const KeepLists& keep,
+                                                        const Repositioning& r);
+    void finish_repositioning();
 
     const Model& model_;
     SessionOptions options_;
@@ -98,6 +135,13 @@ private:
     int32_t n_prompt_ = 0;
     int32_t n_decoded_ = 0;
     std::vector<int32_t> tokens_;  // [n_past]
+    EvictionStats eviction_stats_;
+    ops::RopeParams rope_;
+
+    // Re-positioning within the current forward step.
+    int repositioned_layers_ = 0;
+    int32_t reposition_next_ = 0;
+    std::vector<std::pair<int32_t, int32_t>> reposition_map_;  // [kept] (old, new) position of one layer
 
     // Activations, preallocated for n_batch tokens.
     std::vector<float> x_;        // [n_batch, n_embd] residual stream

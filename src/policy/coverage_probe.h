@@ -41,6 +41,9 @@ public:
     bool on_decode(const LayerView& view, KeepLists& keep) override {
         return inner_.on_decode(view, keep);
     }
+    bool reposition(const LayerView& view, const KeepLists& keep, Repositioning& out) override {
+        return inner_.reposition(view, keep, out);
+    }
 
     // Coverage after the last prompt processed (layers in order; empty before any prompt).
     const CoverageReport& report() const { return report_; }

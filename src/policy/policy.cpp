@@ -85,14 +85,20 @@ FramePolicy::FramePolicy(std::string name, const FrameOptions& frame, int64_t mi
 ObservationRequest FramePolicy::request() const {
     ObservationRequest r;
     r.decode_interval = static_cast<int>(frame_.decode_interval);
+    // One-shot: the window is the prompt's last w queries whatever the chunking; chunked: each
+    // chunk's own last w queries.
+    r.window_scope = frame_.chunked ? WindowScope::Chunk : WindowScope::Prompt;
     add_observations(r);
     return r;
 }
 
 int64_t FramePolicy::budget_for(const LayerView& view) const {
+    return budget_for_prompt(view.n_prompt);
+}
+
+int64_t FramePolicy::budget_for_prompt(int64_t n_prompt) const {
     if (frame_.ratio <= 0.0) return frame_.budget;
-    const auto scaled =
-        static_cast<int64_t>(std::floor(frame_.ratio * static_cast<double>(view.n_prompt)));
+    const auto scaled = static_cast<int64_t>(std::floor(frame_.ratio * static_cast<double>(n_prompt)));
     return std::max({scaled, min_budget_, int64_t{1}});
 }
 
@@ -101,7 +107,7 @@ bool FramePolicy::compress(const LayerView& view, KeepLists& keep) {
     const int64_t budget = budget_for(view);
     int32_t n_max = 0;
     for (const KvHeadView& h : view.heads) n_max = std::max(n_max, h.n_entries);
-    if (n_max <= budget) return false;  // N <= B: nothing is evicted
+    if (n_max <= layer_budget(view, budget)) return false;  // N <= B: nothing is evicted
     keep.assign(static_cast<size_t>(view.n_head_kv), {});
     select(view, budget, keep);
     return true;

@@ -59,12 +59,20 @@ public:
     const FrameOptions& frame() const { return frame_; }
     // B for the sequence of this view (the fixed budget, or the ratio of its prompt length).
     int64_t budget_for(const LayerView& view) const;
+    // B for a prompt of n_prompt tokens.
+    int64_t budget_for_prompt(int64_t n_prompt) const;
+    // Entries the policy always keeps (the window, the sinks): the smallest budget it accepts.
+    int64_t min_budget() const { return min_budget_; }
 
 protected:
     // Observations the policy needs (window scores, column sums, last row). Default: none.
     virtual void add_observations(ObservationRequest& request) const {}
-    // Fills keep[h] for every head. Called only when some head holds more than `budget` entries.
+    // Fills keep[h] for every head. Called only when some head holds more than
+    // layer_budget(view, budget) entries.
     virtual void select(const LayerView& view, int64_t budget, KeepLists& keep) = 0;
+    // The entries a head of this layer may keep under budget B (default B; PyramidKV's per-layer
+    // share). A layer whose heads all hold at most that many is left alone.
+    virtual int64_t layer_budget(const LayerView& view, int64_t budget) const { return budget; }
 
 private:
     bool compress(const LayerView& view, KeepLists& keep);

@@ -1,5 +1,7 @@
 // PyramidKV (arXiv 2406.02069): SnapKV scores with per-layer budgets, the most at layer 0, mean b
 // over layers (pyramid_budgets() in select.h), so the total memory equals SnapKV's.
+#include <algorithm>
+
 #include "policy/policy.h"
 #include "policy/registry.h"
 #include "util/error.h"
@@ -15,18 +17,25 @@ public:
 
 protected:
     void select(const LayerView& view, int64_t budget, KeepLists& keep) override {
+        keep_top_per_head(view, layer_scores(view), layer_budget(view, budget), frame().window, keep);
+    }
+
+    // This layer's share b_l + w of the schedule.
+    int64_t layer_budget(const LayerView& view, int64_t budget) const override {
         const int64_t w = frame().window;
         if (view.layer < 0 || view.layer >= view.n_layer) {
             fail("policy pyramidkv: layer {} outside the model's {} layers", view.layer,
                  view.n_layer);
         }
-        int64_t n_prefix = 0;
-        for (const KvHeadView& h : view.heads) {
-            n_prefix = std::max(n_prefix, prefix_count(h.n_entries, w));
-        }
+        // Every layer of one compression round must use the same schedule, or the per-layer
+        // budgets do not add up to L x b. After a one-shot prompt every layer holds N entries;
+        // in chunked prefill and decoding each layer holds its own previous share plus the new
+        // entries, so the schedule is taken at the sequence length so far (n_past - w
+        // candidates, N - w in one-shot mode) for all of them. A layer with fewer candidates than
+        // its share keeps them all (the total then falls below L x B, never above).
+        const int64_t n_prefix = std::max<int64_t>(0, static_cast<int64_t>(view.n_past) - w);
         const auto budgets = pyramid_budgets(view.n_layer, budget - w, n_prefix, beta_);
-        const int64_t layer_budget = budgets[static_cast<size_t>(view.layer)] + w;
-        keep_top_per_head(view, layer_scores(view), layer_budget, w, keep);
+        return budgets[static_cast<size_t>(view.layer)] + w;
     }
 
 private:

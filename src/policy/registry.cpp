@@ -50,14 +50,43 @@ std::unique_ptr<Evictor> make_policy(std::string_view spec) {
     return find_policy(values.policy()).create(values);
 }
 
-std::string format_policy_list() {
-    std::string out;
-    for (const PolicyEntry& e : policies()) {
-        out += fmt::format("{:<12} {}\n", e.name, e.summary);
-        for (const OptionSpec& o : e.options) {
-            out += fmt::format("    {:<24} {}\n", o.name + "=" + o.default_value, o.help);
+namespace {
+
+// What values an option takes: "(max | avg)", "(true | false)", "[1, 1001]", "[0, 1]".
+std::string value_range(const OptionSpec& o) {
+    switch (o.type) {
+        case OptionType::Bool:
+            return "true | false";
+        case OptionType::Choice: {
+            std::string s;
+            for (const auto& c : o.choices) s += (s.empty() ? "" : " | ") + c;
+            return s;
+        }
+        case OptionType::Int:
+        case OptionType::Float: {
+            const bool integer = o.type == OptionType::Int;
+            auto bound = [&](double v) {
+                return integer ? fmt::format("{}", static_cast<int64_t>(v)) : fmt::format("{}", v);
+            };
+            return fmt::format("{} {}..{}", integer ? "integer" : "number", bound(o.min), bound(o.max));
         }
     }
+    return "";
+}
+
+}  // namespace
+
+std::string format_policy_entry(const PolicyEntry& e) {
+    std::string out = fmt::format("{:<12} {}\n", e.name, e.summary);
+    for (const OptionSpec& o : e.options) {
+        out += fmt::format("    {:<24} {} ({})\n", o.name + "=" + o.default_value, o.help, value_range(o));
+    }
+    return out;
+}
+
+std::string format_policy_list() {
+    std::string out;
+    for (const PolicyEntry& e : policies()) out += format_policy_entry(e);
     return out;
 }
 

@@ -38,5 +38,7 @@ std::unique_ptr<Evictor> make_policy(std::string_view spec);
 
 // Human-readable list of the policies and their options with defaults (`kvec policies`).
 std::string format_policy_list();
+// The same for one policy: its summary line, then one line per option "name=default help (values)".
+std::string format_policy_entry(const PolicyEntry& entry);
 
 }  // namespace kvec::policy

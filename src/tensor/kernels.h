@@ -20,6 +20,15 @@ void tile_avx2(const float* x, int64_t nx, int64_t ldx, const float* w, int64_t 
 void matmul_q8_0_avx2(const float* x, int64_t nx, int64_t ldx, const uint8_t* w, size_t row_bytes,
                       int64_t nw, int64_t k, float* y, int64_t ldy);
 
+// F16 / BF16 weights used in place (rows ldw elements apart), same contract as matmul_q8_0_avx2.
+void matmul_f16_avx2(const float* x, int64_t nx, int64_t ldx, const uint16_t* w, int64_t ldw, int64_t nw,
+                     int64_t k, float* y, int64_t ldy);
+void matmul_bf16_avx2(const float* x, int64_t nx, int64_t ldx, const uint16_t* w, int64_t ldw, int64_t nw,
+                      int64_t k, float* y, int64_t ldy);
+
+// Sum of p[0..n): a streaming read with four 256-bit loads in flight (bandwidth measurement).
+uint64_t stream_sum_avx2(const uint64_t* p, int64_t n);
+
 // dst[n] = fp16 values of src[n] as float.
 void fp16_to_fp32_generic(const uint16_t* src, float* dst, int64_t n);
 void fp16_to_fp32_f16c(const uint16_t* src, float* dst, int64_t n);  // needs F16C (AVX2 builds)

@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
+#include "tensor/int8_gemm.h"
 #include "tensor/kernels.h"
 #include "tensor/ops.h"
 #include "util/error.h"
@@ -51,21 +54,27 @@ void matmul_blocked(const float* x, int64_t n, const WeightView& w, float* y) {
     const int64_t work = n * w.n_out * w.n_in;
 #pragma omp parallel if (work >= (1 << 20))  // below ~1M multiply-adds a team costs more
     {
-        std::vector<float> wbuf;  // [kWeightBlock, n_in] dequantised weights
-        if (!in_place) wbuf.resize(static_cast<size_t>(kWeightBlock * w.n_in));
+        thread_local std::vector<float> wbuf;  // [kWeightBlock, n_in] dequantised weights (grow-only)
+        if (!in_place && wbuf.size() < static_cast<size_t>(kWeightBlock * w.n_in)) {
+            wbuf.resize(static_cast<size_t>(kWeightBlock * w.n_in));
+        }
 #pragma omp for schedule(dynamic, 1) collapse(2)
         for (int64_t ab = 0; ab < n_ab; ++ab) {
             for (int64_t wb = 0; wb < n_wb; ++wb) {
                 const int64_t a0 = ab * kActBlock, a1 = std::min(n, a0 + kActBlock);
                 const int64_t r0 = wb * kWeightBlock, r1 = std::min(w.n_out, r0 + kWeightBlock);
-                const float* wp;
+                const float* wp = wbuf.data();
                 if (in_place) {
                     wp = reinterpret_cast<const float*>(w.row(r0));
+                } else if (w.type == GgmlType::F16) {
+                    for (int64_t r = r0; r < r1; ++r) {
+                        convert_fp16_to_fp32(reinterpret_cast<const uint16_t*>(w.row(r)),
+                                             wbuf.data() + (r - r0) * w.n_in, w.n_in);
+                    }
                 } else {
                     for (int64_t r = r0; r < r1; ++r) {
                         ops::dequantize_weight_row(w, r, wbuf.data() + (r - r0) * w.n_in);
                     }
-                    wp = wbuf.data();
                 }
                 tile(x + a0 * w.n_in, a1 - a0, w.n_in, wp, r1 - r0, w.n_in, w.n_in,
                      y + a0 * w.n_out + r0, w.n_out);
@@ -90,6 +99,107 @@ void matmul_q8_0(const float* x, int64_t n, const WeightView& w, float* y) {
     }
 }
 
+// F16 / BF16 with few activation rows (decode): weights converted in registers inside the dot
+// products, parallel over blocks of output rows; otherwise the blocked path (row conversion).
+void matmul_half(const float* x, int64_t n, const WeightView& w, float* y) {
+    if (n > 4 || active_cpu_kernel() != CpuKernel::Avx2) {
+        matmul_blocked(x, n, w, y);
+        return;
+    }
+    constexpr int64_t kRows = 16;
+    const int64_t n_blocks = (w.n_out + kRows - 1) / kRows;
+    const auto* h = reinterpret_cast<const uint16_t*>(w.data);
+    const int64_t ldw = static_cast<int64_t>(w.row_bytes / 2);
+    const auto kernel = w.type == GgmlType::F16 ? &kernels::matmul_f16_avx2 : &kernels::matmul_bf16_avx2;
+#pragma omp parallel for schedule(dynamic, 4) if (n * w.n_out * w.n_in >= (1 << 20))
+    for (int64_t b = 0; b < n_blocks; ++b) {
+        const int64_t r0 = b * kRows, r1 = std::min(w.n_out, r0 + kRows);
+        kernel(x, n, w.n_in, h + r0 * ldw, ldw, r1 - r0, w.n_in, y + r0, w.n_out);
+    }
+}
+
+// Grow-only buffer (capacity kept across calls: no allocation per token once warm).
+template <class T>
+T* grow(std::vector<T>& v, int64_t n) {
+    if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+    return v.data();
+}
+
+// Quantised weights, fast precision (AVX2): activations quantised to int8 once (int8_gemm.h), then
+// int8 dot products. Work items are (activation block, block of kPanelRows weight rows); a
+// work item unpacks its rows into a thread-local panel (Q8_0 rows are read in place) and runs
+// the register tiles over the activation block. Activation blocks hold about 256 KiB of int8
+// activations, so they stay in L2 while the weight blocks pass.
+void matmul_int8(const float* x, int64_t n, const WeightView& w, float* y) {
+    constexpr int64_t kPanelRows = 16;
+    const int64_t k = w.n_in, nb = k / int8::kBlock;
+    thread_local std::vector<int8_t> aq;  // [n, k] quantised activations
+    thread_local std::vector<float> ad;   // [n, nb] their block scales
+    thread_local std::vector<float> ah;   // [n, nb, 2] their half-block sums (times the scale)
+    int8::QuantRows xq;
+    xq.q = grow(aq, n * k);
+    xq.d = grow(ad, n * nb);
+    xq.hsum = grow(ah, n * nb * 2);
+    xq.k = k;
+    int8_t* q_out = aq.data();
+    float* d_out = ad.data();
+    float* h_out = ah.data();
+    const bool in_place = w.type == GgmlType::Q8_0;
+    const bool has_min = int8::panel_has_min(w.type);
+    const int64_t act_block = n <= 4 ? n : std::max<int64_t>(4, ((256 * 1024) / k) & ~int64_t{3});
+    const int64_t n_ab = (n + act_block - 1) / act_block;
+    const int64_t n_wb = (w.n_out + kPanelRows - 1) / kPanelRows;
+#pragma omp parallel if (n * w.n_out * k >= (1 << 20))
+    {
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < n; ++r) {
+            int8::quantize_rows_avx2(x + r * k, 1, k, q_out + r * k, d_out + r * nb, h_out + r * nb * 2);
+        }
+        thread_local std::vector<int8_t> pq;  // [kPanelRows, k] unpacked weights
+        thread_local std::vector<float> ps;   // [kPanelRows, nb, 2] scales
+        thread_local std::vector<float> pm;   // [kPanelRows, nb, 2] mins (types with a min)
+        int8::Panel panel;
+        if (!in_place) {
+            panel.q = grow(pq, kPanelRows * k);
+            panel.scale = grow(ps, kPanelRows * nb * 2);
+            panel.min = has_min ? grow(pm, kPanelRows * nb * 2) : nullptr;
+            panel.k = k;
+        }
+#pragma omp for schedule(dynamic, 1) collapse(2)
+        for (int64_t wb = 0; wb < n_wb; ++wb) {
+            for (int64_t ab = 0; ab < n_ab; ++ab) {
+                const int64_t a0 = ab * act_block, a1 = std::min(n, a0 + act_block);
+                const int64_t r0 = wb * kPanelRows, r1 = std::min(w.n_out, r0 + kPanelRows);
+                int8::QuantRows xb = xq;
+                xb.q += a0 * k;
+                xb.d += a0 * nb;
+                xb.hsum += a0 * nb * 2;
+                if (in_place) {
+                    int8::gemm_q8_0_avx2(xb, a1 - a0, w.row(r0), w.row_bytes, r1 - r0, y + a0 * w.n_out + r0, w.n_out);
+                } else {
+                    int8::unpack_rows(w, r0, r1 - r0, pq.data(), ps.data(), has_min ? pm.data() : nullptr);
+                    int8::gemm_avx2(xb, a1 - a0, panel, r1 - r0, y + a0 * w.n_out + r0, w.n_out);
+                }
+            }
+        }
+    }
+}
+
+MatmulPrecision precision_from_env() {
+    const char* v = std::getenv("KVEC_MATMUL");
+    return v != nullptr && std::strcmp(v, "exact") == 0 ? MatmulPrecision::Exact : MatmulPrecision::Fast;
+}
+
+std::atomic<MatmulPrecision>& precision_choice() {
+    static std::atomic<MatmulPrecision> choice{precision_from_env()};
+    return choice;
+}
+
+bool use_int8(const WeightView& w) {
+    return precision_choice().load(std::memory_order_relaxed) == MatmulPrecision::Fast &&
+           active_cpu_kernel() == CpuKernel::Avx2 && int8::has_panel_form(w.type) && w.n_in % int8::kBlock == 0;
+}
+
 using MatmulFn = void (*)(const float* x, int64_t n, const WeightView& w, float* y);
 
 // Per-type implementation table: the blocked dequantising path for every type, plus kernels that
@@ -99,6 +209,9 @@ MatmulFn implementation_for(GgmlType type) {
     switch (type) {
         case GgmlType::Q8_0:
             return &matmul_q8_0;
+        case GgmlType::F16:
+        case GgmlType::BF16:
+            return &matmul_half;
         default:
             return &matmul_blocked;
     }
@@ -123,10 +236,20 @@ void set_cpu_kernel(CpuKernel kernel) {
     kernel_choice().store(kernel, std::memory_order_relaxed);
 }
 
+void set_matmul_precision(MatmulPrecision p) { precision_choice().store(p, std::memory_order_relaxed); }
+
+MatmulPrecision matmul_precision() { return precision_choice().load(std::memory_order_relaxed); }
+
 std::string matmul_backend_description() {
     const bool avx2 = active_cpu_kernel() == CpuKernel::Avx2;
-    return std::string(cpu_kernel_name(active_cpu_kernel())) + " float tiles, weights dequantised per block" +
-           (avx2 ? ", fused q8_0 decode" : "");
+    std::string s = std::string(cpu_kernel_name(active_cpu_kernel())) + " float tiles";
+    if (avx2 && matmul_precision() == MatmulPrecision::Fast) {
+        s += ", quantised weights: int8 dot products on int8 activations";
+    } else {
+        s += ", quantised weights dequantised per block (exact)";
+    }
+    if (avx2) s += ", f16/bf16 decode in place";
+    return s;
 }
 
 void convert_fp16_to_fp32(const uint16_t* src, float* dst, int64_t n) {
@@ -137,9 +260,20 @@ void convert_fp16_to_fp32(const uint16_t* src, float* dst, int64_t n) {
     }
 }
 
+uint64_t stream_read_sum(const uint64_t* p, int64_t n) {
+    if (active_cpu_kernel() == CpuKernel::Avx2) return kernels::stream_sum_avx2(p, n);
+    uint64_t s = 0;
+    for (int64_t i = 0; i < n; ++i) s += p[i];
+    return s;
+}
+
 void matmul(const float* x, int64_t n, const WeightView& w, float* y) {
     KVEC_CHECK(w.data != nullptr && w.n_in > 0 && w.n_out > 0);
     if (n <= 0) return;
+    if (use_int8(w)) {
+        matmul_int8(x, n, w, y);
+        return;
+    }
     implementation_for(w.type)(x, n, w, y);
 }
 

@@ -1,10 +1,15 @@
 // Matrix multiplication of float32 activations by a weight matrix of any supported type:
 //   y[n, w.n_out] = x[n, w.n_in] . W^T      (W stored as GGUF rows: ne[0] = n_in, ne[1] = n_out)
 //
-// Dispatch point. matmul() picks an implementation per weight type from a table filled once at
-// start-up according to the CPU (today: the blocked dequantise-then-multiply path for every type,
-// with an AVX2+FMA or a generic float tile kernel). A later SIMD int8/bf16 kernel registers here
-// for its types without touching callers. Every implementation is tested against ref::matmul.
+// Dispatch point. matmul() picks an implementation per weight type and precision; the kernels
+// are chosen at start-up according to the CPU (AVX2+FMA+F16C or generic):
+//   quantised types, Fast precision (AVX2): int8 activations x int8 weights (int8_gemm.h) -- Q8_0
+//       read in place, other types unpacked per 16 rows into a panel;
+//   quantised types, Exact precision: dequantise a block of rows, float tile kernel (Q8_0 decode:
+//       fused float kernel on the blocks in place);
+//   F16/BF16: decode reads the weights in place (F16C / shift), prefill converts a block of rows
+//       and runs the packed float tile kernel; F32: the blocked float path on the rows in place.
+// Every implementation is tested against ref::matmul.
 #pragma once
 
 #include <cstdint>
@@ -33,8 +38,24 @@ bool cpu_kernel_supported(CpuKernel kernel);
 // Forces a kernel (tests compare kernels; throws kvec::Error if the CPU lacks it).
 void set_cpu_kernel(CpuKernel kernel);
 
+// Precision of matmul() for quantised weights.
+//   Fast:  activations are quantised to int8 (blocks of 32, one float scale each) and multiplied
+//          with int8 dot products (as llama.cpp does; see int8_gemm.h for the error bound).
+//          The default on CPUs with AVX2; elsewhere matmul() is exact anyway.
+//   Exact: weights dequantised to float and multiplied in float32 (what the PyTorch reference
+//          computes; the parity tests use it).
+// The initial value comes from the environment: KVEC_MATMUL=exact selects Exact.
+// F32/F16/BF16 weights are always multiplied in float32.
+enum class MatmulPrecision { Fast, Exact };
+void set_matmul_precision(MatmulPrecision precision);
+MatmulPrecision matmul_precision();
+
 // dst[n] = the fp16 values src[n] as float (F16C when the CPU has it). Used for F16 KV caches.
 void convert_fp16_to_fp32(const uint16_t* src, float* dst, int64_t n);
+
+// Sum of p[0..n) read as fast as the CPU allows (AVX2 when active): the inner loop of a
+// streaming-read bandwidth measurement (`kvec bench`). Call it on disjoint slices per thread.
+uint64_t stream_read_sum(const uint64_t* p, int64_t n);
 
 // A one-line description of the active dispatch ("avx2+fma tiles, dequantise per block").
 std::string matmul_backend_description();

@@ -36,5 +36,24 @@ TEST(Eviction, CheckKeepLists) {
     EXPECT_THROW(check_keep_lists(view, KeepLists{{1}, {1, 1}}), Error);   // duplicate
 }
 
+TEST(Eviction, CheckRepositioning) {
+    std::vector<KvHeadView> heads(2);
+    heads[0].n_entries = 5;
+    heads[1].n_entries = 2;
+    LayerView view;
+    view.n_head_kv = 2;
+    view.heads = heads;
+    const KeepLists keep{{0, 3, 4}, {1}};
+    auto r = [](std::vector<std::vector<int32_t>> p, int32_t next) { return Repositioning{std::move(p), next}; };
+    EXPECT_NO_THROW(check_repositioning(view, keep, r({{0, 1, 2}, {0}}, 3)));
+    EXPECT_NO_THROW(check_repositioning(view, keep, r({{0, 7, 9}, {4}}, 10)));   // gaps are allowed
+    EXPECT_THROW(check_repositioning(view, keep, r({{0, 1, 2}}, 3)), Error);      // one list missing
+    EXPECT_THROW(check_repositioning(view, keep, r({{0, 1}, {0}}, 3)), Error);    // one per kept entry
+    EXPECT_THROW(check_repositioning(view, keep, r({{0, 2, 1}, {0}}, 3)), Error); // not increasing
+    EXPECT_THROW(check_repositioning(view, keep, r({{0, 1, 1}, {0}}, 3)), Error); // duplicate
+    EXPECT_THROW(check_repositioning(view, keep, r({{-1, 1, 2}, {0}}, 3)), Error); // negative
+    EXPECT_THROW(check_repositioning(view, keep, r({{0, 1, 2}, {3}}, 3)), Error);  // not below next
+}
+
 }  // namespace
 }  // namespace kvec

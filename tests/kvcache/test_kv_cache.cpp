@@ -133,13 +133,34 @@ TEST(KvCache, GrowthIsBounded) {
     KvCache kv(config(KvType::F16));
     const int d = 8;
     auto k = rows(1, d, 0, 1.0f);
+    int reallocations = 0;
     for (int32_t p = 0; p < 1000; ++p) {
+        const int32_t before = kv.capacity(0, 0);
         kv.append(0, 0, 1, k.data(), d, k.data(), d, &p);
         const int32_t cap = kv.capacity(0, 0);
         ASSERT_GE(cap, p + 1);
-        ASSERT_LE(cap, std::max(p + 1 + 64, (p + 1) * 9 / 8 + 64));
+        ASSERT_LE(cap, std::max(p + 1 + 16, (p + 1) * 9 / 8 + 1));
+        reallocations += cap != before;
     }
+    EXPECT_LE(reallocations, 30);  // 16 at a time up to 128, then 12.5% at a time
     EXPECT_EQ(kv.used_bytes(), 1000u * kv.entry_bytes());
+}
+
+TEST(KvCache, ChunkAppendsAllocateExactly) {
+    KvCache kv(config(KvType::F16));
+    const int d = 8;
+    auto k = rows(40, d, 0, 1.0f);
+    std::vector<int32_t> pos(40);
+    std::iota(pos.begin(), pos.end(), 0);
+    kv.append(0, 0, 30, k.data(), d, k.data(), d, pos.data());
+    EXPECT_EQ(kv.capacity(0, 0), 30);
+    kv.compact(0, 0, std::vector<int32_t>{0, 1, 29});
+    kv.append(0, 0, 10, k.data(), d, k.data(), d, pos.data() + 30);
+    EXPECT_EQ(kv.capacity(0, 0), 13);  // budget 3 + chunk 10, no slack
+    EXPECT_EQ(kv.peak_bytes(), 30u * kv.entry_bytes());
+    int32_t next = 40;
+    kv.append(0, 0, 1, k.data(), d, k.data(), d, &next);  // one entry: room for 15 more
+    EXPECT_EQ(kv.capacity(0, 0), 13 + 16);
 }
 
 TEST(KvCache, RejectsBadKeepLists) {
@@ -154,6 +175,62 @@ TEST(KvCache, RejectsBadKeepLists) {
     EXPECT_THROW(kv.compact(0, 0, std::vector<int32_t>{-1}), Error);
     EXPECT_EQ(kv.size(0, 0), 4);  // a rejected list changes nothing
     EXPECT_THROW(KvCache(KvCacheConfig{}), Error);
+}
+
+TEST(KvCache, RepositionRewritesKeysAndPositionsInPlace) {
+    KvCache kv(config(KvType::F32, 1));
+    const int d = 8;
+    auto k = rows(5, d, 10, 1.0f), v = rows(5, d, 10, -1.0f);
+    std::vector<int32_t> pos = {10, 11, 12, 20, 30};
+    kv.append(0, 1, 5, k.data(), d, v.data(), d, pos.data());
+    kv.aux(0, 1, 0)[3] = 0.5f;
+    const size_t bytes = kv.bytes();
+    // Entries [1, 4) move to positions 11, 15, 25 with new keys; the rest is untouched.
+    auto nk = rows(3, d, 100, 1.0f);  // [3, d]
+    const std::vector<int32_t> np = {11, 15, 25};
+    kv.reposition(0, 1, 1, 4, nk.data(), np.data());
+    EXPECT_EQ(std::vector<int32_t>(kv.positions(0, 1), kv.positions(0, 1) + 5),
+              (std::vector<int32_t>{10, 11, 15, 25, 30}));
+    std::vector<float> out(5 * d);
+    kv.read_keys(0, 1, 0, 5, out.data());
+    for (int t = 0; t < 5; ++t)
+        for (int i = 0; i < d; ++i) {
+            const float want = t >= 1 && t < 4 ? nk[static_cast<size_t>(t - 1) * d + i] : k[static_cast<size_t>(t) * d + i];
+            ASSERT_EQ(out[static_cast<size_t>(t) * d + i], want) << t << " " << i;
+        }
+    kv.read_values(0, 1, 0, 5, out.data());
+    EXPECT_EQ(out, v);                       // values never move
+    EXPECT_EQ(kv.aux(0, 1, 0)[3], 0.5f);     // nor the per-entry scores
+    EXPECT_EQ(kv.bytes(), bytes);            // no reallocation
+}
+
+TEST(KvCache, RepositionRejectsBrokenOrderAndChangesNothing) {
+    KvCache kv(config(KvType::F16));
+    const int d = 8;
+    auto k = rows(4, d, 0, 1.0f);
+    std::vector<int32_t> pos = {0, 5, 6, 9};
+    kv.append(1, 0, 4, k.data(), d, k.data(), d, pos.data());
+    std::vector<float> before(4 * d), after(4 * d);
+    kv.read_keys(1, 0, 0, 4, before.data());
+    auto nk = rows(2, d, 50, 1.0f);
+    auto same = [&] {
+        kv.read_keys(1, 0, 0, 4, after.data());
+        return after == before && std::vector<int32_t>(kv.positions(1, 0), kv.positions(1, 0) + 4) == pos;
+    };
+    const std::vector<int32_t> collide = {0, 1};   // entry 1 would land on entry 0's position
+    const std::vector<int32_t> decrease = {4, 3};
+    const std::vector<int32_t> past_next = {7, 9}; // entry 2 would reach entry 3's position
+    const std::vector<int32_t> negative = {-1, 0};
+    EXPECT_THROW(kv.reposition(1, 0, 1, 3, nk.data(), collide.data()), Error);
+    EXPECT_THROW(kv.reposition(1, 0, 1, 3, nk.data(), decrease.data()), Error);
+    EXPECT_THROW(kv.reposition(1, 0, 1, 3, nk.data(), past_next.data()), Error);
+    EXPECT_THROW(kv.reposition(1, 0, 0, 2, nk.data(), negative.data()), Error);
+    EXPECT_THROW(kv.reposition(1, 0, 3, 5, nk.data(), collide.data()), Error);  // past the end
+    EXPECT_TRUE(same());
+    const std::vector<int32_t> ok = {1, 8};
+    kv.reposition(1, 0, 1, 3, nk.data(), ok.data());
+    EXPECT_EQ(kv.positions(1, 0)[1], 1);
+    EXPECT_EQ(kv.positions(1, 0)[2], 8);
 }
 
 TEST(KvCache, MoveTransfersOwnership) {

@@ -6,28 +6,37 @@
 //   - eviction: after a trivial sinks + recent evictor compresses the cache (one-shot, after every
 //     prefill chunk, or during decoding), decode logits equal the reference run with the
 //     matching --kv-visible mask;
-//   - the observations given to eviction policies (window means, column sums, last row).
+//   - every registered policy in every mode (one-shot, chunked prefill, decode-time eviction): the
+//     same comparison, plus the budget met exactly after the prompt and after every decode step,
+//     and chunked prefill's peak within budget + chunk;
+//   - StreamingLLM with re-rotation: the reference replays the run with the kept keys moved to
+//     their new positions by its own RoPE (tests/parity/rerotation_ref.py);
+//   - the observations given to eviction policies (window means, column sums, last row), and
+//     H2O's / TOVA's selections derived from the reference's column sums / last row.
 //
 // Tolerance: max |logit_C++ - logit_ref| <= 1e-4 x max |logit_ref| of the case (the logit scale),
 // and 2e-5 absolute for attention probabilities. Both implementations accumulate in float32 in
 // different orders; measured differences are around 1e-6 relative.
 //
-// The cases are grouped in four tests; all cases of the tests the current run selects are prepared
+// The cases are grouped in tests; all cases of the tests the current run selects are prepared
 // together and the reference runs once for them (`kvec_ref.cli batch`): a full run costs one
-// torch start-up, a ctest run (one process per test) four.
+// torch start-up (plus one for the re-rotation replay), a ctest run one per test.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
 
 #include "model/model.h"
 #include "model/session.h"
+#include "policy/registry.h"
 #include "sampling/sampler.h"
 #include "test_helpers.h"
 
@@ -53,7 +62,12 @@ struct Case {
     bool greedy = false;
     int evict_chunk = 0;     // Evict: prefill chunk size (0: one chunk)
     int decode_interval = 0; // Evict: decode-time eviction every k steps
+    std::string policy = "";  // Evict: a registered policy "name:options" (empty: sinks + recent)
+    int64_t budget = 0;      // the policy's B (0: no budget, full)
 };
+
+constexpr int kPolicyBudget = 12;  // B of the policy cases: 24-token prompt -> half evicted
+constexpr int kPolicyChunk = 8;    // chunk of the chunked-prefill policy cases
 
 RandomModelSpec parity_spec(const std::string& arch = "llama") {
     RandomModelSpec s;
@@ -124,9 +138,31 @@ std::vector<Case> eviction_cases() {
     return v;
 }
 
+// Every registered policy x {one-shot, chunked prefill, decode-time eviction} (full: one-shot).
+std::vector<Case> policy_cases() {
+    std::vector<Case> v;
+    for (const auto& entry : policy::policies()) {
+        const std::string& name = entry.name;
+        if (name == "full") {
+            Case c{"Policies", "policy_full", parity_spec(), Kind::Evict, false, 0, 0, "full", 0};
+            v.push_back(c);
+            continue;
+        }
+        const bool fixed_window = name == "streaming" || name == "tova";
+        const std::string base = fmt::format("{}:budget={}{}", name, kPolicyBudget, fixed_window ? "" : ",window=4");
+        v.push_back({"Policies", "policy_" + name + "_one_shot", parity_spec(), Kind::Evict, false, 0, 0, base,
+                     kPolicyBudget});
+        v.push_back({"Policies", "policy_" + name + "_chunked", parity_spec(), Kind::Evict, false, kPolicyChunk, 0,
+                     base + ",chunked=true", kPolicyBudget});
+        v.push_back({"Policies", "policy_" + name + "_decode", parity_spec(), Kind::Evict, false, 0, 1,
+                     base + ",decode=1", kPolicyBudget});
+    }
+    return v;
+}
+
 std::vector<Case> all_cases() {
     std::vector<Case> v = variant_cases();
-    for (auto* f : {&type_cases, &eviction_cases})
+    for (auto* f : {&type_cases, &eviction_cases, &policy_cases})
         for (auto& c : f()) v.push_back(c);
     return v;
 }
@@ -168,6 +204,7 @@ public:
         : inner_(inner), n_head_kv_(n_head_kv), n_total_(n_total),
           mask_(static_cast<size_t>(n_layer) * n_head_kv * n_total, n_total) {}
     ObservationRequest request() const override { return inner_.request(); }
+    void begin_sequence(int32_t n_prompt) override { inner_.begin_sequence(n_prompt); }
     bool on_prefill(const LayerView& v, KeepLists& keep) override { return record(v, keep, inner_.on_prefill(v, keep)); }
     bool on_decode(const LayerView& v, KeepLists& keep) override { return record(v, keep, inner_.on_decode(v, keep)); }
     const std::vector<int32_t>& mask() const { return mask_; }
@@ -202,6 +239,8 @@ struct Prepared {
     int greedy_line = -1;          // line of the reference's stdout with its greedy tokens
     int evicted = 0;
     std::vector<float> uncompressed;  // Evict: decode logits without eviction [kContinue, n_vocab]
+    std::vector<std::string> budget_errors;  // policy cases: where the budget was not met exactly
+    std::vector<std::vector<int32_t>> kept;  // policy cases: positions kept after the prompt [L * H_kv][k]
 };
 
 SessionOptions exact(int n_batch = 512) {
@@ -255,15 +294,42 @@ Prepared prepare(const Case& c, std::vector<std::string>& commands, int& n_greed
 
     SinkRecentEvictor sink_recent(4, 6, /*head_skew=*/2,
                                   ObservationRequest{0, false, false, c.decode_interval});
+    std::unique_ptr<Evictor> policy;
+    if (!c.policy.empty()) policy = policy::make_policy(c.policy);
     const int n_total = kPrompt + kContinue;
-    RecordingEvictor recorder(sink_recent, model->config().n_layer, model->config().n_head_kv, n_total);
+    RecordingEvictor recorder(policy ? *policy : static_cast<Evictor&>(sink_recent), model->config().n_layer,
+                              model->config().n_head_kv, n_total);
     Session s(*model, exact(c.evict_chunk > 0 ? c.evict_chunk : 512));
     if (c.kind == Kind::Evict) s.set_evictor(&recorder);
+    // Budgets: L x H_kv x B entries after the prompt (every policy, per-head and per-layer budgets
+    // included) and after every decode step with decode-time eviction; chunked: peak <= budget + chunk.
+    const int64_t heads = int64_t{model->config().n_layer} * model->config().n_head_kv;
+    auto check_entries = [&](const std::string& when, int64_t want) {
+        if (c.policy.empty() || s.kv_cache().total_entries() == want) return;
+        p.budget_errors.push_back(fmt::format("{}: {} entries, expected {}", when, s.kv_cache().total_entries(), want));
+    };
     const auto pl = s.prefill(prompt, true);
     p.cpp.assign(pl.begin(), pl.end());
+    const int64_t kept = c.budget > 0 ? c.budget : kPrompt;
+    check_entries("after the prompt", heads * kept);
+    for (int l = 0; l < model->config().n_layer; ++l) {
+        for (int h = 0; h < model->config().n_head_kv; ++h) {
+            const int32_t* pos = s.kv_cache().positions(l, h);
+            p.kept.emplace_back(pos, pos + s.kv_cache().size(l, h));
+        }
+    }
+    if (!c.policy.empty() && c.evict_chunk > 0) {
+        const size_t bound = static_cast<size_t>(heads * (c.budget + c.evict_chunk)) * s.kv_cache().entry_bytes();
+        if (s.kv_cache().peak_bytes() > bound) {
+            p.budget_errors.push_back(fmt::format("chunked peak {} bytes > budget + chunk = {} bytes",
+                                                  s.kv_cache().peak_bytes(), bound));
+        }
+    }
     for (int i = kPrompt; i < n_total; ++i) {
         const auto l = s.decode(seq[static_cast<size_t>(i)]);
         p.cpp.insert(p.cpp.end(), l.begin(), l.end());
+        check_entries(fmt::format("after decode step {}", i - kPrompt + 1),
+                      heads * (c.decode_interval > 0 ? kept : kept + i - kPrompt + 1));
     }
     std::string mask_arg;
     if (c.kind == Kind::Evict) {
@@ -329,6 +395,10 @@ private:
         }
         std::vector<std::string> commands;
         int n_greedy = 0;
+        if (wanted.count("PolicyScores")) {  // needs both groups
+            wanted.insert("Policies");
+            wanted.insert("Observations");
+        }
         for (const Case& c : all_cases()) {
             if (wanted.count(c.group)) cases_.emplace(c.name, prepare(c, commands, n_greedy));
         }
@@ -392,7 +462,10 @@ void check_case(const Case& c) {
         return;
     }
     compare_logits(p);
-    if (p.c.kind == Kind::Evict) {
+    for (const auto& e : p.budget_errors) ADD_FAILURE() << "budget not met: " << e;
+    if (p.c.kind == Kind::Evict && p.c.policy == "full") {
+        EXPECT_EQ(p.evicted, 0) << "full evicted entries";
+    } else if (p.c.kind == Kind::Evict) {
         EXPECT_GT(p.evicted, 0) << "the evictor removed nothing";
         const size_t off = static_cast<size_t>(kPrompt) * p.n_vocab;
         float change = 0;
@@ -422,9 +495,196 @@ TEST(Parity, Eviction) {  // one-shot, chunked-prefill and decode-time eviction 
         if (c.group == "Eviction") check_case(c);
 }
 
+TEST(Parity, Policies) {  // every policy x {one-shot, chunked, decode-time} vs --kv-visible; budgets
+    for (const Case& c : policy_cases()) check_case(c);
+}
+
 TEST(Parity, Observations) {  // window means, column sums, last row vs attn-stats
     for (const Case& c : eviction_cases())
         if (c.group == "Observations") check_case(c);
+}
+
+// H2O's and TOVA's selections follow from the reference's own attention statistics: the column
+// sums (H2O) and the last query's row (TOVA) that the PyTorch reference computes on the same model
+// and prompt, averaged over each KV head's query heads, ranked, top B - w plus the window. Scores
+// within 1e-5 of the selection boundary may go either way (both sides accumulate in float).
+void expect_selection_from_reference(const Prepared& policy_case, const std::vector<float>& stats, int kind,
+                                     int64_t window, int n_layer, int n_head, int n_head_kv) {
+    const int G = n_head / n_head_kv;
+    const int64_t k = kPolicyBudget - window;  // prefix entries kept
+    const int n_prefix = kPrompt - static_cast<int>(window);
+    for (int l = 0; l < n_layer; ++l) {
+        for (int h = 0; h < n_head_kv; ++h) {
+            SCOPED_TRACE(fmt::format("layer {} head {}", l, h));
+            std::vector<double> score(static_cast<size_t>(n_prefix), 0.0);  // [N - w]
+            for (int g = 0; g < G; ++g) {
+                const size_t base = ((static_cast<size_t>(l) * n_head + h * G + g) * 3 + kind) * kPrompt;
+                for (int j = 0; j < n_prefix; ++j) score[static_cast<size_t>(j)] += stats[base + j] / G;
+            }
+            std::vector<double> sorted = score;
+            std::sort(sorted.begin(), sorted.end(), std::greater<>());
+            const double boundary = sorted[static_cast<size_t>(k - 1)];
+            const auto& kept = policy_case.kept[static_cast<size_t>(l * n_head_kv + h)];
+            const std::set<int32_t> kept_set(kept.begin(), kept.end());
+            ASSERT_EQ(kept.size(), static_cast<size_t>(kPolicyBudget));
+            for (int j = n_prefix; j < kPrompt; ++j) {
+                EXPECT_TRUE(kept_set.count(j)) << "window entry " << j;
+            }
+            for (int j = 0; j < n_prefix; ++j) {
+                const double sj = score[static_cast<size_t>(j)];
+                if (sj > boundary + 1e-5) {
+                    EXPECT_TRUE(kept_set.count(j)) << "position " << j << " score " << sj;
+                } else if (sj < boundary - 1e-5) {
+                    EXPECT_FALSE(kept_set.count(j)) << "position " << j << " score " << sj;
+                }
+            }
+        }
+    }
+}
+
+TEST(Parity, PolicyScores) {  // H2O / TOVA selections vs the reference's column sums / last row
+    Suite& suite = Suite::get();
+    ASSERT_TRUE(suite.error().empty()) << suite.error();
+    const Prepared& obs = suite["observations"];
+    const auto stats = read_f32(obs.ref_out);  // [L, n_head, 3, kPrompt]
+    const RandomModelSpec spec = parity_spec();
+    ASSERT_EQ(stats.size(), static_cast<size_t>(spec.n_layer) * spec.n_head * 3 * kPrompt);
+    {
+        SCOPED_TRACE("h2o");
+        expect_selection_from_reference(suite["policy_h2o_one_shot"], stats, 0, 4, spec.n_layer, spec.n_head,
+                                        spec.n_head_kv);
+    }
+    {
+        SCOPED_TRACE("tova");
+        expect_selection_from_reference(suite["policy_tova_one_shot"], stats, 2, 1, spec.n_layer, spec.n_head,
+                                        spec.n_head_kv);
+    }
+}
+
+// StreamingLLM with re-rotation. The reference cannot express moved keys with a mask, so it
+// replays the schedule (steps, their positions, what each eviction kept and where it moved it)
+// through its incremental cache, moving keys with its own RoPE (rerotation_ref.py).
+class RerotationRecorder : public Evictor {
+public:
+    explicit RerotationRecorder(Evictor& inner) : inner_(inner) {}
+    struct Step {
+        std::vector<int32_t> tokens, positions, keep_from, keep_to;
+    };
+    ObservationRequest request() const override { return inner_.request(); }
+    void begin_sequence(int32_t n_prompt) override { inner_.begin_sequence(n_prompt); }
+    bool on_prefill(const LayerView& v, KeepLists& keep) override {
+        if (v.layer == 0) {  // a new prefill chunk
+            Step st;
+            for (int32_t p = v.chunk_begin; p < v.chunk_end; ++p) {
+                st.positions.push_back(p);
+                st.tokens.push_back(v.tokens[static_cast<size_t>(p)]);
+            }
+            steps.push_back(st);
+        }
+        return inner_.on_prefill(v, keep);
+    }
+    bool on_decode(const LayerView& v, KeepLists& keep) override { return inner_.on_decode(v, keep); }
+    bool reposition(const LayerView& v, const KeepLists& keep, Repositioning& out) override {
+        const bool moved = inner_.reposition(v, keep, out);
+        if (moved && v.layer == 0) {
+            Step& st = steps.back();
+            for (size_t i = 0; i < keep[0].size(); ++i) st.keep_from.push_back(v.heads[0].positions[keep[0][i]]);
+            st.keep_to = out.positions[0];
+            for (int h = 1; h < v.n_head_kv; ++h) {  // StreamingLLM: the same set in every head
+                EXPECT_EQ(out.positions[static_cast<size_t>(h)], out.positions[0]);
+            }
+        }
+        return moved;
+    }
+    std::vector<Step> steps;
+
+private:
+    Evictor& inner_;
+};
+
+std::string json_list(const std::vector<int32_t>& v) { return "[" + join(v) + "]"; }
+
+TEST(Parity, StreamingRerotation) {
+    if (std::system("/usr/bin/python3 -c 'import torch, numpy' >/dev/null 2>&1") != 0) {
+        GTEST_SKIP() << "/usr/bin/python3 with torch and numpy is not available (Debian: python3-torch)";
+    }
+    struct Run {
+        std::string name, spec;
+        int chunk = 512;
+        std::vector<float> cpp;  // [kPrompt + kContinue, n_vocab]
+        std::string out;
+        int repositioned = 0;
+        int32_t n_past_end = 0;
+    };
+    const std::string base = fmt::format("streaming:budget={},sinks=4,rerotate=true", kPolicyBudget);
+    std::vector<Run> runs(3);
+    runs[0].name = "rerotate_one_shot", runs[0].spec = base, runs[0].chunk = 512;
+    runs[1].name = "rerotate_chunked", runs[1].spec = base + ",chunked=true", runs[1].chunk = kPolicyChunk;
+    runs[2].name = "rerotate_decode", runs[2].spec = base + ",decode=1", runs[2].chunk = 512;
+    const std::string model_path = write_model(parity_spec(), "rerotation.gguf");
+    const auto model = Model::load(model_path);
+    const auto seq = sequence(kPrompt + kContinue);
+    const std::vector<int32_t> prompt(seq.begin(), seq.begin() + kPrompt);
+    std::string jobs = "[";
+    for (Run& r : runs) {
+        auto policy = policy::make_policy(r.spec);
+        RerotationRecorder rec(*policy);
+        Session s(*model, exact(r.chunk));
+        s.set_evictor(&rec);
+        const auto pl = s.prefill(prompt, true);
+        r.cpp.assign(pl.begin(), pl.end());
+        for (int i = kPrompt; i < kPrompt + kContinue; ++i) {
+            const int32_t token = seq[static_cast<size_t>(i)];
+            rec.steps.push_back({{token}, {s.n_past()}, {}, {}});
+            const auto l = s.decode(token);
+            r.cpp.insert(r.cpp.end(), l.begin(), l.end());
+        }
+        r.repositioned = static_cast<int>(s.eviction_stats().repositioned);
+        r.n_past_end = s.n_past();
+        r.out = temp_path(r.name + ".ref.f32");
+        jobs += fmt::format("{}{{\"model\": \"{}\", \"out\": \"{}\", \"steps\": [", jobs.size() > 1 ? ", " : "",
+                            model_path, r.out);
+        for (size_t i = 0; i < rec.steps.size(); ++i) {
+            const auto& st = rec.steps[i];
+            jobs += fmt::format("{}{{\"tokens\": {}, \"positions\": {}", i > 0 ? ", " : "", json_list(st.tokens),
+                                json_list(st.positions));
+            if (!st.keep_from.empty()) {
+                jobs += fmt::format(", \"keep_from\": {}, \"keep_to\": {}", json_list(st.keep_from),
+                                    json_list(st.keep_to));
+            }
+            jobs += "}";
+        }
+        jobs += "]}";
+    }
+    jobs += "]";
+    const std::string jobs_path = temp_path("rerotation-jobs.json");
+    const std::string err_path = temp_path("rerotation-stderr.txt");
+    std::ofstream(jobs_path) << jobs;
+    const std::string cmd = fmt::format(
+        "cd '{}' && OMP_NUM_THREADS=2 PYTHONPATH='{}/python' /usr/bin/python3 tests/parity/rerotation_ref.py '{}' 2> '{}'",
+        KVEC_SOURCE_DIR, KVEC_SOURCE_DIR, jobs_path, err_path);
+    if (std::system(cmd.c_str()) != 0) {
+        std::ifstream e(err_path);
+        std::stringstream ss;
+        ss << e.rdbuf();
+        FAIL() << "the reference replay failed: " << ss.str();
+    }
+    // One-shot: one re-rotation (after the prompt), decoding continues at B. Chunked: one per
+    // chunk that overflowed the budget (chunks 2 and 3). Decode: the prompt's, then every step's.
+    EXPECT_EQ(runs[0].repositioned, 1);
+    EXPECT_EQ(runs[0].n_past_end, kPolicyBudget + kContinue);
+    EXPECT_EQ(runs[1].repositioned, 2);
+    EXPECT_EQ(runs[2].repositioned, 1 + kContinue);
+    EXPECT_EQ(runs[2].n_past_end, kPolicyBudget);
+    for (const Run& r : runs) {
+        SCOPED_TRACE(r.name);
+        Prepared p;
+        p.c.name = r.name;
+        p.n_vocab = model->config().n_vocab;
+        p.cpp = r.cpp;
+        p.ref_out = r.out;
+        compare_logits(p);
+    }
 }
 
 }  // namespace

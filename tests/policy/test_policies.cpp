@@ -188,6 +188,31 @@ TEST(Policies, PyramidBudgetsPerLayerAndTotalMemory) {
     EXPECT_EQ(sum, 4 * 2 * 12);  // L x H x B, as SnapKV
 }
 
+TEST(Policies, PyramidChunkedRoundsUseOneScheduleForAllLayers) {
+    // Chunked prefill: each layer holds its previous budget (22, 15, 9, 2) plus a chunk of 8, so
+    // the layers see 30, 23, 17 and 10 entries; the schedule must still be the one of the
+    // sequence so far (n_past = 1000), or the deep layers keep more and the total exceeds L x H x B.
+    std::mt19937 rng(9);
+    auto p = make_policy("pyramidkv:budget=12,window=2,chunked=true");
+    const std::vector<int32_t> held = {30, 23, 17, 10};
+    const std::vector<size_t> want = {22, 15, 9, 2};
+    int64_t sum = 0;
+    for (int layer = 0; layer < 4; ++layer) {
+        FakeLayer f = FakeLayer::uniform(2, held[static_cast<size_t>(layer)]);
+        f.layer = layer;
+        f.n_layer = 4;
+        f.n_past = 1000;
+        f.n_prompt = 2000;
+        f.final_chunk = false;
+        fill_window(f, rng, false);
+        const Keep keep = prefill(*p, f);
+        ASSERT_EQ(keep.size(), 2u) << layer;
+        EXPECT_EQ(keep[0].size(), want[static_cast<size_t>(layer)]) << layer;
+        sum += total(keep);
+    }
+    EXPECT_EQ(sum, 4 * 2 * 12);
+}
+
 TEST(Policies, AdaAndKvecMeetTheLayerBudgetExactly) {
     std::mt19937 rng(11);
     for (int t = 0; t < 20; ++t) {

@@ -121,6 +121,36 @@ TEST(PolicyEngine, ChunkedPrefillLowersThePeak) {
     EXPECT_LT(peak[1], peak[0]);
 }
 
+TEST(PolicyEngine, ChunkedPeakStaysWithinBudgetPlusChunkForEveryPolicy) {
+    const auto prompt = prompt_tokens();
+    const int64_t budget = 48, chunk = session_options().n_batch;
+    const int64_t heads = int64_t{kLayers} * kHeadsKv;
+    for (const PolicyEntry& entry : policies()) {
+        if (entry.name == "full") continue;
+        const bool fixed_window = entry.name == "streaming" || entry.name == "tova";
+        std::vector<std::string> specs = {entry.name + ":budget=48,chunked=true" + (fixed_window ? "" : ",window=8")};
+        if (entry.name == "streaming") specs.push_back("streaming:budget=48,chunked=true,rerotate=true");
+        for (const std::string& spec : specs) {
+            auto policy = make_policy(spec);
+            Session s(tiny_model(), session_options());
+            s.set_evictor(policy.get());
+            s.prefill(prompt);  // 200 tokens in chunks of 64
+            EXPECT_EQ(s.kv_cache().total_entries(), heads * budget) << spec;
+            const size_t bound = static_cast<size_t>(heads * (budget + chunk)) * s.kv_cache().entry_bytes();
+            EXPECT_LE(s.kv_cache().peak_bytes(), bound) << spec;
+            // Only the layer being processed holds a chunk: L x H_kv x B + H_kv x C at most, for
+            // policies whose layers share B alike (PyramidKV's shares move between early rounds).
+            if (entry.name != "pyramidkv") {
+                EXPECT_LE(s.kv_cache().peak_bytes(),
+                          static_cast<size_t>(heads * budget + kHeadsKv * chunk) * s.kv_cache().entry_bytes())
+                    << spec;
+            }
+            RecordProperty("peak_over_bound_" + entry.name,
+                           std::to_string(static_cast<double>(s.kv_cache().peak_bytes()) / static_cast<double>(bound)));
+        }
+    }
+}
+
 TEST(PolicyEngine, KvecWithZeroCoefficientsKeepsWhatAdaSnapKvKeeps) {
     const auto prompt = prompt_tokens();
     for (const char* normalize : {"false", "true"}) {

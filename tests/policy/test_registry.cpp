@@ -71,6 +71,10 @@ TEST(Registry, RequestsTheObservationsEachPolicyNeeds) {
     EXPECT_EQ(make_policy("streaming")->request().window, 0);
     EXPECT_EQ(make_policy("h2o")->request().decode_interval, 0);
     EXPECT_EQ(make_policy("h2o:decode=1")->request().decode_interval, 1);
+    // One-shot: the window is the prompt's last w queries; chunked: each chunk's own.
+    EXPECT_EQ(make_policy("snapkv")->request().window_scope, WindowScope::Prompt);
+    EXPECT_EQ(make_policy("snapkv:chunked=true")->request().window_scope, WindowScope::Chunk);
+    EXPECT_NE(make_policy("streaming:rerotate=true"), nullptr);
 }
 
 TEST(Registry, CanonicalOptions) {
@@ -108,7 +112,7 @@ TEST(Registry, ClearErrors) {
     expect_error([] { make_policy("kvec:unit=word"); }, {"unit", "position, token"});
     expect_error([] { make_policy("kvec:chunked=maybe"); }, {"chunked", "true or false"});
     expect_error([] { make_policy("streaming:budget=3"); }, {"budget 3"});
-    expect_error([] { make_policy("streaming:rerotate=true"); }, {"rerotate", "not support"});
+    expect_error([] { make_policy("streaming:rerotate=perhaps"); }, {"rerotate", "true or false"});
     expect_error([] { make_policy("random:ratio=1.5"); }, {"ratio", "'1.5'"});
     // Small budgets that respect the window are fine.
     EXPECT_NE(make_policy("snapkv:budget=8,window=8"), nullptr);

@@ -57,7 +57,19 @@ void check(const Weights& w, int64_t n) {
 
 class MatmulTypes : public ::testing::TestWithParam<GgmlType> {};
 
+// Exact precision (float activations): within float rounding of the reference. The Fast (int8)
+// precision of the quantised types is tested in test_int8.cpp against its own error bound.
+class ExactPrecision {
+public:
+    ExactPrecision() : saved_(matmul_precision()) { set_matmul_precision(MatmulPrecision::Exact); }
+    ~ExactPrecision() { set_matmul_precision(saved_); }
+
+private:
+    MatmulPrecision saved_;
+};
+
 TEST_P(MatmulTypes, MatchesReferenceOnEveryKernel) {
+    const ExactPrecision exact;
     const GgmlType type = GetParam();
     const int64_t block = ggml_type_traits(type).block_size;
     const int64_t n_in = block >= 256 ? 512 : 96;
@@ -78,6 +90,7 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTypes,
                          [](const auto& info) { return std::string(ggml_type_name(info.param)); });
 
 TEST(Matmul, OddShapesAndManyRows) {
+    const ExactPrecision exact;
     // n_in not a multiple of 8 (kernel tails), n_out not a multiple of the 3-wide tile, and more
     // activation rows than one activation block (256).
     for (CpuKernel k : {CpuKernel::Generic, CpuKernel::Avx2}) {
@@ -90,6 +103,12 @@ TEST(Matmul, OddShapesAndManyRows) {
         // remainder, row blocks of 6 with a remainder.
         check(make_weights(GgmlType::F32, 600, 37, 10), 50);
         check(make_weights(GgmlType::Q4_K, 768, 40, 11), 29);
+        // 16-bit weights read in place for decode (<= 4 rows): k tail past the last 8, rows past
+        // the last 4-row tile.
+        for (int64_t n : {1, 3}) {
+            check(make_weights(GgmlType::F16, 35, 9, 12), n);
+            check(make_weights(GgmlType::BF16, 35, 9, 13), n);
+        }
     }
     set_cpu_kernel(cpu_kernel_supported(CpuKernel::Avx2) ? CpuKernel::Avx2 : CpuKernel::Generic);
 }

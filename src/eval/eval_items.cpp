@@ -1,0 +1,198 @@
+#include "eval/eval_items.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+
+#include "engine/generator.h"
+#include "eval/longbench.h"
+#include "eval/metrics.h"
+#include "eval/text_source.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
+
+namespace kvec::eval {
+
+namespace {
+
+std::vector<int32_t> tokenize(const Generator& generator, const std::string& prompt, bool chat) {
+    GenerateOptions g;
+    g.prompt = prompt;
+    g.chat = chat;
+    g.parse_special = true;
+    return generator.tokenize_prompt(g);
+}
+
+void add_task(ItemSummary* summary, const std::string& task) {
+    if (summary == nullptr) return;
+    if (std::find(summary->tasks.begin(), summary->tasks.end(), task) == summary->tasks.end()) {
+        summary->tasks.push_back(task);
+    }
+}
+
+// The prompt must fit; a generation that reaches the end of the context stops there.
+void check_fits(const EvalItem& item, int32_t n_ctx) {
+    if (static_cast<int64_t>(item.prompt.size()) >= n_ctx) {
+        fail("sample '{}' ({}) has {} prompt tokens but the context holds {} (use a larger -c{})",
+             item.id, item.task, item.prompt.size(), n_ctx,
+             item.longbench ? " or a smaller --max-length" : "");
+    }
+}
+
+std::vector<EvalItem> synthetic_items(const ItemOptions& o, const Tokenizer& tokenizer,
+                                      const Generator& generator, int32_t n_ctx,
+                                      ItemSummary* summary) {
+    const SuiteSpec& suite = find_suite(o.suite);
+    const bool has_template = has_chat_template(tokenizer);
+    if (o.chat == ChatMode::On && !has_template) {
+        fail("--chat: the model has no chat template the tokenizer can render");
+    }
+    const bool chat = o.chat == ChatMode::On || (o.chat == ChatMode::Auto && has_template);
+    const TextSource text = TextSource::heldout(o.text_dir.empty() ? default_text_dir() : o.text_dir);
+    SynthConfig config;
+    config.split = Split::Eval;
+    config.format = chat ? PromptFormat::Chat : PromptFormat::Completion;
+    config.verify_length = true;
+    SynthGenerator gen(text, &tokenizer, config);
+    if (summary != nullptr) {
+        summary->source = "suite " + suite.name;
+        summary->format = chat ? "chat" : "completion";
+    }
+    std::vector<EvalItem> items;
+    for (const auto& [task, n_default] : suite.tasks) {
+        const int n = o.samples > 0 ? o.samples : n_default;
+        for (int i = 0; i < n; ++i) {
+            const SynthInstance inst = gen.generate(task, o.seed, i, suite.length);
+            EvalItem item;
+            item.id = inst.id;
+            item.task = inst.task;
+            item.longbench = false;
+            item.metric = inst.metric;
+            item.prompt = tokenize(generator, inst.prompt, chat);
+            item.references = inst.answers;
+            item.max_new_tokens = inst.max_new_tokens;
+            if (o.max_new_tokens > 0) item.max_new_tokens = std::min(item.max_new_tokens, o.max_new_tokens);
+            item.chat = chat;
+            item.length = inst.length;
+            check_fits(item, n_ctx);
+            add_task(summary, item.task);
+            items.push_back(std::move(item));
+        }
+    }
+    return items;
+}
+
+std::vector<EvalItem> longbench_items(const ItemOptions& o, const Tokenizer& tokenizer,
+                                      const Generator& generator, int32_t n_ctx,
+                                      ItemSummary* summary) {
+    const LongBenchConfig config = LongBenchConfig::load(
+        o.longbench_dir.empty() ? LongBenchConfig::default_dir() : o.longbench_dir);
+    const bool has_template = has_chat_template(tokenizer);
+    if (o.chat == ChatMode::On && !has_template) {
+        fail("--chat: the model has no chat template the tokenizer can render");
+    }
+    if (summary != nullptr) {
+        summary->source = "longbench";
+        summary->format = o.chat == ChatMode::Off
+                              ? "completion (--no-chat)"
+                              : (has_template ? "chat template except trec, triviaqa, samsum, lsht, "
+                                                "lcc, repobench-p"
+                                              : "completion (the model has no chat template)");
+    }
+    std::vector<EvalItem> items;
+    std::map<std::string, int> seen_ids;
+    for (const std::string& path : o.data_files) {
+        if (!std::filesystem::is_regular_file(path)) fail("data file '{}' does not exist", path);
+        const std::vector<LongBenchSample> samples = read_longbench_jsonl(path);
+        const std::string from_name = dataset_from_filename(path);
+        int taken = 0;
+        for (const LongBenchSample& s : samples) {
+            if (o.samples > 0 && taken >= o.samples) break;
+            // eval.py names the dataset after the file; a file named otherwise uses the field.
+            std::string dataset = config.has(from_name) ? from_name : s.dataset;
+            if (!config.has(dataset)) {
+                fail("{}:{}: unknown LongBench dataset '{}' (name the file <dataset>.jsonl or set "
+                     "the \"dataset\" field)", path, s.line, dataset.empty() ? from_name : dataset);
+            }
+            const DatasetSpec& spec = config.dataset(dataset);
+            if (!spec.supported) {
+                fail("{}: Chinese LongBench tasks are not supported ('{}' needs jieba segmentation)",
+                     path, dataset);
+            }
+            const GenerationSettings gs = generation_settings(spec);
+            EvalItem item;
+            item.task = dataset;
+            item.longbench = true;
+            item.metric = std::string(metric_name(spec.metric));
+            item.references = s.answers;
+            item.all_classes = s.all_classes;
+            item.length = s.length;
+            item.max_new_tokens = gs.max_new_tokens;
+            if (o.max_new_tokens > 0) item.max_new_tokens = std::min(item.max_new_tokens, o.max_new_tokens);
+            item.min_new_tokens = gs.min_new_tokens;
+            if (gs.stop_at_newline) {
+                item.end_tokens = {tokenizer.eos(), newline_token(tokenizer)};
+                item.end_tokens.erase(std::remove(item.end_tokens.begin(), item.end_tokens.end(), -1),
+                                      item.end_tokens.end());
+            }
+            item.chat = gs.apply_chat_template && o.chat != ChatMode::Off && has_template;
+            const int64_t M = o.max_length > 0 ? o.max_length
+                                               : int64_t{n_ctx} - item.max_new_tokens - (item.chat ? 64 : 0);
+            if (M < 2) {
+                fail("context {} is too small for {} (max_new_tokens {}): use a larger -c or "
+                     "--max-new-tokens / --max-length", n_ctx, dataset, item.max_new_tokens);
+            }
+            const std::string prompt = build_prompt(spec.prompt_template, s);
+            const TruncatedPrompt t = truncate_middle(tokenizer, prompt, M);
+            item.truncated = t.truncated;
+            item.prompt = tokenize(generator, t.text, item.chat);
+            std::string base = s.id.empty() ? fmt::format("{}/{}", dataset, s.line) : s.id;
+            const int dup = seen_ids[base]++;
+            item.id = dup == 0 ? base : fmt::format("{}#{}", base, dup);
+            if (summary != nullptr && t.truncated) ++summary->truncated;
+            check_fits(item, n_ctx);
+            add_task(summary, item.task);
+            items.push_back(std::move(item));
+            ++taken;
+        }
+    }
+    if (items.empty()) fail("the data files hold no samples");
+    return items;
+}
+
+}  // namespace
+
+bool has_chat_template(const Tokenizer& tokenizer) { return LengthMeter(&tokenizer).has_chat_template(); }
+
+std::vector<EvalItem> build_items(const ItemOptions& options, const Tokenizer& tokenizer,
+                                  const Generator& generator, int32_t n_ctx, ItemSummary* summary) {
+    if (options.suite.empty() == options.data_files.empty()) {
+        fail("give exactly one of --suite or --data");
+    }
+    if (!options.suite.empty()) return synthetic_items(options, tokenizer, generator, n_ctx, summary);
+    return longbench_items(options, tokenizer, generator, n_ctx, summary);
+}
+
+double score_item(const EvalItem& item, std::string_view prediction) {
+    if (item.longbench) return sample_score(item.task, prediction, item.references, item.all_classes);
+    return score_synthetic(item.metric, prediction, item.references);
+}
+
+double task_score(const std::vector<const EvalItem*>& items, const std::vector<std::string>& predictions) {
+    if (items.empty()) fail("no predictions to score");
+    KVEC_CHECK(items.size() == predictions.size());
+    if (items.front()->longbench) {
+        std::vector<ScoredPrediction> scored;  // [n]
+        for (size_t i = 0; i < items.size(); ++i) {
+            scored.push_back({predictions[i], items[i]->references, items[i]->length});
+        }
+        return dataset_score(items.front()->task, scored, items.back()->all_classes);
+    }
+    double sum = 0;
+    for (size_t i = 0; i < items.size(); ++i) sum += score_item(*items[i], predictions[i]);
+    return py::round_digits(100.0 * sum / static_cast<double>(items.size()), 2);
+}
+
+}  // namespace kvec::eval

@@ -1,0 +1,255 @@
+#include "eval/fidelity.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "eval/prefill_share.h"
+#include "policy/coverage_probe.h"
+#include "policy/registry.h"
+#include "sampling/sampler.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
+
+namespace kvec::eval {
+
+namespace {
+
+size_t sz(int64_t n) { return static_cast<size_t>(n); }
+
+struct Detach {
+    Session& session;
+    ~Detach() {
+        session.reset();
+        session.set_evictor(nullptr);
+    }
+};
+
+// Feeds the continuation one decode step at a time; rows [C, V] of the logits after each token.
+std::vector<float> feed(Session& session, std::span<const int32_t> continuation) {
+    const auto V = sz(session.n_vocab());
+    std::vector<float> rows(continuation.size() * V);  // [C, V]
+    for (size_t i = 0; i < continuation.size(); ++i) {
+        const std::span<const float> logits = session.decode(continuation[i]);
+        std::copy(logits.begin(), logits.end(), rows.begin() + static_cast<int64_t>(i * V));
+    }
+    return rows;
+}
+
+}  // namespace
+
+double log_prob(std::span<const float> logits, int32_t token) {
+    KVEC_CHECK(token >= 0 && sz(token) < logits.size());
+    double mx = -INFINITY;
+    for (float v : logits) mx = std::max(mx, static_cast<double>(v));
+    double sum = 0;
+    for (float v : logits) sum += std::exp(static_cast<double>(v) - mx);
+    return static_cast<double>(logits[sz(token)]) - mx - std::log(sum);
+}
+
+DistributionDiff compare_logits(std::span<const float> p_logits, std::span<const float> q_logits) {
+    KVEC_CHECK(p_logits.size() == q_logits.size() && !p_logits.empty());
+    auto lse = [](std::span<const float> x) {
+        double mx = -INFINITY;
+        for (float v : x) mx = std::max(mx, static_cast<double>(v));
+        double s = 0;
+        for (float v : x) s += std::exp(static_cast<double>(v) - mx);
+        return mx + std::log(s);
+    };
+    const double lp = lse(p_logits), lq = lse(q_logits);
+    double kl = 0;
+    for (size_t i = 0; i < p_logits.size(); ++i) {
+        const double a = p_logits[i] - lp, b = q_logits[i] - lq;
+        kl += std::exp(a) * (a - b);
+    }
+    return {std::max(0.0, kl), argmax(p_logits) == argmax(q_logits)};
+}
+
+FidelityReport run_fidelity(Session& session, const std::vector<int32_t>& tokens,
+                            const std::vector<PolicyChoice>& policies, const std::vector<Combo>& combos,
+                            const FidelityOptions& o) {
+    if (session.evictor() != nullptr) fail("fidelity: the session must not have a policy attached");
+    if (o.continuation < 1) fail("--continuation must be at least 1, got {}", o.continuation);
+    const int32_t P = o.prefix > 0 ? o.prefix : session.n_ctx() - o.continuation - 1;
+    if (P < 2) fail("fidelity: the context {} leaves no room for a prompt before {} continuation tokens",
+                    session.n_ctx(), o.continuation);
+    if (int64_t{P} + o.continuation + 1 > session.n_ctx()) {
+        fail("fidelity: prompt {} + continuation {} tokens do not fit the context {} (use -c)", P,
+             o.continuation, session.n_ctx());
+    }
+    const int64_t seg_len = int64_t{P} + o.continuation;
+    const int available = static_cast<int>(static_cast<int64_t>(tokens.size()) / seg_len);
+    if (available < 1) {
+        fail("fidelity: the text has {} tokens, fewer than one segment of {} (prompt {} + continuation {})",
+             tokens.size(), seg_len, P, o.continuation);
+    }
+    FidelityReport report;
+    report.prefix = P;
+    report.continuation = o.continuation;
+    report.segments = std::min(std::max(1, o.segments), available);
+    const ops::RopeParams rope = rope_params(session.model());
+    const int64_t entry_bytes = kv_entry_bytes(session.kv_cache().config());
+    const auto V = sz(session.n_vocab());
+
+    struct Acc {
+        double kl = 0, kl_max = 0, top1 = 0, kv = 0, c_head = 0;
+        int64_t steps = 0;
+        int segs = 0;
+        std::string mode;
+    };
+    std::vector<Acc> acc(combos.size());
+    const int64_t total = int64_t{report.segments} * static_cast<int64_t>(combos.size());
+    int64_t done = 0;
+
+    for (int s = 0; s < report.segments; ++s) {
+        const auto begin = tokens.begin() + s * seg_len;
+        const std::vector<int32_t> prompt(begin, begin + P);
+        const std::vector<int32_t> cont(begin + P, begin + seg_len);
+        // Reference: the full cache.
+        std::vector<float> ref;  // [C, V]
+        {
+            Detach d{session};
+            session.reset();
+            session.prefill(prompt);
+            ref = feed(session, cont);
+        }
+        auto score = [&](size_t c, const std::vector<float>& rows, int64_t entries,
+                         const policy::CoverageReport& cov, const char* mode) {
+            Acc& a = acc[c];
+            for (size_t i = 0; i < cont.size(); ++i) {
+                const DistributionDiff d = compare_logits(std::span<const float>(ref).subspan(i * V, V),
+                                                          std::span<const float>(rows).subspan(i * V, V));
+                a.kl += d.kl;
+                a.kl_max = std::max(a.kl_max, d.kl);
+                a.top1 += d.top1_equal ? 1 : 0;
+                ++a.steps;
+            }
+            a.kv += static_cast<double>(entries * entry_bytes);
+            a.c_head += cov.positions.empty() ? 1.0 : cov.mean_c_head(false);
+            ++a.segs;
+            a.mode = mode;
+            ++done;
+            if (o.on_progress) o.on_progress(done, total);
+        };
+        std::map<int, std::vector<size_t>> groups;
+        std::vector<size_t> separate;
+        for (size_t c = 0; c < combos.size(); ++c) {
+            auto p = policy::make_policy(combos[c].spec);
+            if (o.share_prefill && is_one_shot(*p, policies[combos[c].policy].name)) {
+                groups[share_group_key(p->request())].push_back(c);
+            } else {
+                separate.push_back(c);
+            }
+        }
+        for (const auto& [key, members] : groups) {
+            std::vector<ObservationRequest> requests;
+            for (size_t c : members) requests.push_back(policy::make_policy(combos[c].spec)->request());
+            const PrefillSnapshot snap = record_prefill(session, prompt, merge_requests(requests));
+            for (size_t c : members) {
+                Detach d{session};
+                auto p = policy::make_policy(combos[c].spec);
+                policy::CoverageProbe probe(*p, o.coverage_window);
+                ReplayResult rr = replay_policy(snap, probe, rope);
+                const int64_t entries = rr.entries;
+                adopt_cache(session, std::move(rr.cache), rr.next_position, prompt.back());
+                score(c, feed(session, cont), entries, probe.report(), "shared");
+            }
+        }
+        for (size_t c : separate) {
+            Detach d{session};
+            auto p = policy::make_policy(combos[c].spec);
+            policy::CoverageProbe probe(*p, o.coverage_window);
+            session.reset();
+            session.set_evictor(&probe);
+            session.prefill(prompt);
+            const int64_t entries = session.kv_cache().total_entries();
+            score(c, feed(session, cont), entries, probe.report(), "separate");
+        }
+    }
+    for (size_t c = 0; c < combos.size(); ++c) {
+        const Acc& a = acc[c];
+        FidelityRow row;
+        row.policy = policies[combos[c].policy].label;
+        row.budget = combos[c].budget;
+        row.steps = a.steps;
+        row.kl_mean = a.steps > 0 ? a.kl / static_cast<double>(a.steps) : 0;
+        row.kl_max = a.kl_max;
+        row.top1 = a.steps > 0 ? a.top1 / static_cast<double>(a.steps) : 0;
+        row.kv_bytes = a.segs > 0 ? a.kv / a.segs : 0;
+        row.c_head = a.segs > 0 ? a.c_head / a.segs : 0;
+        row.mode = a.mode;
+        report.rows.push_back(row);
+    }
+    return report;
+}
+
+std::vector<int32_t> tokenize_for_perplexity(const Tokenizer& tokenizer, const std::string& text) {
+    return tokenizer.encode(text, /*add_special=*/true, /*parse_special=*/false);
+}
+
+PerplexityResult perplexity(Session& session, const Tokenizer& tokenizer, const std::vector<int32_t>& tokens,
+                            const PerplexityOptions& o) {
+    if (session.evictor() != nullptr) fail("perplexity: the session must not have a policy attached");
+    const int32_t n_ctx = o.n_ctx;
+    if (n_ctx < 4) fail("perplexity: the context must be at least 4 tokens, got {}", n_ctx);
+    if (n_ctx > session.n_ctx()) fail("perplexity: context {} exceeds the session's {}", n_ctx, session.n_ctx());
+    if (static_cast<int64_t>(tokens.size()) < 2 * int64_t{n_ctx}) {
+        fail("you need at least {} tokens to evaluate perplexity with a context of {}; the file tokenizes to "
+             "only {}", 2 * int64_t{n_ctx}, n_ctx, tokens.size());
+    }
+    PerplexityResult r;
+    r.n_tokens = static_cast<int64_t>(tokens.size());
+    r.add_bos = tokenizer.data().add_bos && tokenizer.bos() >= 0;
+    const int max_chunks = static_cast<int>(tokens.size() / sz(n_ctx));
+    r.n_chunks = o.n_chunks < 0 ? max_chunks : std::min(o.n_chunks, max_chunks);
+    if (r.n_chunks < 1) fail("perplexity: --chunks must be at least 1");
+    const int32_t first = n_ctx / 2;
+    const auto V = sz(session.n_vocab());
+    const int64_t entry_bytes = kv_entry_bytes(session.kv_cache().config());
+    double nll = 0, nll2 = 0, kv = 0, c_head = 0;
+    for (int i = 0; i < r.n_chunks; ++i) {
+        const size_t start = sz(int64_t{i} * n_ctx);
+        std::vector<int32_t> chunk(tokens.begin() + static_cast<int64_t>(start),
+                                   tokens.begin() + static_cast<int64_t>(start) + n_ctx);  // [n_ctx]
+        if (r.add_bos) chunk[0] = tokenizer.bos();
+        std::vector<float> rows;  // [n_ctx - first, V] logits of tokens first .. n_ctx - 1
+        {
+            Detach d{session};
+            session.reset();
+            if (o.policy_spec.empty()) {
+                const std::span<const float> all = session.prefill(chunk, /*all_logits=*/true);
+                rows.assign(all.begin() + static_cast<int64_t>(sz(first) * V), all.end());
+                kv += static_cast<double>(session.kv_cache().total_entries() * entry_bytes);
+                c_head += 1.0;
+            } else {
+                auto p = policy::make_policy(o.policy_spec);
+                policy::CoverageProbe probe(*p, o.coverage_window);
+                session.set_evictor(&probe);
+                session.prefill(std::span<const int32_t>(chunk).first(sz(first)));
+                kv += static_cast<double>(session.kv_cache().total_entries() * entry_bytes);
+                c_head += probe.report().positions.empty() ? 1.0 : probe.report().mean_c_head(false);
+                const std::span<const float> all =
+                    session.prefill(std::span<const int32_t>(chunk).subspan(sz(first)), /*all_logits=*/true);
+                rows.assign(all.begin(), all.end());
+            }
+        }
+        for (int32_t j = first; j < n_ctx - 1; ++j) {
+            const std::span<const float> row = std::span<const float>(rows).subspan(sz(j - first) * V, V);
+            const double v = -log_prob(row, tokens[start + sz(j) + 1]);
+            nll += v;
+            nll2 += v * v;
+        }
+        r.count += n_ctx - first - 1;
+        if (o.on_chunk) o.on_chunk(i + 1, std::exp(nll / static_cast<double>(r.count)));
+    }
+    const auto count = static_cast<double>(r.count);
+    r.mean_nll = nll / count;
+    r.ppl = std::exp(r.mean_nll);
+    const double var = nll2 / count - r.mean_nll * r.mean_nll;
+    r.ppl_error = var > 0 && r.count > 1 ? std::sqrt(var / (count - 1)) * r.ppl : NAN;
+    r.kv_bytes = kv / r.n_chunks;
+    r.c_head = c_head / r.n_chunks;
+    return r;
+}
+
+}  // namespace kvec::eval

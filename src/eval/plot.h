@@ -1,0 +1,38 @@
+// Line charts as PNG files (cairo): axes with ticks and labels, a title, one coloured line with
+// markers per series, a legend. Enough for `kvec eval`'s score-vs-budget and coverage-vs-budget
+// plots, readable without any other tool.
+#pragma once
+
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace kvec::eval {
+
+struct PlotSeries {
+    std::string name;
+    std::vector<double> x;  // [n] (non-finite y values are skipped)
+    std::vector<double> y;  // [n]
+    bool dashed = false;    // reference lines (e.g. the full cache)
+};
+
+struct PlotSpec {
+    std::string title;
+    std::string x_label;
+    std::string y_label;
+    bool log2_x = false;           // budgets: equal spacing for 64, 128, 256, ...
+    std::vector<double> x_ticks;   // empty: automatic
+    double y_min = std::numeric_limits<double>::quiet_NaN();  // NaN: automatic
+    double y_max = std::numeric_limits<double>::quiet_NaN();
+    std::vector<PlotSeries> series;
+    int width = 960;
+    int height = 600;
+};
+
+// Writes the chart; kvec::Error if cairo cannot create or write the image, or the spec is empty.
+void write_line_plot_png(const PlotSpec& spec, const std::string& path);
+
+// "Nice" tick values covering [lo, hi] (about `target` of them, steps 1, 2, 2.5 or 5 x 10^k).
+std::vector<double> nice_ticks(double lo, double hi, int target = 6);
+
+}  // namespace kvec::eval

@@ -1,0 +1,262 @@
+#include "eval/report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+
+#include "eval/plot.h"
+#include "util/error.h"
+
+namespace kvec::eval {
+
+namespace {
+
+std::string fmt_score(double v) { return std::isfinite(v) ? fmt::format("{:.2f}", v) : "-"; }
+
+std::string fmt_bytes(double b) {
+    if (b >= 1024.0 * 1024) return fmt::format("{:.2f} MiB", b / (1024.0 * 1024));
+    if (b >= 1024.0) return fmt::format("{:.1f} KiB", b / 1024.0);
+    return fmt::format("{:.0f} B", b);
+}
+
+const Cell* find_cell(const SweepSummary& s, const std::string& policy, int64_t budget) {
+    const auto it = s.cells.find({policy, budget});
+    return it == s.cells.end() ? nullptr : &it->second;
+}
+
+// The cell shown for (policy, budget column): an unbudgeted policy's single cell everywhere.
+const Cell* column_cell(const SweepSummary& s, size_t p, int64_t budget) {
+    return find_cell(s, s.policies[p], s.budgeted[p] ? budget : 0);
+}
+
+std::string budget_text(int64_t b) { return b == 0 ? "-" : std::to_string(b); }
+
+}  // namespace
+
+SweepSummary summarize(const std::vector<EvalItem>& items, const std::vector<PolicyChoice>& policies,
+                       const std::vector<int64_t>& budgets, const std::vector<EvalRecord>& records) {
+    SweepSummary s;
+    s.budgets = budgets;
+    for (const PolicyChoice& p : policies) {
+        s.policies.push_back(p.label);
+        s.budgeted.push_back(p.budgeted);
+    }
+    std::map<std::string, size_t> item_index;
+    for (size_t i = 0; i < items.size(); ++i) {
+        item_index[items[i].id] = i;
+        if (std::find(s.tasks.begin(), s.tasks.end(), items[i].task) == s.tasks.end()) s.tasks.push_back(items[i].task);
+    }
+    int64_t combos = 0;
+    for (const PolicyChoice& p : policies) combos += p.budgeted ? static_cast<int64_t>(budgets.size()) : 1;
+    s.expected = combos * static_cast<int64_t>(items.size());
+
+    // (policy, budget) -> item index -> record
+    std::map<std::pair<std::string, int64_t>, std::map<size_t, const EvalRecord*>> by_cell;
+    for (const EvalRecord& r : records) {
+        const auto it = item_index.find(r.id);
+        if (it == item_index.end()) continue;
+        const auto p = std::find_if(policies.begin(), policies.end(), [&](const PolicyChoice& c) { return c.label == r.policy; });
+        if (p == policies.end()) continue;
+        if (p->budgeted && std::find(budgets.begin(), budgets.end(), r.budget) == budgets.end()) continue;
+        if (!p->budgeted && r.budget != 0) continue;
+        by_cell[{r.policy, r.budget}][it->second] = &r;
+    }
+    for (const auto& [key, recs] : by_cell) {
+        Cell cell;
+        std::map<std::string, std::pair<std::vector<const EvalItem*>, std::vector<std::string>>> per_task;
+        for (const auto& [idx, r] : recs) {  // item order
+            auto& [its, preds] = per_task[items[idx].task];
+            its.push_back(&items[idx]);
+            preds.push_back(r->prediction);
+            cell.c_head += r->c_head;
+            cell.c_layer += r->c_layer;
+            cell.c_head_tokens += r->c_head_tokens;
+            cell.redundancy += r->redundancy;
+            cell.kv_bytes += static_cast<double>(r->kv_bytes);
+            cell.kv_entries += static_cast<double>(r->kv_entries);
+            ++cell.n;
+        }
+        const auto n = static_cast<double>(cell.n);
+        cell.c_head /= n;
+        cell.c_layer /= n;
+        cell.c_head_tokens /= n;
+        cell.redundancy /= n;
+        cell.kv_bytes /= n;
+        cell.kv_entries /= n;
+        double sum = 0;
+        for (const auto& [task, v] : per_task) {
+            const double score = task_score(v.first, v.second);
+            cell.task_scores[task] = score;
+            sum += score;
+        }
+        cell.average = per_task.empty() ? 0.0 : sum / static_cast<double>(per_task.size());
+        s.present += cell.n;
+        s.cells[key] = std::move(cell);
+    }
+    return s;
+}
+
+nlohmann::ordered_json metrics_json(const SweepSummary& s) {
+    nlohmann::ordered_json j;
+    j["tasks"] = s.tasks;
+    j["budgets"] = s.budgets;
+    j["records"] = s.present;
+    j["expected_records"] = s.expected;
+    j["complete"] = s.present == s.expected;
+    nlohmann::ordered_json results = nlohmann::ordered_json::array();
+    for (size_t p = 0; p < s.policies.size(); ++p) {
+        const std::vector<int64_t> budgets = s.budgeted[p] ? s.budgets : std::vector<int64_t>{0};
+        for (int64_t b : budgets) {
+            const Cell* c = find_cell(s, s.policies[p], b);
+            if (c == nullptr) continue;
+            nlohmann::ordered_json row;
+            row["policy"] = s.policies[p];
+            row["budget"] = b;
+            row["scores"] = c->task_scores;
+            row["average"] = c->average;
+            row["c_head"] = c->c_head;
+            row["c_layer"] = c->c_layer;
+            row["c_head_tokens"] = c->c_head_tokens;
+            row["redundancy"] = c->redundancy;
+            row["kv_bytes"] = c->kv_bytes;
+            row["kv_entries"] = c->kv_entries;
+            row["samples"] = c->n;
+            results.push_back(row);
+        }
+    }
+    j["results"] = results;
+    return j;
+}
+
+std::string summary_markdown(const SweepSummary& s, const std::string& header) {
+    std::string out = header;
+    auto pivot = [&](const std::string& title, const std::string& note, auto value) {
+        out += fmt::format("\n## {}\n\n{}\n\n| policy |", title, note);
+        for (int64_t b : s.budgets) out += fmt::format(" B={} |", b);
+        out += "\n|---|";
+        for (size_t i = 0; i < s.budgets.size(); ++i) out += "---:|";
+        out += "\n";
+        for (size_t p = 0; p < s.policies.size(); ++p) {
+            out += fmt::format("| {}{} |", s.policies[p], s.budgeted[p] ? "" : " (no eviction)");
+            for (int64_t b : s.budgets) {
+                const Cell* c = column_cell(s, p, b);
+                out += fmt::format(" {} |", c == nullptr ? "-" : value(*c));
+            }
+            out += "\n";
+        }
+    };
+    pivot("Average score", "Unweighted mean of the task scores (0-100).",
+          [](const Cell& c) { return fmt_score(c.average); });
+    pivot("Cross-head coverage", "C_head: |union over heads of kept prefix positions| / prefix, mean over "
+                                 "layers and samples (prefix = prompt minus the last 32 positions).",
+          [](const Cell& c) { return fmt::format("{:.3f}", c.c_head); });
+    pivot("KV-cache bytes", "Keys, values and positions kept after the prompt, mean per sample.",
+          [](const Cell& c) { return fmt_bytes(c.kv_bytes); });
+
+    out += "\n## Scores per task\n\n| policy | budget |";
+    for (const std::string& t : s.tasks) out += fmt::format(" {} |", t);
+    out += " average | C_head | C_layer | KV bytes | n |\n|---|---:|";
+    for (size_t i = 0; i < s.tasks.size() + 5; ++i) out += "---:|";
+    out += "\n";
+    for (size_t p = 0; p < s.policies.size(); ++p) {
+        const std::vector<int64_t> budgets = s.budgeted[p] ? s.budgets : std::vector<int64_t>{0};
+        for (int64_t b : budgets) {
+            const Cell* c = find_cell(s, s.policies[p], b);
+            if (c == nullptr) continue;
+            out += fmt::format("| {} | {} |", s.policies[p], budget_text(b));
+            for (const std::string& t : s.tasks) {
+                const auto it = c->task_scores.find(t);
+                out += fmt::format(" {} |", it == c->task_scores.end() ? "-" : fmt_score(it->second));
+            }
+            out += fmt::format(" {} | {:.3f} | {:.3f} | {} | {} |\n", fmt_score(c->average), c->c_head, c->c_layer,
+                               fmt_bytes(c->kv_bytes), c->n);
+        }
+    }
+    if (s.present != s.expected) {
+        out += fmt::format("\nIncomplete: {} of {} predictions present (run the same command again to "
+                           "continue).\n", s.present, s.expected);
+    }
+    return out;
+}
+
+std::string summary_csv(const SweepSummary& s) {
+    auto quote = [](const std::string& v) {
+        if (v.find_first_of(",\"\n") == std::string::npos) return v;
+        std::string q(1, '"');
+        for (char c : v) {
+            q.push_back(c);
+            if (c == '"') q.push_back('"');
+        }
+        q.push_back('"');
+        return q;
+    };
+    std::string out = "policy,budget";
+    for (const std::string& t : s.tasks) {
+        out.push_back(',');
+        out += quote(t);
+    }
+    out += ",average,c_head,c_layer,c_head_tokens,redundancy,kv_bytes,kv_entries,samples\n";
+    for (size_t p = 0; p < s.policies.size(); ++p) {
+        const std::vector<int64_t> budgets = s.budgeted[p] ? s.budgets : std::vector<int64_t>{0};
+        for (int64_t b : budgets) {
+            const Cell* c = find_cell(s, s.policies[p], b);
+            if (c == nullptr) continue;
+            out += quote(s.policies[p]);
+            out += fmt::format(",{}", b);
+            for (const std::string& t : s.tasks) {
+                const auto it = c->task_scores.find(t);
+                out.push_back(',');
+                if (it != c->task_scores.end()) out += fmt::format("{:.2f}", it->second);
+            }
+            out += fmt::format(",{:.4f},{:.6f},{:.6f},{:.6f},{:.6f},{:.1f},{:.1f},{}\n", c->average, c->c_head,
+                               c->c_layer, c->c_head_tokens, c->redundancy, c->kv_bytes, c->kv_entries, c->n);
+        }
+    }
+    return out;
+}
+
+void write_sweep_plots(const SweepSummary& s, const std::string& dir, const std::string& what) {
+    if (s.budgets.empty() || s.cells.empty()) return;
+    std::vector<double> xs(s.budgets.begin(), s.budgets.end());
+    std::sort(xs.begin(), xs.end());
+    auto make = [&](const std::string& title, const std::string& y_label, auto value, double y_min, double y_max) {
+        PlotSpec spec;
+        spec.title = title;
+        spec.x_label = "KV budget B (entries per head per layer)";
+        spec.y_label = y_label;
+        spec.log2_x = true;
+        spec.x_ticks = xs;
+        spec.y_min = y_min;
+        spec.y_max = y_max;
+        for (size_t p = 0; p < s.policies.size(); ++p) {
+            PlotSeries series;
+            series.name = s.budgeted[p] ? s.policies[p] : s.policies[p] + " (no eviction)";
+            series.dashed = !s.budgeted[p];
+            for (double b : xs) {
+                const Cell* c = column_cell(s, p, static_cast<int64_t>(b));
+                series.x.push_back(b);
+                series.y.push_back(c == nullptr ? NAN : value(*c));
+            }
+            spec.series.push_back(std::move(series));
+        }
+        return spec;
+    };
+    write_line_plot_png(make(fmt::format("{}: average score vs KV budget", what), "average score (0-100)",
+                             [](const Cell& c) { return c.average; }, NAN, NAN),
+                        dir + "/score_vs_budget.png");
+    write_line_plot_png(make(fmt::format("{}: cross-head coverage vs KV budget", what),
+                             "cross-head coverage C_head", [](const Cell& c) { return c.c_head; }, 0.0, 1.05),
+                        dir + "/coverage_vs_budget.png");
+}
+
+void write_text_file(const std::string& path, const std::string& text) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    if (!out) fail("cannot open '{}' for writing", path);
+    out << text;
+    out.close();
+    if (!out) fail("cannot write '{}'", path);
+}
+
+}  // namespace kvec::eval

@@ -1,0 +1,54 @@
+// The tables and plots of a sweep: scores per task x policy x budget (LongBench eval.py or RULER
+// aggregation), average over tasks, cross-head coverage and KV bytes; written as metrics.json,
+// summary.md, summary.csv, score_vs_budget.png and coverage_vs_budget.png.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "eval/eval_items.h"
+#include "eval/sweep.h"
+
+namespace kvec::eval {
+
+struct Cell {
+    std::map<std::string, double> task_scores;  // task -> score (0..100)
+    double average = 0;                          // unweighted mean over the tasks present
+    double c_head = 0;                           // means over the samples
+    double c_layer = 0;
+    double c_head_tokens = 0;
+    double redundancy = 0;
+    double kv_bytes = 0;
+    double kv_entries = 0;
+    int64_t n = 0;                               // records
+};
+
+struct SweepSummary {
+    std::vector<std::string> tasks;     // in item order
+    std::vector<std::string> policies;  // labels, in --policies order
+    std::vector<int64_t> budgets;       // in --budgets order
+    std::vector<bool> budgeted;         // [policies] false: one cell at budget 0 (full)
+    std::map<std::pair<std::string, int64_t>, Cell> cells;  // (policy, budget) -> cell
+    int64_t expected = 0;               // items x combinations
+    int64_t present = 0;                // records found
+};
+
+// Aggregates the records of the run's items and combinations (other records are ignored).
+SweepSummary summarize(const std::vector<EvalItem>& items, const std::vector<PolicyChoice>& policies,
+                       const std::vector<int64_t>& budgets, const std::vector<EvalRecord>& records);
+
+nlohmann::ordered_json metrics_json(const SweepSummary& summary);
+std::string summary_markdown(const SweepSummary& summary, const std::string& header);
+std::string summary_csv(const SweepSummary& summary);
+
+// score_vs_budget.png and coverage_vs_budget.png in `dir`; unbudgeted policies as dashed
+// horizontal lines. `what` names the score in the titles ("synthetic-2k", "LongBench").
+void write_sweep_plots(const SweepSummary& summary, const std::string& dir, const std::string& what);
+
+// Writes `text` to `path` (kvec::Error if it cannot).
+void write_text_file(const std::string& path, const std::string& text);
+
+}  // namespace kvec::eval

@@ -1,0 +1,374 @@
+#include "eval/sweep.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "eval/prefill_share.h"
+#include "policy/coverage_probe.h"
+#include "policy/registry.h"
+#include "sampling/sampler.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
+#include "util/timer.h"
+
+namespace kvec::eval {
+
+namespace {
+
+std::string trim(std::string s) {
+    const auto b = s.find_first_not_of(" \t");
+    const auto e = s.find_last_not_of(" \t");
+    return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+}
+
+std::string canonical_name(const std::string& name) {
+    if (name == "streamingllm") return "streaming";
+    if (name == "adakv" || name == "ada-kv" || name == "adasnapkv") return "ada-snapkv";
+    return name;
+}
+
+// Valid UTF-8 (invalid bytes -> U+FFFD), as the JSON file will hold it.
+std::string valid_utf8(const std::string& s) {
+    const std::string dumped =
+        nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    return nlohmann::json::parse(dumped).get<std::string>();
+}
+
+double now_seconds() {
+    using namespace std::chrono;
+    return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+std::string format_duration(double s) {
+    if (!std::isfinite(s) || s < 0) return "?";
+    const auto t = static_cast<int64_t>(std::llround(s));
+    if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, (t % 3600) / 60);
+    if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
+    return fmt::format("{}s", t);
+}
+
+// Detaches the evictor and empties the session when a combination ends (also on errors).
+struct SessionGuard {
+    Session& session;
+    ~SessionGuard() {
+        session.reset();
+        session.set_evictor(nullptr);
+    }
+};
+
+}  // namespace
+
+std::vector<PolicyChoice> parse_policy_list(const std::string& list) {
+    std::vector<std::string> pieces;
+    size_t start = 0;
+    while (start <= list.size()) {
+        const size_t comma = list.find(',', start);
+        const std::string piece = trim(list.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+        if (!piece.empty()) {
+            const bool continues = piece.find('=') != std::string::npos && piece.find(':') == std::string::npos;
+            if (continues && !pieces.empty()) {
+                pieces.back() += "," + piece;
+            } else {
+                pieces.push_back(piece);
+            }
+        }
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+    }
+    if (pieces.empty()) fail("--policies is empty");
+    std::vector<PolicyChoice> out;
+    for (const std::string& piece : pieces) {
+        PolicyChoice c;
+        c.label = piece;
+        policy::PolicySpec spec = policy::parse_policy_spec(piece);
+        spec.name = canonical_name(spec.name);
+        const policy::PolicyEntry& entry = policy::find_policy(spec.name);
+        if (spec.options.count("budget") != 0 || spec.options.count("ratio") != 0) {
+            fail("policy '{}': give budgets with --budgets, not inside the policy", piece);
+        }
+        c.name = entry.name;
+        c.budgeted = std::any_of(entry.options.begin(), entry.options.end(),
+                                 [](const policy::OptionSpec& o) { return o.name == "budget"; });
+        c.spec = c.name;
+        bool first = true;
+        for (const auto& [k, v] : spec.options) {
+            c.spec += (first ? ":" : ",") + k + "=" + v;
+            first = false;
+        }
+        (void)policy::policy_options(c.spec);  // validates the options
+        for (const PolicyChoice& p : out) {
+            if (p.label == c.label) fail("policy '{}' is listed twice", c.label);
+        }
+        out.push_back(std::move(c));
+    }
+    return out;
+}
+
+std::vector<Combo> make_combos(const std::vector<PolicyChoice>& policies, const std::vector<int64_t>& budgets) {
+    if (budgets.empty()) fail("--budgets is empty");
+    for (int64_t b : budgets) {
+        if (b <= 0) fail("budgets must be positive, got {}", b);
+    }
+    std::vector<Combo> out;
+    for (size_t p = 0; p < policies.size(); ++p) {
+        const PolicyChoice& pc = policies[p];
+        if (!pc.budgeted) {
+            out.push_back({p, 0, pc.spec});
+            continue;
+        }
+        for (int64_t b : budgets) {
+            Combo c;
+            c.policy = p;
+            c.budget = b;
+            c.spec = pc.spec + (pc.spec.find(':') == std::string::npos ? ":" : ",") + fmt::format("budget={}", b);
+            try {
+                (void)policy::make_policy(c.spec);
+            } catch (const Error& e) {
+                fail("policy '{}' at budget {}: {}", pc.label, b, e.what());
+            }
+            out.push_back(std::move(c));
+        }
+    }
+    return out;
+}
+
+nlohmann::ordered_json to_json(const EvalRecord& r) {
+    nlohmann::ordered_json j;
+    j["id"] = r.id;
+    j["task"] = r.task;
+    j["policy"] = r.policy;
+    j["budget"] = r.budget;
+    j["prediction"] = r.prediction;
+    j["references"] = r.references;
+    j["score"] = r.score;
+    j["kv_bytes"] = r.kv_bytes;
+    j["kv_entries"] = r.kv_entries;
+    j["coverage"] = {{"c_head", r.c_head},
+                     {"c_layer", r.c_layer},
+                     {"redundancy", r.redundancy},
+                     {"c_head_tokens", r.c_head_tokens}};
+    j["n_prompt"] = r.n_prompt;
+    j["n_generated"] = r.n_generated;
+    j["mode"] = r.mode;
+    return j;
+}
+
+EvalRecord record_from_json(const nlohmann::json& j, std::string_view where) {
+    try {
+        EvalRecord r;
+        r.id = j.at("id").get<std::string>();
+        r.task = j.at("task").get<std::string>();
+        r.policy = j.at("policy").get<std::string>();
+        r.budget = j.at("budget").get<int64_t>();
+        r.prediction = j.at("prediction").get<std::string>();
+        r.references = j.at("references").get<std::vector<std::string>>();
+        r.score = j.at("score").get<double>();
+        r.kv_bytes = j.at("kv_bytes").get<int64_t>();
+        r.kv_entries = j.at("kv_entries").get<int64_t>();
+        const auto& c = j.at("coverage");
+        r.c_head = c.at("c_head").get<double>();
+        r.c_layer = c.at("c_layer").get<double>();
+        r.redundancy = c.at("redundancy").get<double>();
+        r.c_head_tokens = c.at("c_head_tokens").get<double>();
+        r.n_prompt = j.at("n_prompt").get<int32_t>();
+        r.n_generated = j.at("n_generated").get<int32_t>();
+        r.mode = j.at("mode").get<std::string>();
+        return r;
+    } catch (const nlohmann::json::exception& e) {
+        fail("{}: not a prediction record: {}", where, e.what());
+    }
+}
+
+std::vector<int32_t> greedy_generate(Session& session, const Tokenizer& tokenizer,
+                                     std::span<const float> logits, const EvalItem& item) {
+    const int32_t V = session.n_vocab();
+    auto is_end = [&](int32_t id) {
+        if (!item.end_tokens.empty()) {
+            return std::find(item.end_tokens.begin(), item.end_tokens.end(), id) != item.end_tokens.end();
+        }
+        return id < tokenizer.n_vocab() && tokenizer.is_end_of_generation(id);
+    };
+    std::vector<int32_t> ends;  // end tokens, for suppression before min_new_tokens
+    if (item.min_new_tokens > 0) {
+        for (int32_t id = 0; id < V; ++id) {
+            if (is_end(id)) ends.push_back(id);
+        }
+    }
+    std::vector<int32_t> out;
+    std::vector<float> masked;  // [V] logits with end tokens suppressed
+    while (static_cast<int>(out.size()) < item.max_new_tokens) {
+        int32_t id = 0;
+        if (static_cast<int>(out.size()) < item.min_new_tokens && !ends.empty()) {
+            masked.assign(logits.begin(), logits.end());
+            for (int32_t e : ends) masked[static_cast<size_t>(e)] = -std::numeric_limits<float>::infinity();
+            id = argmax(masked);
+        } else {
+            id = argmax(logits);
+        }
+        if (is_end(id)) break;
+        out.push_back(id);
+        if (static_cast<int>(out.size()) >= item.max_new_tokens) break;
+        if (session.n_past() >= session.n_ctx()) break;
+        logits = session.decode(id);
+    }
+    return out;
+}
+
+SweepStats run_sweep(Session& session, const Tokenizer& tokenizer, const std::vector<EvalItem>& items,
+                     const std::vector<PolicyChoice>& policies, const std::vector<Combo>& combos,
+                     const std::set<RecordKey>& done, const SweepOptions& options) {
+    if (session.evictor() != nullptr) fail("run_sweep: the session must not have a policy attached");
+    SweepStats stats;
+    Timer wall;
+    const int64_t total = static_cast<int64_t>(items.size() * combos.size());
+    int64_t finished = 0;
+    const ops::RopeParams rope = rope_params(session.model());
+    const int64_t entry_bytes = kv_entry_bytes(session.kv_cache().config());
+
+    auto emit = [&](const EvalItem& item, const Combo& combo, const std::vector<int32_t>& generated,
+                    int64_t entries, const policy::CoverageReport& cov, const char* mode) {
+        EvalRecord r;
+        r.id = item.id;
+        r.task = item.task;
+        r.policy = policies[combo.policy].label;
+        r.budget = combo.budget;
+        r.prediction = valid_utf8(tokenizer.decode(generated, /*skip_special=*/true));
+        r.references = item.references;
+        r.score = score_item(item, r.prediction);
+        r.kv_entries = entries;
+        r.kv_bytes = entries * entry_bytes;
+        if (!cov.positions.empty()) {
+            r.c_head = cov.mean_c_head(false);
+            r.c_layer = cov.c_layer_positions;
+            r.redundancy = cov.mean_redundancy(false);
+            r.c_head_tokens = cov.mean_c_head(true);
+        }
+        r.n_prompt = static_cast<int32_t>(item.prompt.size());
+        r.n_generated = static_cast<int32_t>(generated.size());
+        r.mode = mode;
+        ++stats.generations;
+        if (options.on_record) options.on_record(r);
+        ++finished;
+        if (options.on_progress) options.on_progress(finished, total);
+    };
+
+    for (const EvalItem& item : items) {
+        std::vector<size_t> pending;  // combos of this item still to run
+        for (size_t c = 0; c < combos.size(); ++c) {
+            if (done.count({item.id, policies[combos[c].policy].label, combos[c].budget}) != 0) {
+                ++stats.skipped;
+                ++finished;
+            } else {
+                pending.push_back(c);
+            }
+        }
+        if (options.on_progress) options.on_progress(finished, total);
+        if (pending.empty()) continue;
+
+        // Group the shareable combinations by observation window (window-less ones join any).
+        std::map<int, std::vector<size_t>> groups;  // window -> combos
+        std::vector<size_t> separate;
+        for (size_t c : pending) {
+            auto p = policy::make_policy(combos[c].spec);
+            if (options.share_prefill && is_one_shot(*p, policies[combos[c].policy].name)) {
+                groups[share_group_key(p->request())].push_back(c);
+            } else {
+                separate.push_back(c);
+            }
+        }
+        if (groups.size() > 1 && groups.count(0) != 0) {
+            auto any = groups[0];
+            groups.erase(0);
+            auto& first = groups.begin()->second;
+            first.insert(first.end(), any.begin(), any.end());
+            std::sort(first.begin(), first.end());
+        }
+
+        for (const auto& [key, members] : groups) {
+            std::vector<ObservationRequest> requests;
+            for (size_t c : members) requests.push_back(policy::make_policy(combos[c].spec)->request());
+            Timer t;
+            const PrefillSnapshot snap = record_prefill(session, item.prompt, merge_requests(requests));
+            stats.prefill_seconds += t.seconds();
+            ++stats.prefills;
+            for (size_t c : members) {
+                SessionGuard guard{session};
+                auto p = policy::make_policy(combos[c].spec);
+                policy::CoverageProbe probe(*p, options.coverage_window);
+                t.reset();
+                ReplayResult rr = replay_policy(snap, probe, rope);
+                const int64_t entries = rr.entries;
+                adopt_cache(session, std::move(rr.cache), rr.next_position, item.prompt.back());
+                stats.replay_seconds += t.seconds();
+                t.reset();
+                const std::vector<int32_t> generated = greedy_generate(session, tokenizer, snap.logits, item);
+                stats.decode_seconds += t.seconds();
+                ++stats.shared_generations;
+                emit(item, combos[c], generated, entries, probe.report(), "shared");
+            }
+        }
+        for (size_t c : separate) {
+            SessionGuard guard{session};
+            auto p = policy::make_policy(combos[c].spec);
+            policy::CoverageProbe probe(*p, options.coverage_window);
+            session.reset();
+            session.set_evictor(&probe);
+            Timer t;
+            const std::span<const float> logits = session.prefill(item.prompt);
+            stats.prefill_seconds += t.seconds();
+            ++stats.prefills;
+            const int64_t entries = session.kv_cache().total_entries();
+            t.reset();
+            const std::vector<int32_t> generated = greedy_generate(session, tokenizer, logits, item);
+            stats.decode_seconds += t.seconds();
+            emit(item, combos[c], generated, entries, probe.report(), "separate");
+        }
+    }
+    stats.wall_seconds = wall.seconds();
+    return stats;
+}
+
+ProgressBar::ProgressBar(std::string label, int64_t total)
+    : label_(std::move(label)), total_(total), start_(now_seconds()), tty_(isatty(fileno(stderr)) != 0) {}
+
+void ProgressBar::update(int64_t done) {
+    if (start_done_ < 0) {
+        start_done_ = done;
+        start_ = now_seconds();
+    }
+    const double t = now_seconds();
+    const double elapsed = t - start_;
+    const int decile = total_ > 0 ? static_cast<int>(10 * done / total_) : 10;
+    const bool due = tty_ ? (t - last_print_ >= 0.2 || done == total_)
+                          : (decile != last_decile_ || t - last_print_ >= 60 || done == total_);
+    if (!due) return;
+    last_print_ = t;
+    last_decile_ = decile;
+    const int width = 24;
+    const int filled = total_ > 0 ? static_cast<int>(width * done / total_) : width;
+    const int64_t run_done = done - start_done_;
+    const double eta = run_done > 0 ? elapsed / static_cast<double>(run_done) * static_cast<double>(total_ - done)
+                                    : std::numeric_limits<double>::quiet_NaN();
+    const std::string line = fmt::format("{} [{}{}] {}/{} {}% {}, ETA {}", label_, std::string(filled, '#'),
+                                         std::string(width - filled, ' '), done, total_,
+                                         total_ > 0 ? 100 * done / total_ : 100, format_duration(elapsed),
+                                         done == total_ ? "0s" : format_duration(eta));
+    if (tty_) {
+        fmt::print(stderr, "\r{}\x1b[K", line);
+    } else {
+        fmt::print(stderr, "{}\n", line);
+    }
+    std::fflush(stderr);
+}
+
+void ProgressBar::finish() {
+    if (tty_) fmt::print(stderr, "\n");
+}
+
+}  // namespace kvec::eval

@@ -1,0 +1,130 @@
+// One evaluation sweep: every item x every (policy, budget), greedy generation, scoring, and the
+// predictions file that makes a sweep resumable. See docs/evaluation.md.
+//
+// Modes (per combination, reported in every record and in metrics.json):
+//   shared   - one-shot policies: the item is prefilled once per observation window with a
+//              PrefillRecorder, and each (policy, budget) cache is derived by replay_policy
+//              (prefill_share.h); bit-identical to a separate run.
+//   separate - the policy is attached to the session and the prompt prefilled for it alone
+//              (chunked compression, decode-time eviction, or --no-share-prefill).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "eval/eval_items.h"
+#include "model/session.h"
+
+namespace kvec {
+class Tokenizer;
+}
+
+namespace kvec::eval {
+
+// A policy as the user named it, e.g. "kvec:gamma=0.5"; budgets are added per combination.
+struct PolicyChoice {
+    std::string label;     // as given ("adakv"), the name used in tables
+    std::string name;      // registry name ("ada-snapkv")
+    std::string spec;      // registry spec without budget ("ada-snapkv:alpha=0.2")
+    bool budgeted = true;  // false: the policy has no budget option (full): run once, budget 0
+};
+
+// Splits a --policies list: commas separate policies, except that a piece holding '=' but no ':'
+// continues the options of the previous policy ("full,kvec:gamma=0.5,mu=0,snapkv" is three).
+// Aliases: streamingllm -> streaming, adakv / ada-kv -> ada-snapkv. kvec::Error for an unknown
+// policy or option, or a budget given inside a policy (use --budgets).
+std::vector<PolicyChoice> parse_policy_list(const std::string& list);
+
+struct Combo {
+    size_t policy = 0;   // index into the policy choices
+    int64_t budget = 0;  // 0 for an unbudgeted policy
+    std::string spec;    // full registry spec with the budget ("snapkv:budget=128")
+};
+// policies x budgets (unbudgeted policies once). Checks every spec builds (kvec::Error naming the
+// combination otherwise, e.g. a budget below a policy's window).
+std::vector<Combo> make_combos(const std::vector<PolicyChoice>& policies,
+                               const std::vector<int64_t>& budgets);
+
+// One line of predictions.jsonl.
+struct EvalRecord {
+    std::string id;
+    std::string task;
+    std::string policy;  // label
+    int64_t budget = 0;
+    std::string prediction;
+    std::vector<std::string> references;
+    double score = 0;              // [0, 1]
+    int64_t kv_bytes = 0;          // keys + values + positions kept after the prompt
+    int64_t kv_entries = 0;        // entries kept after the prompt (all layers and heads)
+    double c_head = 1;             // mean over layers of cross-head coverage (position units)
+    double c_layer = 1;            // union over layers and heads / prefix
+    double redundancy = 1;         // mean over layers of sum_h |S_h| / |union_h S_h|
+    double c_head_tokens = 1;      // cross-head coverage in token-identity units
+    int32_t n_prompt = 0;
+    int32_t n_generated = 0;
+    std::string mode;              // "shared" / "separate"
+};
+nlohmann::ordered_json to_json(const EvalRecord& r);
+EvalRecord record_from_json(const nlohmann::json& j, std::string_view where);
+
+// Greedy generation from a prefilled session: `logits` are the prompt's last logits. Stops at an
+// end token (item.end_tokens if set, else the vocabulary's end-of-generation tokens; suppressed
+// before min_new_tokens), after max_new_tokens, or at a full context.
+std::vector<int32_t> greedy_generate(Session& session, const Tokenizer& tokenizer,
+                                     std::span<const float> logits, const EvalItem& item);
+
+struct SweepStats {
+    double wall_seconds = 0;
+    double prefill_seconds = 0;   // prompt processing (recorded or per policy)
+    double replay_seconds = 0;    // policy replays on recorded prefills
+    double decode_seconds = 0;    // generation
+    int64_t prefills = 0;
+    int64_t generations = 0;
+    int64_t shared_generations = 0;
+    int64_t skipped = 0;          // already in predictions.jsonl
+};
+
+struct SweepOptions {
+    bool share_prefill = true;
+    int64_t coverage_window = 32;  // w of the coverage definition (policy/coverage_probe.h)
+    // Called after every finished record (append it to predictions.jsonl); and for progress.
+    std::function<void(const EvalRecord&)> on_record;
+    std::function<void(int64_t done, int64_t total)> on_progress;
+};
+
+// Key of a finished record: (id, policy label, budget).
+using RecordKey = std::tuple<std::string, std::string, int64_t>;
+
+// Runs every (item, combination) not in `done`. The session must have no evictor attached.
+SweepStats run_sweep(Session& session, const Tokenizer& tokenizer,
+                     const std::vector<EvalItem>& items, const std::vector<PolicyChoice>& policies,
+                     const std::vector<Combo>& combos, const std::set<RecordKey>& done,
+                     const SweepOptions& options);
+
+// A progress line on stderr: "[#####     ] 12/28 43% 1m02s, ETA 1m22s" (\r-updated on a
+// terminal, one line every 10% or 60 s otherwise).
+class ProgressBar {
+public:
+    ProgressBar(std::string label, int64_t total);
+    void update(int64_t done);
+    void set_total(int64_t total) { total_ = total; }
+    void finish();
+
+private:
+    std::string label_;
+    int64_t total_ = 0;
+    int64_t start_done_ = -1;
+    double start_ = 0;
+    double last_print_ = -1e9;
+    int last_decile_ = -1;
+    bool tty_ = false;
+};
+
+}  // namespace kvec::eval

@@ -1,0 +1,72 @@
+// Integer (int8 x int8) matrix multiplication for quantised weights.
+//
+// Activations are quantised once per matmul, row by row, in blocks of 32 (Q8_0-style, with a
+// float32 scale): x[e] ~ d * q[e], q in [-127, 127], d = max|x| / 127 over the block. Weights of
+// every quantised type are brought into one common form, a panel: per block of 32 elements
+// 32 int8 values and, for each half of 16 elements, a float scale and (types with a minimum) a
+// float offset, so that the weight element is
+//     w[e] = scale[half(e)] * q[e] + min[half(e)]
+// This form holds exactly for every block type: Q8_0, Q4_0, Q5_0 (scale d, q shifted to signed),
+// Q4_1, Q5_1 (scale d, min m), Q4_K, Q5_K (32-element sub-blocks: scale d*sc, min -dmin*m),
+// Q2_K, Q3_K, Q6_K (16-element sub-blocks: the two halves carry their own scale). A dot product
+// is then, per block and half,
+//     sum_e w[e] x[e] ~ d_x * (scale * sum_e q_w[e] q_x[e] + min * sum_e q_x[e])
+// with the integer sums computed exactly (AVX2: maddubs/madd). Q8_0 weights are also read in
+// place (no panel) by the decode kernel. Using 32-element activation blocks for the k-quants too
+// (llama.cpp uses 256-element Q8_K there) is finer, so at least as accurate.
+//
+// Error: each activation element is off by at most d/2 (rounding), so
+//     |y_int8 - y_exact| <= sum_e |w[e]| * d_x(block of e) / 2  (+ float rounding)
+// which the tests use as the tolerance against the exact float reference.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "tensor/weight.h"
+
+namespace kvec::int8 {
+
+constexpr int kBlock = 32;  // elements per block (activations and panels)
+
+// Quantised activation rows: n rows of k elements (k a multiple of 32), nb = k / 32.
+struct QuantRows {
+    const int8_t* q = nullptr;     // [n, k] quantised values
+    const float* d = nullptr;      // [n, nb] block scales
+    const float* hsum = nullptr;   // [n, nb, 2] d * sum of q over each half block
+    int64_t k = 0;
+};
+
+// Unpacked weight rows (see the header comment).
+struct Panel {
+    const int8_t* q = nullptr;      // [rows, k]
+    const float* scale = nullptr;   // [rows, nb, 2] scale of each half block
+    const float* min = nullptr;     // [rows, nb, 2] offset of each half block, or null (none)
+    int64_t k = 0;
+};
+
+// True for the types that have a panel form (every quantised weight type; not F32/F16/BF16).
+bool has_panel_form(GgmlType type);
+// True when the type's panel needs the min term (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K).
+bool panel_has_min(GgmlType type);
+
+// Scalar reference of the activation quantisation of one row: q[k], d[k/32], hsum[k/32 * 2].
+void quantize_row_ref(const float* x, int64_t k, int8_t* q, float* d, float* hsum);
+
+// Unpacks rows [r0, r0 + n) of w into panel buffers (q [n, k], scale/min [n, nb, 2]; min may be
+// null when !panel_has_min). Scalar code; throws kvec::Error for a type without a panel form.
+void unpack_rows(const WeightView& w, int64_t r0, int64_t n, int8_t* q, float* scale, float* min);
+
+// Scalar reference of the integer dot products (int32 sums per half, scales in double):
+//   y[i * ldy + j] = dot(activation row i, panel row j) for i < nx, j < nw.
+void gemm_ref(const QuantRows& x, int64_t nx, const Panel& w, int64_t nw, float* y, int64_t ldy);
+
+// AVX2 kernels (kernels_avx2.cpp; only call when the CPU has AVX2+FMA+F16C).
+void quantize_rows_avx2(const float* x, int64_t n, int64_t k, int8_t* q, float* d, float* hsum);
+// Same contract as gemm_ref.
+void gemm_avx2(const QuantRows& x, int64_t nx, const Panel& w, int64_t nw, float* y, int64_t ldy);
+// Q8_0 weights in place: nw rows starting at w (row_bytes apart), same contract as gemm_ref.
+void gemm_q8_0_avx2(const QuantRows& x, int64_t nx, const uint8_t* w, size_t row_bytes, int64_t nw,
+                    float* y, int64_t ldy);
+
+}  // namespace kvec::int8

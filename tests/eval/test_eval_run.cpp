@@ -1,0 +1,468 @@
+// kvec eval's machinery on tiny random models: prefill sharing is bit-identical to attaching each
+// policy, the sweep gives the same records in both modes, perplexity matches an independent
+// computation from Session logits, fidelity is exact for the full cache, and the helpers
+// (SHA-256, policy lists, plots) behave.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "engine/generator.h"
+#include "eval/eval_items.h"
+#include "eval/fidelity.h"
+#include "eval/plot.h"
+#include "eval/prefill_share.h"
+#include "eval/report.h"
+#include "eval/sha256.h"
+#include "eval/sweep.h"
+#include "model/model.h"
+#include "model/session.h"
+#include "policy/coverage_probe.h"
+#include "policy/registry.h"
+#include "test_helpers.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
+
+namespace kvec::eval {
+namespace {
+
+using testing_helpers::temp_path;
+using testing_helpers::write_model;
+
+// A tiny model with GQA (group 2) and a 512-token vocabulary.
+const Model& tiny_model() {
+    static std::unique_ptr<Model> model = [] {
+        RandomModelSpec s = testing_helpers::tiny_spec();
+        s.n_ctx = 512;
+        return Model::load(write_model(s, "eval-tiny.gguf"));
+    }();
+    return *model;
+}
+
+std::vector<int32_t> random_tokens(size_t n, uint32_t seed, int32_t vocab) {
+    std::vector<int32_t> t(n);
+    uint32_t x = seed;
+    for (auto& v : t) {
+        x = x * 1664525u + 1013904223u;
+        v = static_cast<int32_t>((x >> 8) % static_cast<uint32_t>(vocab - 3)) + 3;
+    }
+    t[0] = 1;  // BOS
+    return t;
+}
+
+EvalItem item_with(std::vector<int32_t> prompt, int max_new) {
+    EvalItem item;
+    item.id = "x";
+    item.task = "niah_single";
+    item.metric = "string_match_all";
+    item.references = {"123"};
+    item.prompt = std::move(prompt);
+    item.max_new_tokens = max_new;
+    item.end_tokens = {-5};  // nothing ends generation early: every step is compared
+    return item;
+}
+
+TEST(Sha256, KnownVectors) {
+    EXPECT_EQ(sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    EXPECT_EQ(sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+              "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+    Sha256 h;  // one million 'a', fed in pieces that straddle the 64-byte blocks
+    const std::string piece(1000, 'a');
+    for (int i = 0; i < 1000; ++i) h.update(piece);
+    EXPECT_EQ(h.hex_digest(), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+    const std::string path = temp_path("hash.txt");
+    std::ofstream(path, std::ios::binary) << "abc";
+    EXPECT_EQ(sha256_file(path), sha256_hex("abc"));
+    EXPECT_THROW(sha256_file(temp_path("absent")), Error);
+}
+
+TEST(PolicyList, AliasesOptionsAndErrors) {
+    const auto p = parse_policy_list("full, streamingllm,kvec:gamma=0.5,mu=0,adakv");
+    ASSERT_EQ(p.size(), 4u);
+    EXPECT_EQ(p[0].name, "full");
+    EXPECT_FALSE(p[0].budgeted);
+    EXPECT_EQ(p[1].label, "streamingllm");
+    EXPECT_EQ(p[1].name, "streaming");
+    EXPECT_EQ(p[2].label, "kvec:gamma=0.5,mu=0");
+    EXPECT_EQ(p[2].spec, "kvec:gamma=0.5,mu=0");
+    EXPECT_EQ(p[3].name, "ada-snapkv");
+    const auto combos = make_combos(p, {64, 128});
+    ASSERT_EQ(combos.size(), 1u + 2 * 3);
+    EXPECT_EQ(combos[0].budget, 0);
+    EXPECT_EQ(combos[1].spec, "streaming:budget=64");
+    EXPECT_EQ(combos[3].spec, "kvec:gamma=0.5,mu=0,budget=64");
+    EXPECT_THROW(parse_policy_list("nosuch"), Error);
+    EXPECT_THROW(parse_policy_list("snapkv:budget=5"), Error);
+    EXPECT_THROW(parse_policy_list("snapkv:nosuchoption=1"), Error);
+    EXPECT_THROW(parse_policy_list("snapkv,snapkv"), Error);
+    EXPECT_THROW(make_combos(parse_policy_list("snapkv"), {16}), Error);  // below the window 32
+    EXPECT_THROW(make_combos(parse_policy_list("snapkv"), {}), Error);
+}
+
+// For each one-shot policy: the cache derived from one recorded prefill equals the cache of a
+// session with the policy attached (positions, keys, values), coverage is the same, and greedy
+// generation from both gives the same tokens. Chunks of 16 over a 150-token prompt exercise the
+// prompt-scope window across chunks (final chunk shorter than the window).
+TEST(PrefillShare, ReplayEqualsAttachedPolicy) {
+    const Model& model = tiny_model();
+    const Tokenizer tok = Tokenizer::from_gguf(model.file());
+    SessionOptions so;
+    so.n_batch = 16;
+    Session session(model, so);
+    const std::vector<int32_t> prompt = random_tokens(150, 11, model.config().n_vocab);
+    const EvalItem item = item_with(prompt, 12);
+    const ops::RopeParams rope = rope_params(model);
+    const std::vector<std::string> specs = {
+        "full",           "snapkv:budget=48",     "h2o:budget=40",         "streaming:budget=40",
+        "streaming:budget=40,rerotate=true",      "pyramidkv:budget=64",   "ada-snapkv:budget=48",
+        "kvec:budget=48", "kvec:budget=48,unit=token", "tova:budget=40",   "keydiff:budget=40",
+        "random:budget=40,seed=3", "snapkv:budget=64,window=8"};
+    for (const std::string& spec : specs) {
+        SCOPED_TRACE(spec);
+        const std::string name = policy::parse_policy_spec(spec).name;
+        // Attached.
+        auto p1 = policy::make_policy(spec);
+        ASSERT_TRUE(is_one_shot(*p1, name));
+        policy::CoverageProbe probe1(*p1);
+        session.reset();
+        session.set_evictor(&probe1);
+        std::vector<float> logits1;
+        {
+            const auto l = session.prefill(prompt);
+            logits1.assign(l.begin(), l.end());
+        }
+        const KvCache& kv1 = session.kv_cache();
+        std::vector<std::vector<int32_t>> pos1;
+        std::vector<std::vector<float>> keys1, vals1;
+        for (int l = 0; l < kv1.n_layer(); ++l) {
+            for (int h = 0; h < kv1.n_head_kv(); ++h) {
+                const int32_t n = kv1.size(l, h);
+                pos1.emplace_back(kv1.positions(l, h), kv1.positions(l, h) + n);
+                keys1.emplace_back(size_t(n) * kv1.head_dim());
+                vals1.emplace_back(size_t(n) * kv1.head_dim());
+                kv1.read_keys(l, h, 0, n, keys1.back().data());
+                kv1.read_values(l, h, 0, n, vals1.back().data());
+            }
+        }
+        const int32_t next1 = session.n_past();
+        const auto gen1 = greedy_generate(session, tok, logits1, item);
+        const policy::CoverageReport cov1 = probe1.report();
+        session.reset();
+        session.set_evictor(nullptr);
+
+        // Shared.
+        auto p2 = policy::make_policy(spec);
+        policy::CoverageProbe probe2(*p2);
+        const PrefillSnapshot snap = record_prefill(session, prompt, merge_requests({p2->request()}));
+        EXPECT_EQ(snap.logits, logits1);
+        ReplayResult rr = replay_policy(snap, probe2, rope);
+        EXPECT_EQ(rr.next_position, next1);
+        size_t i = 0;
+        for (int l = 0; l < rr.cache.n_layer(); ++l) {
+            for (int h = 0; h < rr.cache.n_head_kv(); ++h, ++i) {
+                const int32_t n = rr.cache.size(l, h);
+                ASSERT_EQ(std::vector<int32_t>(rr.cache.positions(l, h), rr.cache.positions(l, h) + n), pos1[i]);
+                std::vector<float> k(size_t(n) * rr.cache.head_dim()), v(k.size());
+                rr.cache.read_keys(l, h, 0, n, k.data());
+                rr.cache.read_values(l, h, 0, n, v.data());
+                EXPECT_EQ(k, keys1[i]);
+                EXPECT_EQ(v, vals1[i]);
+            }
+        }
+        adopt_cache(session, std::move(rr.cache), rr.next_position, prompt.back());
+        EXPECT_EQ(session.n_past(), next1);
+        const auto gen2 = greedy_generate(session, tok, snap.logits, item);
+        EXPECT_EQ(gen1, gen2);
+        EXPECT_EQ(gen1.size(), 12u);
+        const policy::CoverageReport& cov2 = probe2.report();
+        EXPECT_DOUBLE_EQ(cov1.mean_c_head(false), cov2.mean_c_head(false));
+        EXPECT_DOUBLE_EQ(cov1.c_layer_positions, cov2.c_layer_positions);
+        EXPECT_DOUBLE_EQ(cov1.mean_c_head(true), cov2.mean_c_head(true));
+        session.reset();
+    }
+}
+
+TEST(PrefillShare, NotShareableAndMismatchedRequests) {
+    EXPECT_FALSE(is_one_shot(*policy::make_policy("snapkv:chunked=true"), "snapkv"));
+    EXPECT_FALSE(is_one_shot(*policy::make_policy("h2o:decode=1"), "h2o"));
+    EXPECT_TRUE(is_one_shot(*policy::make_policy("h2o"), "h2o"));
+    ObservationRequest a, b;
+    a.window = 32;
+    b.window = 8;
+    EXPECT_THROW(merge_requests({a, b}), Error);
+    b.window = 0;
+    b.column_sums = true;
+    const ObservationRequest m = merge_requests({a, b});
+    EXPECT_EQ(m.window, 32);
+    EXPECT_TRUE(m.column_sums);
+}
+
+// The whole sweep: shared and separate modes give identical records; chunked and decode-time
+// policies run separately in both.
+TEST(Sweep, SharedAndSeparateModesGiveIdenticalRecords) {
+    const Model& model = tiny_model();
+    const Tokenizer tok = Tokenizer::from_gguf(model.file());
+    SessionOptions so;
+    so.n_batch = 32;
+    Session session(model, so);
+    std::vector<EvalItem> items;
+    for (int i = 0; i < 2; ++i) {
+        EvalItem it = item_with(random_tokens(100 + 30 * i, 20 + i, model.config().n_vocab), 6);
+        it.id = "item" + std::to_string(i);
+        it.end_tokens.clear();
+        items.push_back(it);
+    }
+    const auto policies = parse_policy_list("full,snapkv,h2o,kvec,snapkv:window=8,snapkv:chunked=true,h2o:decode=2");
+    const auto combos = make_combos(policies, {40, 64});
+    auto run = [&](bool share, SweepStats* stats) {
+        std::vector<EvalRecord> recs;
+        SweepOptions o;
+        o.share_prefill = share;
+        o.on_record = [&](const EvalRecord& r) { recs.push_back(r); };
+        *stats = run_sweep(session, tok, items, policies, combos, {}, o);
+        std::sort(recs.begin(), recs.end(), [](const EvalRecord& a, const EvalRecord& b) {
+            return std::tie(a.id, a.policy, a.budget) < std::tie(b.id, b.policy, b.budget);
+        });
+        return recs;
+    };
+    SweepStats s1, s2;
+    const auto shared = run(true, &s1);
+    const auto separate = run(false, &s2);
+    ASSERT_EQ(shared.size(), items.size() * combos.size());
+    ASSERT_EQ(shared.size(), separate.size());
+    for (size_t i = 0; i < shared.size(); ++i) {
+        SCOPED_TRACE(shared[i].policy + " " + std::to_string(shared[i].budget));
+        EXPECT_EQ(shared[i].prediction, separate[i].prediction);
+        EXPECT_EQ(shared[i].kv_entries, separate[i].kv_entries);
+        EXPECT_DOUBLE_EQ(shared[i].c_head, separate[i].c_head);
+        EXPECT_EQ(shared[i].score, separate[i].score);
+        const bool one_shot = shared[i].policy.find("chunked") == std::string::npos &&
+                              shared[i].policy.find("decode") == std::string::npos;
+        EXPECT_EQ(shared[i].mode, one_shot ? "shared" : "separate");
+        EXPECT_EQ(separate[i].mode, "separate");
+    }
+    // Per item: one prefill for the window-32 (and window-less) one-shot combinations, one for
+    // window 8, and one for each of the 4 chunked / decode-time combinations.
+    EXPECT_EQ(s1.prefills, static_cast<int64_t>(items.size() * (2 + 4)));
+    EXPECT_EQ(s2.prefills, static_cast<int64_t>(items.size() * combos.size()));
+    // Compression bites: full keeps every prompt entry, snapkv at 40 keeps 40 per head.
+    const auto& cfg = model.config();
+    for (const auto& r : shared) {
+        if (r.policy == "full") {
+            EXPECT_EQ(r.kv_entries, int64_t{r.n_prompt} * cfg.n_layer * cfg.n_head_kv);
+            EXPECT_DOUBLE_EQ(r.c_head, 1.0);
+        }
+        if (r.policy == "snapkv" && r.budget == 40) {
+            EXPECT_EQ(r.kv_entries, 40 * cfg.n_layer * cfg.n_head_kv);
+            EXPECT_LT(r.c_head, 1.0);
+        }
+    }
+
+    // Skipping what is done: nothing runs again.
+    std::set<RecordKey> done;
+    for (const auto& r : shared) done.insert({r.id, r.policy, r.budget});
+    SweepOptions o;
+    int64_t calls = 0;
+    o.on_record = [&](const EvalRecord&) { ++calls; };
+    const SweepStats s3 = run_sweep(session, tok, items, policies, combos, done, o);
+    EXPECT_EQ(calls, 0);
+    EXPECT_EQ(s3.skipped, static_cast<int64_t>(shared.size()));
+
+    // Records survive their JSON form.
+    const EvalRecord back = record_from_json(nlohmann::json::parse(to_json(shared[3]).dump()), "t");
+    EXPECT_EQ(back.prediction, shared[3].prediction);
+    EXPECT_EQ(back.c_head, shared[3].c_head);
+    EXPECT_THROW(record_from_json(nlohmann::json::parse("{\"id\": 1}"), "t"), Error);
+}
+
+TEST(Sweep, GreedyRespectsMinTokensAndEndTokens) {
+    const Model& model = tiny_model();
+    const Tokenizer tok = Tokenizer::from_gguf(model.file());
+    Session session(model);
+    const auto prompt = random_tokens(20, 5, model.config().n_vocab);
+    EvalItem item = item_with(prompt, 8);
+    session.reset();
+    std::vector<float> logits;
+    {
+        const auto l = session.prefill(prompt);
+        logits.assign(l.begin(), l.end());
+    }
+    const int32_t first = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    // The greedy first token as the only end token: nothing is generated...
+    item.end_tokens = {first};
+    EXPECT_TRUE(greedy_generate(session, tok, logits, item).empty());
+    // ...unless at least one token is required: then the runner-up comes first.
+    item.min_new_tokens = 1;
+    const auto out = greedy_generate(session, tok, logits, item);
+    ASSERT_FALSE(out.empty());
+    EXPECT_NE(out[0], first);
+}
+
+// Perplexity equals exp(mean NLL) computed here from one all-logits prefill per chunk, with the
+// llama.cpp chunking (BOS replacing each chunk's first token, second half scored).
+TEST(Perplexity, MatchesIndependentComputation) {
+    const Model& model = tiny_model();
+    const Tokenizer tok = Tokenizer::from_gguf(model.file());
+    SessionOptions so;
+    so.n_ctx = 64;
+    so.n_batch = 24;
+    Session session(model, so);
+    const auto tokens = random_tokens(64 * 3 + 10, 99, model.config().n_vocab);
+    PerplexityOptions po;
+    po.n_ctx = 64;
+    const PerplexityResult r = perplexity(session, tok, tokens, po);
+    EXPECT_EQ(r.n_chunks, 3);
+    EXPECT_EQ(r.count, 3 * (64 - 32 - 1));
+
+    double nll = 0;
+    int64_t count = 0;
+    Session ref(model, so);
+    const bool add_bos = tok.data().add_bos;
+    for (int c = 0; c < 3; ++c) {
+        std::vector<int32_t> chunk(tokens.begin() + c * 64, tokens.begin() + (c + 1) * 64);
+        if (add_bos) chunk[0] = tok.bos();
+        ref.reset();
+        const auto all = ref.prefill(chunk, true);
+        const size_t V = size_t(model.config().n_vocab);
+        for (int j = 32; j < 63; ++j) {
+            double mx = -1e300, s = 0;
+            for (size_t v = 0; v < V; ++v) mx = std::max(mx, double(all[j * V + v]));
+            for (size_t v = 0; v < V; ++v) s += std::exp(double(all[j * V + v]) - mx);
+            nll -= double(all[j * V + size_t(tokens[c * 64 + j + 1])]) - mx - std::log(s);
+            ++count;
+        }
+    }
+    EXPECT_EQ(count, r.count);
+    EXPECT_NEAR(r.ppl, std::exp(nll / count), 1e-9 * r.ppl);
+    EXPECT_GT(r.ppl, 1.0);
+    EXPECT_TRUE(std::isfinite(r.ppl_error));
+
+    // The policy path with nothing to evict (full; a budget above the first half) gives the same.
+    po.policy_spec = "full";
+    EXPECT_NEAR(perplexity(session, tok, tokens, po).ppl, r.ppl, 1e-5 * r.ppl);
+    po.policy_spec = "snapkv:budget=40";
+    EXPECT_NEAR(perplexity(session, tok, tokens, po).ppl, r.ppl, 1e-5 * r.ppl);
+    // A real compression changes it and is reported.
+    po.policy_spec = "streaming:budget=8,sinks=4";
+    const PerplexityResult c = perplexity(session, tok, tokens, po);
+    EXPECT_NE(c.ppl, r.ppl);
+    EXPECT_LT(c.kv_bytes, r.kv_bytes);
+
+    po.policy_spec.clear();
+    EXPECT_THROW(perplexity(session, tok, std::vector<int32_t>(100, 5), po), Error);  // < 2 chunks
+}
+
+TEST(Fidelity, KlAndTop1) {
+    // p = softmax(0, ln 3) = (1/4, 3/4), q uniform: KL = 1/4 ln(1/2) + 3/4 ln(3/2).
+    const std::vector<float> p = {0.0f, std::log(3.0f)}, q = {0.0f, 0.0f};
+    const DistributionDiff d = compare_logits(p, q);
+    EXPECT_NEAR(d.kl, 0.25 * std::log(0.5) + 0.75 * std::log(1.5), 1e-6);
+    EXPECT_FALSE(d.top1_equal);  // argmax p = 1, argmax q = 0 (first of the ties)
+    EXPECT_NEAR(compare_logits(p, p).kl, 0.0, 1e-12);
+    EXPECT_NEAR(log_prob(p, 1), std::log(0.75), 1e-7);
+
+    const Model& model = tiny_model();
+    SessionOptions so;
+    so.n_ctx = 128;
+    so.n_batch = 32;
+    Session session(model, so);
+    const auto tokens = random_tokens(300, 3, model.config().n_vocab);
+    const auto policies = parse_policy_list("full,streaming,snapkv");
+    const auto combos = make_combos(policies, {40, 64});
+    FidelityOptions fo;
+    fo.prefix = 96;
+    fo.continuation = 16;
+    fo.segments = 2;
+    const FidelityReport rep = run_fidelity(session, tokens, policies, combos, fo);
+    ASSERT_EQ(rep.rows.size(), combos.size());
+    EXPECT_EQ(rep.segments, 2);
+    for (const auto& r : rep.rows) {
+        EXPECT_EQ(r.steps, 32);
+        if (r.policy == "full") {
+            EXPECT_NEAR(r.kl_mean, 0.0, 1e-9);
+            EXPECT_EQ(r.top1, 1.0);
+        } else {
+            EXPECT_GT(r.kl_mean, 0.0);  // 96-token prompts compressed to 40 or 64 entries
+        }
+    }
+    fo.share_prefill = false;
+    const FidelityReport sep = run_fidelity(session, tokens, policies, combos, fo);
+    for (size_t i = 0; i < rep.rows.size(); ++i) EXPECT_EQ(rep.rows[i].kl_mean, sep.rows[i].kl_mean);
+}
+
+TEST(Plot, WritesAPngAndTicksAreNice) {
+    PlotSpec spec;
+    spec.title = "t";
+    spec.x_label = "x";
+    spec.y_label = "y";
+    spec.log2_x = true;
+    spec.x_ticks = {64, 128, 256, 512};
+    spec.series.push_back({"a", {64, 128, 256, 512}, {10, 20, 35, 50}, false});
+    spec.series.push_back({"full", {64, 512}, {60, 60}, true});
+    const std::string path = temp_path("plot.png");
+    write_line_plot_png(spec, path);
+    std::ifstream in(path, std::ios::binary);
+    char sig[8] = {};
+    in.read(sig, 8);
+    EXPECT_EQ(std::string(sig + 1, 3), "PNG");
+    EXPECT_GT(std::filesystem::file_size(path), 2000u);
+    auto near = [](const std::vector<double>& a, const std::vector<double>& b) {
+        if (a.size() != b.size()) return false;
+        for (size_t i = 0; i < a.size(); ++i) {
+            if (std::fabs(a[i] - b[i]) > 1e-12) return false;
+        }
+        return true;
+    };
+    EXPECT_TRUE(near(nice_ticks(0, 1, 5), {0, 0.2, 0.4, 0.6, 0.8, 1.0}));
+    EXPECT_TRUE(near(nice_ticks(3, 47, 5), {10, 20, 30, 40}));
+    EXPECT_TRUE(near(nice_ticks(-0.3, 0.3, 6), {-0.3, -0.2, -0.1, 0, 0.1, 0.2, 0.3}));
+    PlotSpec empty;
+    EXPECT_THROW(write_line_plot_png(empty, path), Error);
+}
+
+TEST(Report, TablesFollowTheRecords) {
+    std::vector<EvalItem> items(3);
+    const char* tasks[] = {"niah_single", "niah_single", "qa"};
+    for (int i = 0; i < 3; ++i) {
+        items[i].id = "i" + std::to_string(i);
+        items[i].task = tasks[i];
+        items[i].metric = i < 2 ? "string_match_all" : "string_match_part";
+        items[i].references = {"42"};
+    }
+    const auto policies = parse_policy_list("full,snapkv");
+    std::vector<EvalRecord> recs;
+    auto add = [&](int i, const std::string& p, int64_t b, const std::string& pred, double c_head) {
+        EvalRecord r;
+        r.id = items[i].id;
+        r.task = items[i].task;
+        r.policy = p;
+        r.budget = b;
+        r.prediction = pred;
+        r.c_head = c_head;
+        r.kv_bytes = 100 * (b + 1);
+        recs.push_back(r);
+    };
+    add(0, "full", 0, "42", 1), add(1, "full", 0, "41", 1), add(2, "full", 0, "it is 42", 1);
+    add(0, "snapkv", 64, "no", 0.25), add(1, "snapkv", 64, "42", 0.75), add(2, "snapkv", 64, "x", 0.5);
+    const SweepSummary s = summarize(items, policies, {64}, recs);
+    EXPECT_EQ(s.present, 6);
+    EXPECT_EQ(s.expected, 6);
+    const Cell& full = s.cells.at({"full", 0});
+    EXPECT_DOUBLE_EQ(full.task_scores.at("niah_single"), 50.0);
+    EXPECT_DOUBLE_EQ(full.task_scores.at("qa"), 100.0);
+    EXPECT_DOUBLE_EQ(full.average, 75.0);
+    const Cell& snap = s.cells.at({"snapkv", 64});
+    EXPECT_DOUBLE_EQ(snap.average, 25.0);
+    EXPECT_DOUBLE_EQ(snap.c_head, 0.5);
+    const std::string md = summary_markdown(s, "# t\n");
+    EXPECT_NE(md.find("| full (no eviction) | 75.00 |"), std::string::npos) << md;
+    EXPECT_NE(md.find("| snapkv | 25.00 |"), std::string::npos) << md;
+    const std::string csv = summary_csv(s);
+    EXPECT_NE(csv.find("snapkv,64,50.00,0.00,25.0000,0.500000"), std::string::npos) << csv;
+    const auto j = metrics_json(s);
+    EXPECT_TRUE(j["complete"].get<bool>());
+}
+
+}  // namespace
+}  // namespace kvec::eval

@@ -1,0 +1,233 @@
+// The int8 matmul path (tensor/int8_gemm.h): activation quantisation, the panel form of every
+// quantised type, the AVX2 kernels against the scalar references, and the Fast matmul against the
+// exact float reference within the rounding bound of the activation quantisation.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "gguf/ggml_type.h"
+#include "quant/quant.h"
+#include "tensor/int8_gemm.h"
+#include "tensor/matmul.h"
+#include "tensor/reference.h"
+#include "util/error.h"
+
+namespace kvec {
+namespace {
+
+const std::vector<GgmlType> kQuantTypes = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
+                                           GgmlType::Q5_1, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
+                                           GgmlType::Q5_K, GgmlType::Q6_K};
+
+bool have_avx2() { return cpu_kernel_supported(CpuKernel::Avx2); }
+
+std::vector<float> gaussian(int64_t n, uint32_t seed, float sigma = 1.0f) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, sigma);
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = dist(rng);
+    return v;
+}
+
+struct Quantised {
+    std::vector<uint8_t> bytes;  // [n_out rows of the type]
+    WeightView view;
+};
+
+Quantised quantise(GgmlType type, const std::vector<float>& f, int64_t n_in, int64_t n_out) {
+    Quantised w;
+    const size_t row = ggml_row_size(type, n_in);
+    w.bytes.resize(row * static_cast<size_t>(n_out));
+    for (int64_t r = 0; r < n_out; ++r) quant::quantize_row(type, f.data() + r * n_in, w.bytes.data() + r * row, n_in);
+    w.view = make_weight_view("w", type, w.bytes.data(), n_in, n_out);
+    return w;
+}
+
+struct Acts {
+    std::vector<int8_t> q;   // [n, k]
+    std::vector<float> d;    // [n, k/32]
+    std::vector<float> h;    // [n, k/32, 2]
+    int8::QuantRows view(int64_t k) const { return {q.data(), d.data(), h.data(), k}; }
+};
+
+Acts quantise_acts_ref(const std::vector<float>& x, int64_t n, int64_t k) {
+    Acts a;
+    a.q.resize(static_cast<size_t>(n * k));
+    a.d.resize(static_cast<size_t>(n * k / 32));
+    a.h.resize(static_cast<size_t>(n * k / 16));
+    for (int64_t r = 0; r < n; ++r) {
+        int8::quantize_row_ref(x.data() + r * k, k, a.q.data() + r * k, a.d.data() + r * k / 32, a.h.data() + r * k / 16);
+    }
+    return a;
+}
+
+TEST(Int8, ActivationQuantisationReference) {
+    // A block with a known answer: amax 2.54 -> d = 0.02; 0.01 rounds to even (0.5 -> 0),
+    // 0.03 -> 1.5 -> 2, -2.54 -> -127.
+    std::vector<float> x(32, 0.0f);
+    x[0] = 2.54f;
+    x[1] = -2.54f;
+    x[2] = 1.0f;
+    x[20] = 0.03f;
+    std::vector<int8_t> q(32);
+    float d, h[2];
+    int8::quantize_row_ref(x.data(), 32, q.data(), &d, h);
+    EXPECT_FLOAT_EQ(d, 0.02f);
+    EXPECT_EQ(q[0], 127);
+    EXPECT_EQ(q[1], -127);
+    EXPECT_EQ(q[2], 50);
+    EXPECT_EQ(q[20], 2);
+    EXPECT_EQ(q[5], 0);
+    EXPECT_FLOAT_EQ(h[0], d * 50.0f);  // 127 - 127 + 50
+    EXPECT_FLOAT_EQ(h[1], d * 2.0f);
+    // All zero: scale 0, quants 0.
+    std::vector<float> z(32, 0.0f);
+    int8::quantize_row_ref(z.data(), 32, q.data(), &d, h);
+    EXPECT_EQ(d, 0.0f);
+    for (int8_t v : q) EXPECT_EQ(v, 0);
+}
+
+TEST(Int8, Avx2QuantisationMatchesReferenceExactly) {
+    if (!have_avx2()) GTEST_SKIP() << "no AVX2 on this CPU";
+    const int64_t n = 3, k = 32 * 9;
+    auto x = gaussian(n * k, 3, 2.0f);
+    x[5] = 0.0f;
+    for (int e = 0; e < 32; ++e) x[static_cast<size_t>(k + e)] = 0.0f;  // an all-zero block
+    const Acts want = quantise_acts_ref(x, n, k);
+    Acts got;
+    got.q.resize(want.q.size());
+    got.d.resize(want.d.size());
+    got.h.resize(want.h.size());
+    int8::quantize_rows_avx2(x.data(), n, k, got.q.data(), got.d.data(), got.h.data());
+    EXPECT_EQ(got.q, want.q);
+    EXPECT_EQ(got.d, want.d);
+    EXPECT_EQ(got.h, want.h);
+}
+
+class Int8Types : public ::testing::TestWithParam<GgmlType> {};
+
+// The panel form (scale * q + min per half block) reproduces the reference dequantisation.
+TEST_P(Int8Types, PanelFormEqualsDequantisedRows) {
+    const GgmlType type = GetParam();
+    const int64_t k = 512, rows = 5;
+    const Quantised w = quantise(type, gaussian(k * rows, 11, 0.7f), k, rows);
+    std::vector<int8_t> q(static_cast<size_t>(rows * k));
+    std::vector<float> s(static_cast<size_t>(rows * k / 16)), m(s.size(), 0.0f);
+    int8::unpack_rows(w.view, 0, rows, q.data(), s.data(), int8::panel_has_min(type) ? m.data() : nullptr);
+    std::vector<float> ref(static_cast<size_t>(k));
+    for (int64_t r = 0; r < rows; ++r) {
+        quant::dequantize_row(type, w.view.row(r), ref.data(), k);
+        float scale = 0.0f;
+        for (float v : ref) scale = std::max(scale, std::fabs(v));
+        for (int64_t e = 0; e < k; ++e) {
+            const size_t half = static_cast<size_t>((r * k + e) / 16);
+            const float v = s[half] * q[static_cast<size_t>(r * k + e)] + m[half];
+            ASSERT_NEAR(v, ref[static_cast<size_t>(e)], 1e-6f * scale) << "row " << r << " element " << e;
+        }
+    }
+}
+
+// The AVX2 kernel equals the scalar reference on the same quantised operands (integer sums are
+// exact in both; only the float accumulation order differs: tolerance 1e-5 of sum |terms|).
+TEST_P(Int8Types, Avx2KernelMatchesScalarReference) {
+    if (!have_avx2()) GTEST_SKIP() << "no AVX2 on this CPU";
+    const GgmlType type = GetParam();
+    const int64_t k = 768, nw = 11;
+    const Quantised w = quantise(type, gaussian(k * nw, 21, 0.5f), k, nw);
+    std::vector<int8_t> q(static_cast<size_t>(nw * k));
+    std::vector<float> s(static_cast<size_t>(nw * k / 16)), m(s.size());
+    const bool has_min = int8::panel_has_min(type);
+    int8::unpack_rows(w.view, 0, nw, q.data(), s.data(), has_min ? m.data() : nullptr);
+    const int8::Panel panel{q.data(), s.data(), has_min ? m.data() : nullptr, k};
+    for (int64_t nx : {1, 3, 4, 9}) {
+        const auto x = gaussian(nx * k, 30 + static_cast<uint32_t>(nx));
+        const Acts a = quantise_acts_ref(x, nx, k);
+        std::vector<float> want(static_cast<size_t>(nx * nw)), got(want.size(), -7.0f);
+        int8::gemm_ref(a.view(k), nx, panel, nw, want.data(), nw);
+        int8::gemm_avx2(a.view(k), nx, panel, nw, got.data(), nw);
+        for (int64_t i = 0; i < nx; ++i) {
+            for (int64_t j = 0; j < nw; ++j) {
+                double mag = 0.0;  // sum of |terms|
+                for (int64_t e = 0; e < k; ++e) {
+                    const size_t half = static_cast<size_t>((j * k + e) / 16);
+                    mag += std::fabs(a.d[static_cast<size_t>((i * k + e) / 32)] * a.q[static_cast<size_t>(i * k + e)] *
+                                     (s[half] * q[static_cast<size_t>(j * k + e)] + (has_min ? m[half] : 0.0f)));
+                }
+                const size_t o = static_cast<size_t>(i * nw + j);
+                ASSERT_NEAR(got[o], want[o], 1e-5 * mag + 1e-6) << "nx " << nx << " (" << i << ", " << j << ")";
+            }
+        }
+        if (type == GgmlType::Q8_0) {
+            // Q8_0 read in place computes the same float operations as its panel: equal bits.
+            std::vector<float> in_place(want.size());
+            int8::gemm_q8_0_avx2(a.view(k), nx, w.view.data, w.view.row_bytes, nw, in_place.data(), nw);
+            EXPECT_EQ(in_place, got);
+        }
+    }
+}
+
+// matmul() in Fast precision against the exact float reference: every activation element is off
+// by at most half its block's scale, so |y - y_exact| <= sum_e |w_e| * d(e) / 2, plus float
+// rounding (1e-5 of sum |x_e w_e|).
+TEST_P(Int8Types, FastMatmulWithinQuantisationBound) {
+    const GgmlType type = GetParam();
+    const int64_t k = 512, n_out = 37;
+    const Quantised w = quantise(type, gaussian(k * n_out, 41, 0.5f), k, n_out);
+    std::vector<float> wf(static_cast<size_t>(n_out * k));  // [n_out, k] dequantised weights
+    for (int64_t r = 0; r < n_out; ++r) quant::dequantize_row(type, w.view.row(r), wf.data() + r * k, k);
+    set_matmul_precision(MatmulPrecision::Fast);
+    for (int64_t n : {1, 2, 5, 13, 70}) {
+        const auto x = gaussian(n * k, 50 + static_cast<uint32_t>(n));
+        std::vector<float> y(static_cast<size_t>(n * n_out)), yr(y.size());
+        matmul(x.data(), n, w.view, y.data());
+        ref::matmul(x.data(), n, w.view, yr.data());
+        const Acts a = quantise_acts_ref(x, n, k);
+        for (int64_t i = 0; i < n; ++i) {
+            for (int64_t j = 0; j < n_out; ++j) {
+                double bound = 0.0, mag = 0.0;
+                for (int64_t e = 0; e < k; ++e) {
+                    const double we = std::fabs(wf[static_cast<size_t>(j * k + e)]);
+                    bound += we * a.d[static_cast<size_t>((i * k + e) / 32)] / 2;
+                    mag += we * std::fabs(x[static_cast<size_t>(i * k + e)]);
+                }
+                const size_t o = static_cast<size_t>(i * n_out + j);
+                ASSERT_NEAR(y[o], yr[o], bound * 1.001 + 1e-5 * mag) << "n " << n << " (" << i << ", " << j << ")";
+            }
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(QuantTypes, Int8Types, ::testing::ValuesIn(kQuantTypes),
+                         [](const auto& info) { return std::string(ggml_type_name(info.param)); });
+
+TEST(Int8, NonQuantisedTypesHaveNoPanelForm) {
+    for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16}) EXPECT_FALSE(int8::has_panel_form(t));
+    for (GgmlType t : kQuantTypes) EXPECT_TRUE(int8::has_panel_form(t));
+    std::vector<float> w(64, 1.0f);
+    const WeightView v = make_weight_view("w", GgmlType::F32, w.data(), 32, 2);
+    std::vector<int8_t> q(64);
+    std::vector<float> s(4);
+    EXPECT_THROW(int8::unpack_rows(v, 0, 2, q.data(), s.data(), nullptr), Error);
+}
+
+// Results do not depend on how the rows are split into calls (prefill chunks vs decode steps):
+// every output is computed by the same operations whatever tile it falls in.
+TEST(Int8, RowsIndependentOfBatching) {
+    const int64_t k = 2048, n_out = 40, n = 9;
+    for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_K}) {
+        const Quantised w = quantise(type, gaussian(k * n_out, 61, 0.5f), k, n_out);
+        const auto x = gaussian(n * k, 62);
+        std::vector<float> all(static_cast<size_t>(n * n_out)), one(static_cast<size_t>(n_out));
+        set_matmul_precision(MatmulPrecision::Fast);
+        matmul(x.data(), n, w.view, all.data());
+        for (int64_t i = 0; i < n; ++i) {
+            matmul(x.data() + i * k, 1, w.view, one.data());
+            for (int64_t j = 0; j < n_out; ++j) ASSERT_EQ(one[static_cast<size_t>(j)], all[static_cast<size_t>(i * n_out + j)]);
+        }
+    }
+}
+
+}  // namespace
+}  // namespace kvec

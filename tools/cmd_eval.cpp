@@ -1,0 +1,458 @@
+// kvec eval: one sweep over eviction policies x KV budgets on a synthetic suite or LongBench
+// files (scores, coverage, KV bytes, tables, plots), or --fidelity: KL divergence and top-1
+// agreement with the full cache over a text. All logic is in src/eval; this file maps flags,
+// keeps the output directory (config, resumable predictions) and prints. See docs/evaluation.md.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include "commands.h"
+#include "engine/generator.h"
+#include "eval/eval_items.h"
+#include "eval/fidelity.h"
+#include "eval/jsonl.h"
+#include "eval/plot.h"
+#include "eval/provenance.h"
+#include "eval/report.h"
+#include "eval/sha256.h"
+#include "eval/sweep.h"
+#include "model/model.h"
+#include "model/session.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
+#include "util/timer.h"
+
+namespace kvec::tools {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct EvalOptions {
+    std::string model;
+    std::string suite;
+    std::string data;
+    std::string policies = "full,streamingllm,h2o,snapkv,pyramidkv,adakv,kvec";
+    std::string budgets = "64,128,256,512";
+    int samples = 0;
+    std::string out;
+    int threads = 0;
+    uint64_t seed = eval::kDefaultSynthSeed;
+    int ctx = 0;
+    int batch = 512;
+    std::string kv_type = "f16";
+    bool chat = false;
+    bool no_chat = false;
+    int64_t max_length = 0;
+    int max_new_tokens = 0;
+    bool no_share = false;
+    bool overwrite = false;
+    std::string fidelity;
+    int prefix = 0;
+    int continuation = 128;
+    int segments = 1;
+};
+
+std::vector<std::string> split_commas(const std::string& s) {
+    std::vector<std::string> out;
+    std::stringstream ss(s);
+    std::string piece;
+    while (std::getline(ss, piece, ',')) {
+        if (!piece.empty()) out.push_back(piece);
+    }
+    return out;
+}
+
+std::vector<int64_t> parse_budgets(const std::string& s) {
+    std::vector<int64_t> out;
+    for (const std::string& piece : split_commas(s)) {
+        size_t used = 0;
+        int64_t v = 0;
+        try {
+            v = std::stoll(piece, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (used != piece.size() || v <= 0) fail("--budgets: '{}' is not a positive integer", piece);
+        for (int64_t b : out) {
+            if (b == v) fail("--budgets: {} is listed twice", v);
+        }
+        out.push_back(v);
+    }
+    if (out.empty()) fail("--budgets is empty");
+    return out;
+}
+
+std::string now_iso8601() {
+    const std::time_t t = std::time(nullptr);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+    return buf;
+}
+
+// Reads predictions.jsonl, dropping a torn last line (an interrupted write); kvec::Error for a
+// malformed line elsewhere.
+std::vector<eval::EvalRecord> load_predictions(const std::string& path) {
+    std::vector<eval::EvalRecord> out;
+    if (!fs::exists(path)) return out;
+    std::ifstream in(path, std::ios::binary);
+    if (!in) fail("cannot read '{}'", path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const std::string text = ss.str();
+    size_t pos = 0, line = 0, good_end = 0;
+    while (pos < text.size()) {
+        const size_t nl = text.find('\n', pos);
+        ++line;
+        if (nl == std::string::npos) break;  // no newline: torn, dropped below
+        const std::string body = text.substr(pos, nl - pos);
+        const std::string where = fmt::format("{}:{}", path, line);
+        if (!body.empty()) {
+            const auto j = eval::parse_jsonl_line(body, where);
+            if (j) out.push_back(eval::record_from_json(*j, where));
+        }
+        pos = nl + 1;
+        good_end = pos;
+    }
+    if (good_end < text.size()) {
+        fmt::print(stderr, "note: dropping an incomplete last line of {} (interrupted write)\n", path);
+        fs::resize_file(path, good_end);
+    }
+    return out;
+}
+
+void write_fidelity(const eval::FidelityReport& rep, const std::vector<eval::PolicyChoice>& policies,
+                    const std::vector<int64_t>& budgets, const std::string& dir, const std::string& header) {
+    nlohmann::ordered_json j;
+    j["prefix"] = rep.prefix;
+    j["continuation"] = rep.continuation;
+    j["segments"] = rep.segments;
+    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+    std::string md = header;
+    md += fmt::format("\nPrompt {} tokens, continuation {} tokens (teacher-forced), {} segment(s).\n\n", rep.prefix,
+                      rep.continuation, rep.segments);
+    md += "| policy | budget | KL mean (nats) | KL max | top-1 agreement | C_head | KV bytes | mode |\n"
+          "|---|---:|---:|---:|---:|---:|---:|---|\n";
+    std::string csv = "policy,budget,kl_mean,kl_max,top1,c_head,kv_bytes,steps,mode\n";
+    for (const auto& r : rep.rows) {
+        rows.push_back({{"policy", r.policy}, {"budget", r.budget}, {"kl_mean", r.kl_mean}, {"kl_max", r.kl_max},
+                        {"top1", r.top1}, {"c_head", r.c_head}, {"kv_bytes", r.kv_bytes}, {"steps", r.steps},
+                        {"mode", r.mode}});
+        md += fmt::format("| {} | {} | {:.5f} | {:.5f} | {:.4f} | {:.3f} | {:.0f} | {} |\n", r.policy,
+                          r.budget == 0 ? std::string("-") : std::to_string(r.budget), r.kl_mean, r.kl_max, r.top1,
+                          r.c_head, r.kv_bytes, r.mode);
+        csv += fmt::format("{},{},{:.8f},{:.8f},{:.6f},{:.6f},{:.1f},{},{}\n", r.policy, r.budget, r.kl_mean,
+                           r.kl_max, r.top1, r.c_head, r.kv_bytes, r.steps, r.mode);
+    }
+    j["results"] = rows;
+    eval::write_text_file(dir + "/fidelity.json", j.dump(2) + "\n");
+    eval::write_text_file(dir + "/fidelity.md", md);
+    eval::write_text_file(dir + "/fidelity.csv", csv);
+    std::vector<double> xs(budgets.begin(), budgets.end());
+    std::sort(xs.begin(), xs.end());
+    auto plot = [&](const std::string& title, const std::string& ylabel, auto value, const std::string& file,
+                    double y_min, double y_max) {
+        eval::PlotSpec spec;
+        spec.title = title;
+        spec.x_label = "KV budget B (entries per head per layer)";
+        spec.y_label = ylabel;
+        spec.log2_x = true;
+        spec.x_ticks = xs;
+        spec.y_min = y_min;
+        spec.y_max = y_max;
+        for (const auto& p : policies) {
+            eval::PlotSeries s;
+            s.name = p.budgeted ? p.label : p.label + " (no eviction)";
+            s.dashed = !p.budgeted;
+            for (double b : xs) {
+                double y = NAN;
+                for (const auto& r : rep.rows) {
+                    if (r.policy == p.label && (!p.budgeted || r.budget == static_cast<int64_t>(b))) y = value(r);
+                }
+                s.x.push_back(b);
+                s.y.push_back(y);
+            }
+            spec.series.push_back(std::move(s));
+        }
+        eval::write_line_plot_png(spec, dir + "/" + file);
+    };
+    plot("Fidelity: KL(full || compressed) vs KV budget", "mean KL divergence (nats)",
+         [](const eval::FidelityRow& r) { return r.kl_mean; }, "fidelity_kl.png", 0.0, NAN);
+    plot("Fidelity: top-1 agreement with the full cache vs KV budget", "top-1 agreement",
+         [](const eval::FidelityRow& r) { return r.top1; }, "fidelity_top1.png", 0.0, 1.05);
+    fmt::print("{}", md);
+}
+
+int run_eval(const EvalOptions& o) {
+    check_readable_file(o.model, "model file");
+    if (o.chat && o.no_chat) fail("--chat and --no-chat exclude each other");
+    const bool fidelity = !o.fidelity.empty();
+    const int sources = (o.suite.empty() ? 0 : 1) + (o.data.empty() ? 0 : 1) + (fidelity ? 1 : 0);
+    if (sources != 1) fail("give exactly one of --suite, --data or --fidelity");
+    if (o.batch <= 0) fail("--batch-size must be positive, got {}", o.batch);
+    if (o.ctx < 0) fail("--ctx-size must be positive, got {}", o.ctx);
+    if (o.samples < 0) fail("--samples must be positive, got {}", o.samples);
+    const std::vector<eval::PolicyChoice> policies = eval::parse_policy_list(o.policies);
+    const std::vector<int64_t> budgets = parse_budgets(o.budgets);
+    const std::vector<eval::Combo> combos = eval::make_combos(policies, budgets);
+    std::vector<std::string> data_files = split_commas(o.data);
+    for (const auto& f : data_files) check_readable_file(f, "data file");
+    if (fidelity) check_readable_file(o.fidelity, "fidelity text file");
+
+    set_num_threads(o.threads);
+    auto model = Model::load(o.model);
+    const Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
+    SessionOptions so;
+    so.n_ctx = o.ctx;
+    so.n_batch = o.batch;
+    so.kv_type = o.kv_type == "f32" ? KvType::F32 : KvType::F16;
+    Session session(*model, so);
+    Generator generator(session, tokenizer);
+
+    const std::string out_dir = !o.out.empty() ? o.out
+                                : fidelity     ? std::string("kvec-eval-fidelity")
+                                : !o.suite.empty() ? "kvec-eval-" + o.suite
+                                                   : std::string("kvec-eval-longbench");
+    std::error_code ec;
+    fs::create_directories(out_dir, ec);
+    if (ec) fail("cannot create output directory '{}': {}", out_dir, ec.message());
+
+    fmt::print(stderr, "model: {} ({})\n", o.model, model->summary());
+    fmt::print(stderr, "hashing the model file ...\n");
+    const std::string model_hash = eval::sha256_file(o.model);
+
+    nlohmann::ordered_json run;  // what must match for a resumed sweep
+    run["model_sha256"] = model_hash;
+    std::vector<std::string> specs;
+    for (const auto& c : combos) specs.push_back(c.spec);
+    nlohmann::ordered_json policy_list = nlohmann::ordered_json::array();
+    for (const auto& p : policies) policy_list.push_back({{"label", p.label}, {"spec", p.spec}});
+    run["policies"] = policy_list;
+    run["budgets"] = budgets;
+    run["combinations"] = specs;
+    run["ctx"] = session.n_ctx();
+    run["batch"] = session.options().n_batch;
+    run["kv_type"] = kv_type_name(so.kv_type);
+    run["seed"] = o.seed;
+    run["chat"] = o.chat ? "on" : o.no_chat ? "off" : "auto";
+    run["samples"] = o.samples;
+    run["max_length"] = o.max_length;
+    run["max_new_tokens_cap"] = o.max_new_tokens;
+    run["coverage_window"] = 32;
+    if (!o.suite.empty()) run["suite"] = o.suite;
+    if (!data_files.empty()) {
+        nlohmann::ordered_json files = nlohmann::ordered_json::array();
+        for (const auto& f : data_files) files.push_back({{"file", fs::path(f).filename().string()}, {"sha256", eval::sha256_file(f)}});
+        run["data"] = files;
+    }
+    if (fidelity) {
+        run["fidelity_text"] = {{"file", fs::path(o.fidelity).filename().string()}, {"sha256", eval::sha256_file(o.fidelity)}};
+        run["prefix"] = o.prefix;
+        run["continuation"] = o.continuation;
+        run["segments"] = o.segments;
+    }
+
+    nlohmann::ordered_json config;
+    config["kvec"] = {{"version", eval::engine_version()}, {"git_commit", eval::git_commit()}};
+    config["model"] = {{"path", fs::absolute(o.model).string()},
+                       {"sha256", model_hash},
+                       {"summary", model->summary()},
+                       {"n_ctx_train", model->config().n_ctx_train}};
+    config["run"] = run;
+    config["options"] = {{"threads", num_threads()}, {"share_prefill", !o.no_share}, {"out", out_dir}};
+    config["created"] = now_iso8601();
+
+    const std::string config_path = out_dir + "/config.json";
+    const std::string pred_path = out_dir + "/predictions.jsonl";
+    if (fidelity) {
+        eval::write_text_file(config_path, config.dump(2) + "\n");
+        std::ifstream in(o.fidelity, std::ios::binary);
+        std::stringstream ss;
+        ss << in.rdbuf();
+        const std::vector<int32_t> tokens = eval::tokenize_for_perplexity(tokenizer, ss.str());
+        eval::FidelityOptions fo;
+        fo.prefix = o.prefix;
+        fo.continuation = o.continuation;
+        fo.segments = o.segments;
+        fo.share_prefill = !o.no_share;
+        eval::ProgressBar real("fidelity", static_cast<int64_t>(combos.size()) * std::max(1, o.segments));
+        fo.on_progress = [&real](int64_t done, int64_t total) {
+            real.set_total(total);
+            real.update(done);
+        };
+        Timer t;
+        const eval::FidelityReport rep = eval::run_fidelity(session, tokens, policies, combos, fo);
+        real.finish();
+        const std::string header = fmt::format("# kvec eval --fidelity\n\nModel `{}` (sha256 {}), text `{}`, kvec {} ({}).\n",
+                                               fs::path(o.model).filename().string(), model_hash.substr(0, 12),
+                                               fs::path(o.fidelity).filename().string(), eval::engine_version(),
+                                               eval::git_commit());
+        write_fidelity(rep, policies, budgets, out_dir, header);
+        fmt::print(stderr, "fidelity: {} combinations in {:.1f} s; results in {}/\n", combos.size(), t.seconds(), out_dir);
+        return 0;
+    }
+
+    // Resume: the same run configuration continues; another one needs --overwrite or --out.
+    if (fs::exists(config_path)) {
+        std::ifstream in(config_path);
+        nlohmann::json old;
+        try {
+            old = nlohmann::json::parse(in);
+        } catch (const nlohmann::json::exception& e) {
+            fail("'{}' is not valid JSON ({}); use --overwrite to start again", config_path, e.what());
+        }
+        const bool same = old.contains("run") && old["run"] == nlohmann::json(run);
+        if (!same && !o.overwrite) {
+            fail("'{}' holds a different run (model, data, policies, budgets or options differ); use another --out, "
+                 "or --overwrite to discard it", out_dir);
+        }
+        if (!same || o.overwrite) {
+            fs::remove(pred_path, ec);
+        }
+    } else if (o.overwrite) {
+        fs::remove(pred_path, ec);
+    }
+    eval::write_text_file(config_path, config.dump(2) + "\n");
+
+    eval::ItemOptions io;
+    io.suite = o.suite;
+    io.data_files = data_files;
+    io.samples = o.samples;
+    io.seed = o.seed;
+    io.chat = o.chat ? eval::ChatMode::On : o.no_chat ? eval::ChatMode::Off : eval::ChatMode::Auto;
+    io.max_length = o.max_length;
+    io.max_new_tokens = o.max_new_tokens;
+    eval::ItemSummary isum;
+    Timer prep;
+    const std::vector<eval::EvalItem> items = eval::build_items(io, tokenizer, generator, session.n_ctx(), &isum);
+    fmt::print(stderr, "{}: {} samples, {} tasks, format {}{}; prepared in {:.1f} s\n", isum.source, items.size(),
+               isum.tasks.size(), isum.format,
+               isum.truncated > 0 ? fmt::format(", {} prompts truncated in the middle", isum.truncated) : "",
+               prep.seconds());
+
+    // Totals of earlier invocations of this run (a resumed sweep reports its whole cost).
+    nlohmann::json earlier_total;
+    if (fs::exists(pred_path) && fs::exists(out_dir + "/metrics.json")) {
+        try {
+            std::ifstream min(out_dir + "/metrics.json");
+            const nlohmann::json old = nlohmann::json::parse(min);
+            if (old.contains("total")) earlier_total = old["total"];
+        } catch (const nlohmann::json::exception&) {
+            earlier_total = nlohmann::json();  // unreadable: totals restart
+        }
+    }
+    std::vector<eval::EvalRecord> records = load_predictions(pred_path);
+    std::set<eval::RecordKey> done;
+    for (const auto& r : records) done.insert({r.id, r.policy, r.budget});
+    if (!records.empty()) fmt::print(stderr, "resuming: {} predictions already in {}\n", records.size(), pred_path);
+
+    std::ofstream pred(pred_path, std::ios::binary | std::ios::app);
+    if (!pred) fail("cannot open '{}' for appending", pred_path);
+    const int64_t total = static_cast<int64_t>(items.size() * combos.size());
+    fmt::print(stderr, "sweep: {} policies x {} budgets = {} combinations x {} samples = {} generations; prefill "
+               "sharing {}\n", policies.size(), budgets.size(), combos.size(), items.size(), total,
+               o.no_share ? "off (--no-share-prefill): every combination prefills its prompt"
+                          : "on: one-shot policies share one prefill per sample");
+    eval::ProgressBar bar("eval", total);
+    eval::SweepOptions so2;
+    so2.share_prefill = !o.no_share;
+    so2.on_record = [&](const eval::EvalRecord& r) {
+        pred << eval::to_json(r).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+        pred.flush();
+        if (!pred) fail("cannot write '{}'", pred_path);
+        records.push_back(r);
+    };
+    so2.on_progress = [&bar](int64_t d, int64_t) { bar.update(d); };
+    const eval::SweepStats st = eval::run_sweep(session, tokenizer, items, policies, combos, done, so2);
+    bar.finish();
+    pred.close();
+
+    const eval::SweepSummary summary = eval::summarize(items, policies, budgets, records);
+    const std::string mode_text =
+        o.no_share ? "separate prefill per combination (--no-share-prefill)"
+                   : fmt::format("prefill shared: {} prefills for {} generations ({} derived from a shared prefill)",
+                                 st.prefills, st.generations, st.shared_generations);
+    nlohmann::ordered_json metrics = eval::metrics_json(summary);
+    metrics["mode"] = {{"share_prefill", !o.no_share},
+                       {"description", mode_text},
+                       {"prefills", st.prefills},
+                       {"generations", st.generations},
+                       {"shared_generations", st.shared_generations},
+                       {"skipped_existing", st.skipped}};
+    metrics["timing"] = {{"wall_seconds", st.wall_seconds},
+                         {"prefill_seconds", st.prefill_seconds},
+                         {"replay_seconds", st.replay_seconds},
+                         {"decode_seconds", st.decode_seconds},
+                         {"threads", num_threads()}};
+    auto earlier = [&](const char* key) { return earlier_total.is_object() ? earlier_total.value(key, 0.0) : 0.0; };
+    const double total_wall = earlier("wall_seconds") + st.wall_seconds;
+    const double total_prefills = earlier("prefills") + static_cast<double>(st.prefills);
+    const double total_generations = earlier("generations") + static_cast<double>(st.generations);
+    metrics["total"] = {{"wall_seconds", total_wall},
+                        {"prefill_seconds", earlier("prefill_seconds") + st.prefill_seconds},
+                        {"replay_seconds", earlier("replay_seconds") + st.replay_seconds},
+                        {"decode_seconds", earlier("decode_seconds") + st.decode_seconds},
+                        {"prefills", total_prefills},
+                        {"generations", total_generations},
+                        {"invocations", earlier("invocations") + 1}};
+    eval::write_text_file(out_dir + "/metrics.json", metrics.dump(2) + "\n");
+    const std::string what = !o.suite.empty() ? o.suite : std::string("LongBench");
+    const std::string header = fmt::format(
+        "# kvec eval: {}\n\nModel `{}` (sha256 {}), {} samples, format {}, kvec {} ({}).\n\nMode: {}. "
+        "Sweep wall time {:.1f} s in total ({:.0f} prefills for {:.0f} generations over {:.0f} invocation(s); "
+        "this one {:.1f} s, {} threads).\n",
+        what, fs::path(o.model).filename().string(), model_hash.substr(0, 12), items.size(), isum.format,
+        eval::engine_version(), eval::git_commit(), mode_text, total_wall, total_prefills, total_generations,
+        earlier("invocations") + 1, st.wall_seconds, num_threads());
+    const std::string md = eval::summary_markdown(summary, header);
+    eval::write_text_file(out_dir + "/summary.md", md);
+    eval::write_text_file(out_dir + "/summary.csv", eval::summary_csv(summary));
+    eval::write_sweep_plots(summary, out_dir, what);
+    fmt::print("{}", md);
+    fmt::print(stderr, "\n{}; wall {:.1f} s (prefill {:.1f} s, replay {:.2f} s, decode {:.1f} s); results in {}/\n",
+               mode_text, st.wall_seconds, st.prefill_seconds, st.replay_seconds, st.decode_seconds, out_dir);
+    return 0;
+}
+
+}  // namespace
+
+void add_eval_command(CLI::App& app, Action& action) {
+    auto o = std::make_shared<EvalOptions>();
+    CLI::App* cmd = app.add_subcommand(
+        "eval", "evaluate eviction policies x KV budgets: synthetic suite, LongBench files, or fidelity to the full cache");
+    cmd->add_option("-m,--model", o->model, "model file (GGUF)")->required();
+    cmd->add_option("--suite", o->suite, "synthetic suite: synthetic-1k|2k|4k|8k|16k|32k");
+    cmd->add_option("--data", o->data, "LongBench JSONL file(s), comma-separated (named <dataset>.jsonl)");
+    cmd->add_option("--fidelity", o->fidelity, "text file: KL divergence and top-1 agreement with the full cache");
+    cmd->add_option("--policies", o->policies, "policies, comma-separated; options as name:key=value,key=value")
+        ->capture_default_str();
+    cmd->add_option("--budgets", o->budgets, "KV budgets B (entries per KV head per layer), comma-separated")
+        ->capture_default_str();
+    cmd->add_option("--samples", o->samples, "first N samples per task (suite) or per file (default: all)");
+    cmd->add_option("--out", o->out, "output directory (default: kvec-eval-<suite|longbench|fidelity>)");
+    cmd->add_option("-t,--threads", o->threads, "threads (default: all hardware threads)");
+    cmd->add_option("--seed", o->seed, "seed of the synthetic instances")->capture_default_str();
+    cmd->add_option("-c,--ctx-size", o->ctx, "context size (default: the model's training context)");
+    cmd->add_option("-b,--batch-size", o->batch, "prefill chunk size")->capture_default_str();
+    cmd->add_option("--kv-type", o->kv_type, "KV-cache element type")->check(CLI::IsMember({"f16", "f32"}))->capture_default_str();
+    cmd->add_flag("--chat", o->chat, "use the model's chat template (default: when the model has one)");
+    cmd->add_flag("--no-chat", o->no_chat, "never use the chat template (completion format)");
+    cmd->add_option("--max-length", o->max_length,
+                    "LongBench: middle-truncate prompts to M tokens (pred.py's model2maxlen; default: context - "
+                    "max_new_tokens - 64)");
+    cmd->add_option("--max-new-tokens", o->max_new_tokens, "cap every task's generation length (not the official setting)");
+    cmd->add_flag("--no-share-prefill", o->no_share, "prefill every combination separately (for timing comparisons)");
+    cmd->add_flag("--overwrite", o->overwrite, "discard earlier predictions in the output directory");
+    cmd->add_option("--prefix", o->prefix, "fidelity: prompt tokens per segment (default: context - continuation - 1)");
+    cmd->add_option("--continuation", o->continuation, "fidelity: teacher-forced tokens per segment")->capture_default_str();
+    cmd->add_option("--segments", o->segments, "fidelity: segments of the text")->capture_default_str();
+    cmd->callback([o, &action] { action = [o] { return run_eval(*o); }; });
+}
+
+}  // namespace kvec::tools
