@@ -5,31 +5,7 @@
 # the peak (within budget + chunk when chunked), coverage and policy time; the error paths.
 set -u
 KVEC="$1"
-DIR=$(mktemp -d)
-trap 'rm -rf "$DIR"' EXIT
-failures=0
-
-fail() {
-    echo "FAIL: $1"
-    echo "--- stdout:"; cat "$DIR/out" 2>/dev/null
-    echo "--- stderr:"; cat "$DIR/err" 2>/dev/null
-    failures=$((failures + 1))
-}
-
-# expect STATUS DESCRIPTION -- command...
-expect() {
-    local want="$1" what="$2"
-    shift 3
-    "$@" >"$DIR/out" 2>"$DIR/err"
-    local got=$?
-    if [ "$got" -ne "$want" ]; then fail "$what: exit status $got, expected $want"; return 1; fi
-    echo "ok: $what"
-}
-
-# contains FILE TEXT DESCRIPTION
-contains() {
-    if ! grep -qF -- "$2" "$DIR/$1"; then fail "$3: '$2' not in $1"; return 1; fi
-}
+source "$(dirname "$0")/cli_lib.sh"
 
 # number FILE REGEX: the first integer captured after REGEX (sed -E syntax, one group)
 number() { sed -nE "s/.*$2.*/\1/p" "$DIR/$1" | head -1; }

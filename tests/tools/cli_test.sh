@@ -1,33 +1,9 @@
 #!/usr/bin/env bash
 # Usage: cli_test.sh /path/to/kvec
-# Every check prints what it tests; the first failure prints the command's output and exits 1.
+# Checks the command line end to end; helpers in cli_lib.sh.
 set -u
 KVEC="$1"
-DIR=$(mktemp -d)
-trap 'rm -rf "$DIR"' EXIT
-failures=0
-
-fail() {
-    echo "FAIL: $1"
-    echo "--- stdout:"; cat "$DIR/out" 2>/dev/null
-    echo "--- stderr:"; cat "$DIR/err" 2>/dev/null
-    failures=$((failures + 1))
-}
-
-# expect STATUS DESCRIPTION -- command...   (runs the command, checks the exit status)
-expect() {
-    local want="$1" what="$2"
-    shift 3
-    "$@" >"$DIR/out" 2>"$DIR/err"
-    local got=$?
-    if [ "$got" -ne "$want" ]; then fail "$what: exit status $got, expected $want"; return 1; fi
-    echo "ok: $what"
-}
-
-# contains FILE TEXT DESCRIPTION
-contains() {
-    if ! grep -qF -- "$2" "$DIR/$1"; then fail "$3: '$2' not in $1"; return 1; fi
-}
+source "$(dirname "$0")/cli_lib.sh"
 
 M="$DIR/tiny.gguf"
 expect 0 "gen-model writes a tiny model" -- "$KVEC" gen-model --layers 2 --embd 128 --heads 4 --kv-heads 2 --ff 256 --vocab 512 --ctx 256 -o "$M"

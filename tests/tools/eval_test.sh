@@ -7,27 +7,7 @@
 set -u
 KVEC="$1"
 SRC="$2"
-DIR=$(mktemp -d)
-trap 'rm -rf "$DIR"' EXIT
-failures=0
-
-fail() {
-    echo "FAIL: $1"
-    echo "--- stdout:"; tail -n 40 "$DIR/out" 2>/dev/null
-    echo "--- stderr:"; tail -n 40 "$DIR/err" 2>/dev/null
-    failures=$((failures + 1))
-}
-expect() {
-    local want="$1" what="$2"
-    shift 3
-    "$@" >"$DIR/out" 2>"$DIR/err"
-    local got=$?
-    if [ "$got" -ne "$want" ]; then fail "$what: exit status $got, expected $want"; return 1; fi
-    echo "ok: $what"
-}
-contains() {
-    if ! grep -qF -- "$2" "$1"; then fail "$3: '$2' not in $1"; return 1; fi
-}
+source "$(dirname "$0")/cli_lib.sh"
 
 M="$DIR/tiny.gguf"
 expect 0 "gen-model" -- "$KVEC" gen-model --layers 2 --embd 64 --heads 4 --kv-heads 2 --ff 128 --vocab 512 --ctx 2048 -o "$M"
