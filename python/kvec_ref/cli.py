@@ -104,6 +104,27 @@ def cmd_attn_stats(args) -> None:
     _write_f32(args.out, out)
 
 
+def cmd_keydiff_scores(args) -> None:
+    """KeyDiff's scores of a prompt's keys: per layer and KV head, minus the cosine similarity of
+    each post-RoPE key to the mean key of its head, float32 [n_layer, n_head_kv, T]."""
+    import torch
+
+    from .model import KVCache
+
+    model, config, _ = _load(args.model, args.precision)
+    toks = _parse_tokens(args.tokens)
+    cache = KVCache(config.n_layer)
+    with torch.no_grad():
+        model(torch.tensor([toks], dtype=torch.long), cache=cache)
+    out = []
+    for l in range(config.n_layer):
+        k = cache.k[l][0].double()  # [n_head_kv, T, head_dim], post-RoPE
+        mean = k.mean(dim=1, keepdim=True)  # [n_head_kv, 1, head_dim]
+        cos = (k * mean).sum(-1) / (k.norm(dim=-1) * mean.norm(dim=-1))  # [n_head_kv, T]
+        out.append((-cos).numpy())
+    _write_f32(args.out, np.stack(out))  # [n_layer, n_head_kv, T]
+
+
 def cmd_info(args) -> None:
     from .gguf import GGUFReader
     from .config import config_from_gguf
@@ -164,6 +185,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--kv-visible", help="int32 eviction mask [n_layer, n_head_kv, T]")
     sp.add_argument("--out", required=True)
     sp.set_defaults(fn=cmd_attn_stats)
+
+    sp = sub.add_parser("keydiff-scores", help="KeyDiff scores float32 [n_layer, n_head_kv, T]")
+    common(sp)
+    sp.add_argument("--out", required=True)
+    sp.set_defaults(fn=cmd_keydiff_scores)
 
     sp = sub.add_parser("info", help="configuration and tensors")
     sp.add_argument("--model", required=True)

@@ -504,23 +504,20 @@ TEST(Parity, Observations) {  // window means, column sums, last row vs attn-sta
         if (c.group == "Observations") check_case(c);
 }
 
-// H2O's and TOVA's selections follow from the reference's own attention statistics: the column
-// sums (H2O) and the last query's row (TOVA) that the PyTorch reference computes on the same model
-// and prompt, averaged over each KV head's query heads, ranked, top B - w plus the window. Scores
+// A score-ranked policy's one-shot selection follows from scores the PyTorch reference computes on
+// the same model and prompt: per layer and KV head, the top B - w prefix entries by score(l, h, j)
+// plus the window. H2O and TOVA rank the reference's column sums / last query's row, averaged over
+// each KV head's query heads; KeyDiff ranks minus the cosine of each key to the mean key. Scores
 // within 1e-5 of the selection boundary may go either way (both sides accumulate in float).
-void expect_selection_from_reference(const Prepared& policy_case, const std::vector<float>& stats, int kind,
-                                     int64_t window, int n_layer, int n_head, int n_head_kv) {
-    const int G = n_head / n_head_kv;
+void expect_top_selection(const Prepared& policy_case, int64_t window, int n_layer, int n_head_kv,
+                          const std::function<double(int, int, int)>& score_of) {
     const int64_t k = kPolicyBudget - window;  // prefix entries kept
     const int n_prefix = kPrompt - static_cast<int>(window);
     for (int l = 0; l < n_layer; ++l) {
         for (int h = 0; h < n_head_kv; ++h) {
             SCOPED_TRACE(fmt::format("layer {} head {}", l, h));
-            std::vector<double> score(static_cast<size_t>(n_prefix), 0.0);  // [N - w]
-            for (int g = 0; g < G; ++g) {
-                const size_t base = ((static_cast<size_t>(l) * n_head + h * G + g) * 3 + kind) * kPrompt;
-                for (int j = 0; j < n_prefix; ++j) score[static_cast<size_t>(j)] += stats[base + j] / G;
-            }
+            std::vector<double> score(static_cast<size_t>(n_prefix));  // [N - w]
+            for (int j = 0; j < n_prefix; ++j) score[static_cast<size_t>(j)] = score_of(l, h, j);
             std::vector<double> sorted = score;
             std::sort(sorted.begin(), sorted.end(), std::greater<>());
             const double boundary = sorted[static_cast<size_t>(k - 1)];
@@ -542,7 +539,19 @@ void expect_selection_from_reference(const Prepared& policy_case, const std::vec
     }
 }
 
-TEST(Parity, PolicyScores) {  // H2O / TOVA selections vs the reference's column sums / last row
+void expect_selection_from_reference(const Prepared& policy_case, const std::vector<float>& stats, int kind,
+                                     int64_t window, int n_layer, int n_head, int n_head_kv) {
+    const int G = n_head / n_head_kv;
+    expect_top_selection(policy_case, window, n_layer, n_head_kv, [&](int l, int h, int j) {
+        double s = 0.0;
+        for (int g = 0; g < G; ++g) {
+            s += stats[((static_cast<size_t>(l) * n_head + h * G + g) * 3 + kind) * kPrompt + static_cast<size_t>(j)] / G;
+        }
+        return s;
+    });
+}
+
+TEST(Parity, PolicyScores) {  // H2O / TOVA / KeyDiff selections vs the reference's column sums / last row / keys
     Suite& suite = Suite::get();
     ASSERT_TRUE(suite.error().empty()) << suite.error();
     const Prepared& obs = suite["observations"];
@@ -558,6 +567,25 @@ TEST(Parity, PolicyScores) {  // H2O / TOVA selections vs the reference's column
         SCOPED_TRACE("tova");
         expect_selection_from_reference(suite["policy_tova_one_shot"], stats, 2, 1, spec.n_layer, spec.n_head,
                                         spec.n_head_kv);
+    }
+    {
+        // KeyDiff needs no attention: the reference's scores come from its own post-RoPE keys.
+        SCOPED_TRACE("keydiff");
+        const Prepared& kd = suite["policy_keydiff_one_shot"];
+        const auto seq = sequence(kPrompt + kContinue);
+        const std::vector<int32_t> prompt(seq.begin(), seq.begin() + kPrompt);
+        const std::string out = temp_path("keydiff.ref.f32");
+        const std::string err = temp_path("keydiff.ref.err");
+        const std::string cmd = fmt::format(
+            "cd '{}' && OMP_NUM_THREADS=2 PYTHONPATH='{}/python' /usr/bin/python3 -m kvec_ref.cli keydiff-scores "
+            "--model '{}' --tokens {} --out '{}' 2> '{}'",
+            KVEC_SOURCE_DIR, KVEC_SOURCE_DIR, kd.model_path, join(prompt), out, err);
+        ASSERT_EQ(std::system(cmd.c_str()), 0) << "the reference failed; see " << err;
+        const auto scores = read_f32(out);  // [L, H_kv, kPrompt]
+        ASSERT_EQ(scores.size(), static_cast<size_t>(spec.n_layer) * spec.n_head_kv * kPrompt);
+        expect_top_selection(kd, 4, spec.n_layer, spec.n_head_kv, [&](int l, int h, int j) {
+            return static_cast<double>(scores[(static_cast<size_t>(l) * spec.n_head_kv + h) * kPrompt + j]);
+        });
     }
 }
 
