@@ -27,6 +27,7 @@ struct PerplexityCmdOptions {
     std::string file;
     int ctx = 512;
     int chunks = -1;
+    int score_last = 0;
     int threads = 0;
     int batch = 512;
     std::string kv_type = "f16";
@@ -67,15 +68,17 @@ int run_perplexity(const PerplexityCmdOptions& o) {
     std::ifstream in(o.file, std::ios::binary);
     std::stringstream ss;
     ss << in.rdbuf();
+    const std::string part = o.score_last > 0 ? "unscored part" : "first half";
     Timer t;
     const std::vector<int32_t> tokens = eval::tokenize_for_perplexity(tokenizer, ss.str());
     fmt::print(stderr, "model: {} ({})\n", o.model, model->summary());
     fmt::print(stderr, "tokenized {} in {:.2f} s: {} tokens; context {}, batch {}, kv cache {}, threads {}{}\n", o.file,
                t.seconds(), tokens.size(), o.ctx, session.options().n_batch, kv_type_name(so.kv_type), num_threads(),
-               spec.empty() ? std::string() : ", policy " + spec + " on the first half of each chunk");
+               spec.empty() ? std::string() : ", policy " + spec + " on the " + part + " of each chunk");
     eval::PerplexityOptions po;
     po.n_ctx = o.ctx;
     po.n_chunks = o.chunks;
+    po.score_last = o.score_last;
     po.policy_spec = spec;
     po.on_chunk = [](int chunk, double ppl) {
         fmt::print("[{}]{:.4f},", chunk, ppl);
@@ -91,7 +94,7 @@ int run_perplexity(const PerplexityCmdOptions& o) {
     }
     fmt::print(stderr, "{} chunks, {} scored tokens, mean NLL {:.6f}, {:.2f} s; kv cache {} per chunk{}\n", r.n_chunks,
                r.count, r.mean_nll, t.seconds(), format_bytes(static_cast<size_t>(r.kv_bytes)),
-               spec.empty() ? std::string() : fmt::format(" after compressing the first half (C_head {:.3f})", r.c_head));
+               spec.empty() ? std::string() : fmt::format(" after compressing the {} (C_head {:.3f})", part, r.c_head));
     return 0;
 }
 
@@ -106,6 +109,9 @@ void add_perplexity_command(CLI::App& app, Action& action) {
     cmd->add_option("-c,--ctx-size", o->ctx, "chunk size in tokens (the second half of each chunk is scored)")
         ->capture_default_str();
     cmd->add_option("--chunks", o->chunks, "evaluate at most this many chunks (default: all)");
+    cmd->add_option("--score-last", o->score_last,
+                    "score only the last N tokens of each chunk; the tokens before them are the context "
+                    "(a policy compresses them) (default: llama.cpp's second half)");
     cmd->add_option("-t,--threads", o->threads, "threads (default: all hardware threads)");
     cmd->add_option("-b,--batch-size", o->batch, "prefill chunk size")->capture_default_str();
     cmd->add_option("--kv-type", o->kv_type, "KV-cache element type")->check(CLI::IsMember({"f16", "f32"}))->capture_default_str();

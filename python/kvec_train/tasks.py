@@ -225,9 +225,13 @@ class TaskContext:
     text_weight: float = 0.05  # LM weight of haystack text inside task sequences
 
 
-def gen_induction(ctx: TaskContext, rng: np.random.Generator, n: int) -> Seq:
-    """Random tokens in which spans of 4-48 tokens repeat; weight 1 on the repeats only."""
-    vocab_hi = ctx.tok.bos_id  # special tokens sit at the end of the vocabulary
+def gen_induction(ctx: TaskContext, rng: np.random.Generator, n: int, lo: int = 0, hi: int = 0,
+                  kind: str = "induction") -> Seq:
+    """Random tokens (ids lo .. hi - 1; default: the whole vocabulary but the special tokens) in
+    which spans of 4-48 tokens repeat at random offsets; weight 1 on the repeats only. Unlike a
+    block repeated back to back, no fixed offset predicts a repeat, so only content matching (an
+    induction head) lowers the loss."""
+    vocab_hi = hi or ctx.tok.bos_id  # special tokens sit at the end of the vocabulary
     ids = [ctx.tok.bos_id]
     weights = [0.0]
     spans: List[List[int]] = []
@@ -237,11 +241,16 @@ def gen_induction(ctx: TaskContext, rng: np.random.Generator, n: int) -> Seq:
             ids.extend(span)
             weights.extend([0.0] + [1.0] * (len(span) - 1))  # the first token is not predictable
         else:
-            span = rng.integers(0, vocab_hi, int(rng.integers(4, 49))).tolist()
+            span = rng.integers(lo, vocab_hi, int(rng.integers(4, 49))).tolist()
             spans.append(span)
             ids.extend(span)
             weights.extend([0.0] * len(span))
-    return Seq(ids[:n], weights[:n], "induction")
+    return Seq(ids[:n], weights[:n], kind)
+
+
+def gen_induction_sub(ctx: TaskContext, rng: np.random.Generator, n: int) -> Seq:
+    """gen_induction on the sub-vocabulary of induction_small (ids 256-767, frequent tokens)."""
+    return gen_induction(ctx, rng, n, 256, min(768, ctx.tok.bos_id), "induction_sub")
 
 
 def gen_induction_small(ctx: TaskContext, rng: np.random.Generator, n: int) -> Seq:
@@ -275,6 +284,31 @@ def gen_lm(ctx: TaskContext, rng: np.random.Generator, n: int) -> Seq:
     start = int(rng.integers(0, len(ctx.lm_tokens) - n))
     ids = [ctx.tok.bos_id] + ctx.lm_tokens[start:start + n - 1].tolist()
     return Seq(ids, [0.0] + [1.0] * (n - 1), "lm")
+
+
+def gen_induction_text(ctx: TaskContext, rng: np.random.Generator, n: int) -> Seq:
+    """In-context copying inside natural text: a training-text window cut into slots of about 128
+    tokens; in each slot a span of 8-32 tokens (half the time the text itself, half the time random
+    tokens written over it) recurs later in the slot. Weight 1 on the repeat's tokens after its
+    first, the text weight elsewhere, so copying is rewarded in the context where needles and
+    values occur (the random-token `induction` task alone taught the model to copy only among
+    random tokens)."""
+    start = int(rng.integers(0, len(ctx.lm_tokens) - n))
+    ids = [ctx.tok.bos_id] + ctx.lm_tokens[start:start + n - 1].tolist()
+    weights = [0.0] + [ctx.text_weight] * (n - 1)
+    n_slots = max(1, n // 128)
+    edges = np.linspace(1, n, n_slots + 1).astype(int)
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        length = int(rng.integers(8, 33))
+        if hi - lo < 2 * length + 1:
+            continue
+        src = int(rng.integers(lo, hi - 2 * length + 1))
+        dst = int(rng.integers(src + length, hi - length + 1))
+        if rng.random() < 0.5:
+            ids[src:src + length] = rng.integers(0, ctx.tok.bos_id, length).tolist()
+        ids[dst:dst + length] = ids[src:src + length]
+        weights[dst:dst + length] = [0.0] + [1.0] * (length - 1)
+    return Seq(ids, weights, "induction_text")
 
 
 NIAH_INSTR_1 = ("A special magic number is hidden within the following text. Make sure to memorize "
@@ -461,6 +495,8 @@ class SynthFile:
 GENERATORS = {
     "induction": gen_induction,
     "induction_small": gen_induction_small,
+    "induction_sub": gen_induction_sub,
+    "induction_text": gen_induction_text,
     "kv": gen_kv,
     "copy": gen_copy,
     "lm": gen_lm,

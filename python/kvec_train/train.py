@@ -247,6 +247,25 @@ def greedy(model, ids: List[int], max_new: int, stop_ids: set) -> List[int]:
 
 
 @torch.no_grad()
+def copy_accuracy(model, prep: Prepared, length: int, samples: int = 8, span: int = 16, seed: int = 5) -> float:
+    """In-context copying at a distance: a span of random tokens is placed at a random depth of
+    held-out text and repeated at the end of a `length`-token window; the share of the repeat's
+    tokens (after its first) that greedy prediction gets right. Chance is about 1 / n_vocab."""
+    rng = np.random.default_rng([seed, length])
+    hits = []
+    for _ in range(samples):
+        a = rng.integers(0, prep.tok.bos_id, span)
+        s = int(rng.integers(0, len(prep.heldout_tokens) - length))
+        filler = np.asarray(prep.heldout_tokens[s:s + length - 2 * span - 1])
+        cut = int(rng.integers(0, len(filler) + 1))
+        seq = np.concatenate([[prep.tok.bos_id], filler[:cut], a, filler[cut:], a])  # [length]
+        logits = model(torch.tensor(seq, dtype=torch.long)[None])[0]  # [length, n_vocab]
+        pred = logits[-span:-1].argmax(-1).numpy()
+        hits.append(float((pred == seq[-span + 1:]).mean()))
+    return float(np.mean(hits))
+
+
+@torch.no_grad()
 def evaluate(model, cfg: dict, prep: Prepared) -> Dict[str, float]:
     ev = cfg.get("eval", {})
     model.eval()
@@ -263,6 +282,8 @@ def evaluate(model, cfg: dict, prep: Prepared) -> Dict[str, float]:
         lg = model(w[:, :-1])
         losses.append(float(F.cross_entropy(lg[0], w[0, 1:])))
     res["heldout_lm_loss"] = float(np.mean(losses))
+    for length in ev.get("copy_lengths", []):
+        res[f"copy_{length}"] = copy_accuracy(model, prep, int(length))
     # Needle retrieval on held-out instances (eval-split keys and values, held-out haystack).
     for length in ev.get("niah_lengths", [1024, 2048]):
         rng = np.random.default_rng([int(cfg["seed"]), 777, int(length)])
@@ -303,45 +324,88 @@ def load_checkpoint(run: Path) -> Optional[dict]:
 
 
 @torch.no_grad()
-def init_previous_token_heads(model, n_kv_heads: int, pair_logit: float = 12.0, n_pairs: int = 4) -> None:
-    """Structured initialisation of layer 0: its first n_kv_heads KV heads (and their query
-    heads) attend to the previous token from step 0, so that later layers only have to learn the
-    content match of an induction head (prev-token head + match head) instead of waiting out the
-    induction plateau, which on 2 CPU cores outlasts the training budget.
+def init_induction_circuit(model, d_tok: Optional[int] = None, prev_logit: float = 20.0, n_prev_pairs: int = 4,
+                           match_logit: float = 8.0, match_pairs: int = 7, copy_gain: float = 4.0,
+                           emb_std: float = 1.0, out_scale: float = 1.0, seed: int = 99) -> None:
+    """Structured initialisation: layer 0 starts as previous-token heads and layer 1's first KV
+    head as an induction head, so that in-context copying works from step 0 and training refines
+    it instead of waiting out the induction plateau (measured here: from-scratch runs of every
+    shape tried stayed near chance on random-offset repeats for 1,000+ steps; docs/training-log.md).
+    Every weight stays trainable. Layout of the residual stream [n_embd]:
 
-    How: every embedding row gets a shared direction u (with a tied output matrix this adds the
-    same amount to every logit, so it changes no prediction); the key of such a head reads u
-    into a constant vector c on the n_pairs fastest RoPE pairs, the query reads u into c turned
-    back by one position's angle, so after RoPE q_m . k_n = sum_i r_i cos((m - n - 1) theta_i),
-    largest at n = m - 1. pair_logit sets each pair's contribution to the attention logit at the
-    peak (after the 1/sqrt(head_dim) scale). Everything else keeps its random initialisation,
-    and training may reshape all of it."""
+        dims 0 .. d_tok-1      token identity: embedding rows N(0, emb_std^2)
+        dim  d_tok             u, the same value in every embedding row (a position-free direction)
+        dims d_tok+1 ..        the previous token's identity, written by layer 0
+
+    Layer 0, every head: q and k read u into the n_prev_pairs fastest RoPE pairs, the query turned
+    back by one position's angle, so after RoPE q_m . k_n peaks at n = m - 1 (prev_logit at the
+    peak); v / o copy the token dims (KV head h: dims h*head_dim ..) into the previous-token block.
+    Layer 1, KV head 0 (its query heads): q reads the current token's dims and k the previous-
+    token block through the same random orthonormal map into the match_pairs slowest RoPE pairs
+    (nearly position-free with a large rope_theta), so a position whose previous token equals the
+    current one scores about match_logit; v / o copy the attended token's dims back into the token
+    space with copy_gain, raising its logit through the output matrix. The FFN output projections of
+    both layers start at zero; everything else keeps the random initialisation. With an untied
+    output matrix it starts as out_scale x the embedding: the same predictions (argmax), with
+    logits small enough that the language-model loss does not start far above chance."""
     from kvec_ref.model import rope_inv_freq
     c = model.config
-    if not c.tied_output:
-        raise ValueError("init_previous_token_heads needs a tied output matrix")
-    gen = torch.Generator().manual_seed(4321)
-    u = torch.randn(c.n_embd, generator=gen)
-    u /= u.norm()  # [n_embd]
-    emb = model.tok_embd.weight  # [n_vocab, n_embd]
-    a = float(emb.norm(dim=1).mean())
-    emb += a * u  # the u component is about half of every row
-    u_hat = 1.0 / math.sqrt(2.0) * math.sqrt(c.n_embd)  # u . RMSNorm(row), roughly
-    theta = rope_inv_freq(c).float()  # [rope_dim / 2]
-    mag = math.sqrt(pair_logit * math.sqrt(c.head_dim)) / u_hat  # |c| per pair / u_hat
-    attn = model.layers[0].attn
+    D, hd = c.n_embd, c.head_dim
+    d_tok = d_tok if d_tok is not None else D // 2 - 1
+    prev0 = d_tok + 1
+    if c.n_layer < 2 or D - prev0 < hd or 2 * (n_prev_pairs + match_pairs) > hd:
+        raise ValueError("init_induction_circuit needs 2+ layers and room for the blocks")
+    gen = torch.Generator().manual_seed(seed)
     group = c.n_head // c.n_head_kv
-    for hk in range(n_kv_heads):
-        ck = torch.zeros(c.head_dim)  # [head_dim]
-        cq = torch.zeros(c.head_dim)
-        for i in range(n_pairs):  # NORM layout: pair i = dims (2i, 2i + 1)
-            ck[2 * i] = mag
-            cq[2 * i] = mag * math.cos(-float(theta[i]))
-            cq[2 * i + 1] = mag * math.sin(-float(theta[i]))
-        rows = slice(hk * c.head_dim, (hk + 1) * c.head_dim)
-        attn.wk.weight[rows] = torch.outer(ck, u)
-        for hq in range(hk * group, (hk + 1) * group):
-            attn.wq.weight[hq * c.head_dim:(hq + 1) * c.head_dim] = torch.outer(cq, u)
+    theta = rope_inv_freq(c).float()  # [head_dim / 2]
+    emb = model.tok_embd.weight  # [n_vocab, n_embd]
+    emb.zero_()
+    emb[:, :d_tok] = torch.randn(emb.shape[0], d_tok, generator=gen) * emb_std
+    emb[:, d_tok] = emb_std * math.sqrt(d_tok) / 2
+    u_hat = (math.sqrt(d_tok) / 2) / math.sqrt((d_tok + d_tok / 4) / D)  # u after RMSNorm
+    if model.output is not None:
+        model.output.weight.copy_(emb * out_scale)
+
+    a0 = model.layers[0].attn
+    for w in (a0.wq.weight, a0.wk.weight, a0.wv.weight, a0.wo.weight):
+        w.zero_()
+    mag = math.sqrt(prev_logit * math.sqrt(hd) / n_prev_pairs) / u_hat
+    for hk in range(c.n_head_kv):
+        q_heads = range(hk * group, (hk + 1) * group)
+        for i in range(n_prev_pairs):  # NORM layout: pair i = dims (2i, 2i + 1)
+            a0.wk.weight[hk * hd + 2 * i, d_tok] = mag
+            for hq in q_heads:
+                a0.wq.weight[hq * hd + 2 * i, d_tok] = mag * math.cos(-float(theta[i]))
+                a0.wq.weight[hq * hd + 2 * i + 1, d_tok] = mag * math.sin(-float(theta[i]))
+        for j in range(hd):
+            src = hk * hd + j
+            if src >= d_tok or prev0 + src >= D:
+                continue
+            a0.wv.weight[hk * hd + j, src] = 1.0
+            for hq in q_heads:
+                a0.wo.weight[prev0 + src, hq * hd + j] = emb_std / group  # same scale as the token block
+    model.layers[0].ffn.down.weight.zero_()
+
+    a1 = model.layers[1].attn
+    dm = min(d_tok, D - prev0)
+    A = torch.linalg.qr(torch.randn(dm, 2 * match_pairs, generator=gen))[0].T  # [2 match_pairs, dm]
+    scale = math.sqrt(match_logit * math.sqrt(hd) * dm / (2 * match_pairs))
+    slow = range(hd - 2 * match_pairs, hd)  # the slowest RoPE pairs
+    q_heads = range(0, group)  # KV head 0
+    a1.wk.weight[:hd].zero_()
+    a1.wv.weight[:hd].zero_()
+    for hq in q_heads:
+        a1.wq.weight[hq * hd:(hq + 1) * hd].zero_()
+        a1.wo.weight[:, hq * hd:(hq + 1) * hd].zero_()
+    B = torch.linalg.qr(torch.randn(d_tok, hd, generator=gen))[0]  # [d_tok, head_dim]
+    for r, d in enumerate(slow):
+        a1.wk.weight[d, prev0:prev0 + dm] = A[r] * scale
+        for hq in q_heads:
+            a1.wq.weight[hq * hd + d, :dm] = A[r] * scale
+    a1.wv.weight[:hd, :d_tok] = B.T
+    for hq in q_heads:
+        a1.wo.weight[:d_tok, hq * hd:(hq + 1) * hd] = B * (copy_gain * emb_std / group)
+    model.layers[1].ffn.down.weight.zero_()
 
 
 def build_model(cfg: dict, n_vocab: int, seq_len: int):
@@ -349,17 +413,27 @@ def build_model(cfg: dict, n_vocab: int, seq_len: int):
     torch.manual_seed(int(cfg["seed"]))
     mc = model_config(cfg, n_vocab, seq_len)
     model = Transformer(mc)
-    if cfg.get("init", {}).get("previous_token_heads", 0):
-        init_previous_token_heads(model, int(cfg["init"]["previous_token_heads"]))
+    model.reset_parameters(float(cfg.get("init", {}).get("std", 0.02)))
+    circuit = cfg.get("init", {}).get("induction_circuit")
+    if circuit is not None:
+        init_induction_circuit(model, **circuit)
     return model, mc
 
 
 def make_optimizer(cfg: dict, model) -> torch.optim.Optimizer:
+    """AdamW; matrices decay, vectors do not. `optim.lr_scale` maps parameter-name prefixes to a
+    learning-rate factor (e.g. {"layers.0.attn": 0.1}: the initialised circuit moves slowly)."""
     o = cfg["optim"]
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    return torch.optim.AdamW([{"params": decay, "weight_decay": o.get("weight_decay", 0.1)},
-                              {"params": no_decay, "weight_decay": 0.0}],
+    scales = o.get("lr_scale", {})
+
+    def scale_of(name: str) -> float:
+        return next((float(f) for prefix, f in scales.items() if name.startswith(prefix)), 1.0)
+
+    groups: Dict[tuple, list] = {}
+    for n, p in model.named_parameters():
+        groups.setdefault((p.dim() >= 2, scale_of(n)), []).append(p)
+    return torch.optim.AdamW([{"params": ps, "weight_decay": o.get("weight_decay", 0.1) if decay else 0.0,
+                               "lr_scale": sc} for (decay, sc), ps in groups.items()],
                              lr=o["lr"], betas=tuple(o.get("betas", (0.9, 0.95))), eps=1e-8)
 
 
@@ -430,7 +504,7 @@ def cmd_train(args) -> int:
         set_seq_len(model, cfg, int(st["seq_len"]))
         t0 = time.time()
         for g in opt.param_groups:
-            g["lr"] = lr_at(cfg, step)
+            g["lr"] = lr_at(cfg, step) * g.get("lr_scale", 1.0)
         x, w, kinds = make_batch(cfg, prep, step)
         loss, per_seq = weighted_loss_sparse(model, model.hidden(x[:, :-1]), x[:, 1:], w)
         opt.zero_grad(set_to_none=True)

@@ -203,7 +203,12 @@ PerplexityResult perplexity(Session& session, const Tokenizer& tokenizer, const 
     const int max_chunks = static_cast<int>(tokens.size() / sz(n_ctx));
     r.n_chunks = o.n_chunks < 0 ? max_chunks : std::min(o.n_chunks, max_chunks);
     if (r.n_chunks < 1) fail("perplexity: --chunks must be at least 1");
-    const int32_t first = n_ctx / 2;
+    if (o.score_last < 0 || o.score_last > n_ctx - 2) {
+        fail("perplexity: the scored tokens per chunk must be in [1, {}] for a context of {}, got {}", n_ctx - 2, n_ctx,
+             o.score_last);
+    }
+    // Logits at chunk indices first .. n_ctx - 2 score the tokens first + 1 .. n_ctx - 1.
+    const int32_t first = o.score_last > 0 ? n_ctx - 1 - o.score_last : n_ctx / 2;
     const auto V = sz(session.n_vocab());
     const int64_t entry_bytes = kv_entry_bytes(session.kv_cache().config());
     double nll = 0, nll2 = 0, kv = 0, c_head = 0;

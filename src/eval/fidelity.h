@@ -83,6 +83,8 @@ double log_prob(std::span<const float> logits, int32_t token);
 struct PerplexityOptions {
     int32_t n_ctx = 512;
     int n_chunks = -1;          // < 0: all
+    int32_t score_last = 0;     // > 0: score the last score_last tokens of each chunk instead of
+                                // llama.cpp's second half (n_ctx - n_ctx / 2 - 1 tokens)
     std::string policy_spec;    // "" = no policy; else a registry spec with its budget
     int64_t coverage_window = 32;
     // Called after every chunk with the chunk number (1-based) and the running perplexity.

@@ -13,62 +13,11 @@
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
+#include "util/rng.h"
 
 namespace kvec::eval {
 
 namespace {
-
-// ---------------------------------------------------------------------------------------------
-// Random numbers: xoshiro256** seeded through splitmix64. Own uniform draws (no <random>
-// distributions, whose results differ between standard libraries), so bytes are portable.
-class Rng {
-  public:
-    explicit Rng(uint64_t seed) {
-        for (auto& s : s_) {
-            seed += 0x9e3779b97f4a7c15ULL;
-            uint64_t z = seed;
-            z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-            z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-            s = z ^ (z >> 31);
-        }
-    }
-    uint64_t next() {
-        const uint64_t result = rotl(s_[1] * 5, 7) * 9;
-        const uint64_t t = s_[1] << 17;
-        s_[2] ^= s_[0];
-        s_[3] ^= s_[1];
-        s_[1] ^= s_[2];
-        s_[0] ^= s_[3];
-        s_[2] ^= t;
-        s_[3] = rotl(s_[3], 45);
-        return result;
-    }
-    // Uniform in [0, n), n > 0, by rejection (no modulo bias).
-    uint64_t below(uint64_t n) {
-        KVEC_CHECK(n > 0);
-        const uint64_t limit = (0 - n) % n;  // 2^64 mod n
-        for (;;) {
-            const uint64_t r = next();
-            if (r >= limit) return r % n;
-        }
-    }
-    int64_t range(int64_t lo, int64_t hi) {  // inclusive
-        return lo + static_cast<int64_t>(below(static_cast<uint64_t>(hi - lo) + 1));
-    }
-    template <typename T>
-    void shuffle(std::vector<T>& v) {  // Fisher-Yates
-        for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[below(i)]);
-    }
-    template <typename T>
-    const T& pick(const std::vector<T>& v) {
-        KVEC_CHECK(!v.empty());
-        return v[below(v.size())];
-    }
-
-  private:
-    static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-    std::array<uint64_t, 4> s_{};
-};
 
 std::string lower_ascii(std::string_view s) {
     std::string out(s);

@@ -8,17 +8,11 @@
 #include "gguf/gguf.h"
 #include "quant/quant.h"
 #include "util/error.h"
+#include "util/rng.h"
 
 namespace kvec {
 
 namespace {
-
-uint64_t splitmix64(uint64_t& x) {
-    uint64_t z = (x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 
 uint64_t hash_name(std::string_view s) {
     uint64_t h = 1469598103934665603ull;  // FNV-1a

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "util/error.h"
+#include "util/rng.h"
 
 namespace kvec::policy {
 
@@ -22,22 +23,6 @@ std::vector<int32_t> top_k_impl(std::span<const T> scores, int64_t k) {
     idx.resize(static_cast<size_t>(k));
     std::sort(idx.begin(), idx.end());
     return idx;
-}
-
-uint64_t splitmix64_next(uint64_t& state) {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-// Uniform integer in [0, bound) without modulo bias (rejection on the low range).
-uint64_t bounded(uint64_t& state, uint64_t bound) {
-    const uint64_t threshold = (0 - bound) % bound;  // 2^64 mod bound
-    for (;;) {
-        const uint64_t r = splitmix64_next(state);
-        if (r >= threshold) return r % bound;
-    }
 }
 
 }  // namespace
@@ -89,10 +74,10 @@ std::vector<int32_t> streaming_select(int64_t n_entries, int64_t budget, int64_t
 
 uint64_t mix_seed(uint64_t seed, uint64_t a, uint64_t b, uint64_t c) {
     uint64_t state = seed;
-    uint64_t h = splitmix64_next(state);
+    uint64_t h = splitmix64(state);
     for (uint64_t word : {a, b, c}) {
         state = h ^ word;
-        h = splitmix64_next(state);
+        h = splitmix64(state);
     }
     return h;
 }
@@ -102,8 +87,9 @@ std::vector<int32_t> random_subset(int64_t n, int64_t k, uint64_t seed) {
     k = std::min(k, n);
     std::vector<int32_t> pool = iota_indices(n);  // [n], first k become the sample
     uint64_t state = seed;
+    auto next = [&state] { return splitmix64(state); };
     for (int64_t i = 0; i < k; ++i) {
-        const int64_t j = i + static_cast<int64_t>(bounded(state, static_cast<uint64_t>(n - i)));
+        const int64_t j = i + static_cast<int64_t>(uniform_below(next, static_cast<uint64_t>(n - i)));
         std::swap(pool[static_cast<size_t>(i)], pool[static_cast<size_t>(j)]);
     }
     pool.resize(static_cast<size_t>(k));

@@ -10,6 +10,8 @@
 #include <span>
 #include <vector>
 
+#include "util/rng.h"
+
 namespace kvec {
 
 struct SamplerParams {
@@ -27,18 +29,6 @@ void validate(const SamplerParams& params);
 
 // Index of the largest logit (the first one on ties).
 int32_t argmax(std::span<const float> logits);
-
-// Reproducible 64-bit generator (xoshiro256**, seeded through splitmix64).
-class Rng {
-public:
-    explicit Rng(uint64_t seed = 0) { reseed(seed); }
-    void reseed(uint64_t seed);
-    uint64_t next();
-    double uniform();  // [0, 1), 53 random bits
-
-private:
-    uint64_t s_[4];
-};
 
 struct Candidate {
     int32_t id;

@@ -315,26 +315,31 @@ TEST(Perplexity, MatchesIndependentComputation) {
     EXPECT_EQ(r.n_chunks, 3);
     EXPECT_EQ(r.count, 3 * (64 - 32 - 1));
 
-    double nll = 0;
-    int64_t count = 0;
+    // exp(mean NLL) of the tokens after chunk index `first`, from one all-logits prefill per chunk.
     Session ref(model, so);
     const bool add_bos = tok.data().add_bos;
-    for (int c = 0; c < 3; ++c) {
-        std::vector<int32_t> chunk(tokens.begin() + c * 64, tokens.begin() + (c + 1) * 64);
-        if (add_bos) chunk[0] = tok.bos();
-        ref.reset();
-        const auto all = ref.prefill(chunk, true);
-        const size_t V = size_t(model.config().n_vocab);
-        for (int j = 32; j < 63; ++j) {
-            double mx = -1e300, s = 0;
-            for (size_t v = 0; v < V; ++v) mx = std::max(mx, double(all[j * V + v]));
-            for (size_t v = 0; v < V; ++v) s += std::exp(double(all[j * V + v]) - mx);
-            nll -= double(all[j * V + size_t(tokens[c * 64 + j + 1])]) - mx - std::log(s);
-            ++count;
+    auto reference = [&](int first, int64_t& count) {
+        double nll = 0;
+        count = 0;
+        for (int c = 0; c < 3; ++c) {
+            std::vector<int32_t> chunk(tokens.begin() + c * 64, tokens.begin() + (c + 1) * 64);
+            if (add_bos) chunk[0] = tok.bos();
+            ref.reset();
+            const auto all = ref.prefill(chunk, true);
+            const size_t V = size_t(model.config().n_vocab);
+            for (int j = first; j < 63; ++j) {
+                double mx = -1e300, s = 0;
+                for (size_t v = 0; v < V; ++v) mx = std::max(mx, double(all[j * V + v]));
+                for (size_t v = 0; v < V; ++v) s += std::exp(double(all[j * V + v]) - mx);
+                nll -= double(all[j * V + size_t(tokens[c * 64 + j + 1])]) - mx - std::log(s);
+                ++count;
+            }
         }
-    }
+        return std::exp(nll / double(count));
+    };
+    int64_t count = 0;
+    EXPECT_NEAR(r.ppl, reference(32, count), 1e-9 * r.ppl);
     EXPECT_EQ(count, r.count);
-    EXPECT_NEAR(r.ppl, std::exp(nll / count), 1e-9 * r.ppl);
     EXPECT_GT(r.ppl, 1.0);
     EXPECT_TRUE(std::isfinite(r.ppl_error));
 
@@ -351,6 +356,14 @@ TEST(Perplexity, MatchesIndependentComputation) {
 
     po.policy_spec.clear();
     EXPECT_THROW(perplexity(session, tok, std::vector<int32_t>(100, 5), po), Error);  // < 2 chunks
+
+    // --score-last 10: the last 10 tokens of each chunk, all the tokens before them as context.
+    po.score_last = 10;
+    const PerplexityResult last = perplexity(session, tok, tokens, po);
+    EXPECT_EQ(last.count, 3 * 10);
+    EXPECT_NEAR(last.ppl, reference(53, count), 1e-9 * last.ppl);
+    po.score_last = 63;  // no token left as context
+    EXPECT_THROW(perplexity(session, tok, tokens, po), Error);
 }
 
 TEST(Fidelity, KlAndTop1) {

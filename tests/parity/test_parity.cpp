@@ -28,6 +28,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -64,6 +65,7 @@ struct Case {
     int decode_interval = 0; // Evict: decode-time eviction every k steps
     std::string policy = "";  // Evict: a registered policy "name:options" (empty: sinks + recent)
     int64_t budget = 0;      // the policy's B (0: no budget, full)
+    std::string path = "";   // an existing GGUF file to use instead of the generated spec
 };
 
 constexpr int kPolicyBudget = 12;  // B of the policy cases: 24-token prompt -> half evicted
@@ -160,9 +162,25 @@ std::vector<Case> policy_cases() {
     return v;
 }
 
+// The bundled trained model (models/kvec-tiny.gguf), when the checkout has it: its logits and
+// greedy tokens against the reference, as for the generated models.
+const std::string kBundled = std::string(KVEC_SOURCE_DIR) + "/models/kvec-tiny.gguf";
+
+std::vector<Case> bundled_cases() {
+    std::vector<Case> v;
+    if (!std::filesystem::exists(kBundled)) return v;
+    Case c;
+    c.group = "BundledModel";
+    c.name = "bundled_kvec_tiny";
+    c.path = kBundled;
+    c.greedy = true;
+    v.push_back(c);
+    return v;
+}
+
 std::vector<Case> all_cases() {
     std::vector<Case> v = variant_cases();
-    for (auto* f : {&type_cases, &eviction_cases, &policy_cases})
+    for (auto* f : {&type_cases, &eviction_cases, &policy_cases, &bundled_cases})
         for (auto& c : f()) v.push_back(c);
     return v;
 }
@@ -254,7 +272,7 @@ SessionOptions exact(int n_batch = 512) {
 Prepared prepare(const Case& c, std::vector<std::string>& commands, int& n_greedy_lines) {
     Prepared p;
     p.c = c;
-    p.model_path = write_model(c.spec, c.name + ".gguf");
+    p.model_path = c.path.empty() ? write_model(c.spec, c.name + ".gguf") : c.path;
     const auto model = Model::load(p.model_path);
     const int V = model->config().n_vocab;
     p.n_vocab = V;
@@ -484,6 +502,12 @@ void check_case(const Case& c) {
 // One test per group: each starts the reference once for all its cases.
 TEST(Parity, Variants) {  // llama MHA/GQA, llama3 and linear RoPE scaling, qwen2, qwen3, tied; F32
     for (const Case& c : variant_cases()) check_case(c);
+}
+
+TEST(Parity, BundledModel) {  // models/kvec-tiny.gguf, when present
+    const std::vector<Case> cases = bundled_cases();
+    if (cases.empty()) GTEST_SKIP() << kBundled << " is not in this checkout";
+    for (const Case& c : cases) check_case(c);
 }
 
 TEST(Parity, TensorTypes) {  // every weight type on the llama GQA model

@@ -92,6 +92,18 @@ class TestGenerators(unittest.TestCase):
                 prev = [(ids[j - 1], ids[j]) for j in range(1, i)]
                 self.assertIn((ids[i - 1], ids[i]), prev)
 
+    def test_induction_text_weights_only_on_repeats(self):
+        seq = tasks.gen_induction_text(self.ctx, np.random.default_rng(3), 512)
+        ids, ws = seq.ids, seq.weights
+        self.assertEqual(len(ids), 512)
+        self.assertGreater(sum(w == 1.0 for w in ws), 4 * 7)  # 4 slots, spans of 8+ tokens
+        for i, w in enumerate(ws):
+            if w == 1.0:
+                prev = [(ids[j - 1], ids[j]) for j in range(1, i)]
+                self.assertIn((ids[i - 1], ids[i]), prev)
+            else:
+                self.assertLess(w, 1.0)
+
     def test_generators_are_deterministic(self):
         for name, gen in tasks.GENERATORS.items():
             a = gen(self.ctx, np.random.default_rng(42), 400)

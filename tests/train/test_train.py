@@ -146,3 +146,44 @@ class TestTraining(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TestInductionCircuit(unittest.TestCase):
+    """init_induction_circuit: the untrained model already copies a repeated span, and
+    optim.lr_scale puts the circuit's attention in slower parameter groups."""
+
+    def model(self, n_layer=2):
+        from kvec_ref.model import ModelConfig, Transformer
+        torch.manual_seed(0)
+        mc = ModelConfig(arch="llama", n_vocab=1000, n_embd=128, n_layer=n_layer, n_head=4, n_head_kv=2,
+                         n_ff=384, tied_output=True, rope_theta=1e6, attn_chunk=256, attn_checkpoint=False)
+        m = Transformer(mc)
+        m.reset_parameters(0.088)
+        return m
+
+    def copied_share(self, m) -> float:
+        rng = np.random.default_rng(1)
+        span = rng.integers(0, 1000, 16)
+        seq = np.concatenate([[0], span, rng.integers(0, 1000, 60), span])  # [93]
+        with torch.no_grad():
+            pred = m(torch.tensor(seq, dtype=torch.long)[None])[0].argmax(-1).numpy()  # [93]
+        return float((pred[-16:-1] == seq[-15:]).mean())
+
+    def test_copies_at_initialisation(self):
+        m = self.model()
+        self.assertLess(self.copied_share(m), 0.2)  # a random initialisation does not copy
+        train.init_induction_circuit(m)
+        self.assertGreater(self.copied_share(m), 0.7)
+
+    def test_rejects_a_model_without_room(self):
+        with self.assertRaises(ValueError):
+            train.init_induction_circuit(self.model(n_layer=1))
+
+    def test_lr_scale_groups(self):
+        m = self.model()
+        cfg = {"optim": {"lr": 1e-3, "weight_decay": 0.01, "lr_scale": {"layers.0.attn": 0.1}}}
+        opt = train.make_optimizer(cfg, m)
+        slow = {id(p) for g in opt.param_groups if g["lr_scale"] == 0.1 for p in g["params"]}
+        names = {n for n, p in m.named_parameters() if id(p) in slow}
+        self.assertEqual(names, {n for n, _ in m.named_parameters() if n.startswith("layers.0.attn")})
+        self.assertEqual(sum(len(g["params"]) for g in opt.param_groups), len(list(m.parameters())))
