@@ -154,33 +154,23 @@ void write_fidelity(const eval::FidelityReport& rep, const std::vector<eval::Pol
     eval::write_text_file(dir + "/fidelity.json", j.dump(2) + "\n");
     eval::write_text_file(dir + "/fidelity.md", md);
     eval::write_text_file(dir + "/fidelity.csv", csv);
-    std::vector<double> xs(budgets.begin(), budgets.end());
-    std::sort(xs.begin(), xs.end());
+    std::vector<std::string> labels;  // [policies]
+    std::vector<bool> budgeted;       // [policies]
+    for (const auto& p : policies) {
+        labels.push_back(p.label);
+        budgeted.push_back(p.budgeted);
+    }
     auto plot = [&](const std::string& title, const std::string& ylabel, auto value, const std::string& file,
                     double y_min, double y_max) {
-        eval::PlotSpec spec;
-        spec.title = title;
-        spec.x_label = "KV budget B (entries per head per layer)";
-        spec.y_label = ylabel;
-        spec.log2_x = true;
-        spec.x_ticks = xs;
-        spec.y_min = y_min;
-        spec.y_max = y_max;
-        for (const auto& p : policies) {
-            eval::PlotSeries s;
-            s.name = p.budgeted ? p.label : p.label + " (no eviction)";
-            s.dashed = !p.budgeted;
-            for (double b : xs) {
-                double y = NAN;
-                for (const auto& r : rep.rows) {
-                    if (r.policy == p.label && (!p.budgeted || r.budget == static_cast<int64_t>(b))) y = value(r);
-                }
-                s.x.push_back(b);
-                s.y.push_back(y);
+        auto y = [&](size_t p, int64_t b) {
+            double v = NAN;
+            for (const auto& r : rep.rows) {
+                if (r.policy == labels[p] && (!budgeted[p] || r.budget == b)) v = value(r);
             }
-            spec.series.push_back(std::move(s));
-        }
-        eval::write_line_plot_png(spec, dir + "/" + file);
+            return v;
+        };
+        eval::write_line_plot_png(eval::budget_plot(title, ylabel, budgets, labels, budgeted, y, y_min, y_max),
+                                  dir + "/" + file);
     };
     plot("Fidelity: KL(full || compressed) vs KV budget", "mean KL divergence (nats)",
          [](const eval::FidelityRow& r) { return r.kl_mean; }, "fidelity_kl.png", 0.0, NAN);

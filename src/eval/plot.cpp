@@ -74,6 +74,32 @@ void marker(cairo_t* cr, double x, double y, size_t k) {
 
 }  // namespace
 
+PlotSpec budget_plot(const std::string& title, const std::string& y_label, const std::vector<int64_t>& budgets,
+                     const std::vector<std::string>& policies, const std::vector<bool>& budgeted,
+                     const std::function<double(size_t policy, int64_t budget)>& value, double y_min, double y_max) {
+    KVEC_CHECK(policies.size() == budgeted.size());
+    PlotSpec spec;
+    spec.title = title;
+    spec.x_label = "KV budget B (entries per head per layer)";
+    spec.y_label = y_label;
+    spec.log2_x = true;
+    spec.x_ticks.assign(budgets.begin(), budgets.end());
+    std::sort(spec.x_ticks.begin(), spec.x_ticks.end());
+    spec.y_min = y_min;
+    spec.y_max = y_max;
+    for (size_t p = 0; p < policies.size(); ++p) {
+        PlotSeries series;
+        series.name = budgeted[p] ? policies[p] : policies[p] + " (no eviction)";
+        series.dashed = !budgeted[p];
+        for (double b : spec.x_ticks) {
+            series.x.push_back(b);
+            series.y.push_back(value(p, static_cast<int64_t>(b)));
+        }
+        spec.series.push_back(std::move(series));
+    }
+    return spec;
+}
+
 std::vector<double> nice_ticks(double lo, double hi, int target) {
     if (!(hi > lo)) return {lo};
     const double raw = (hi - lo) / std::max(1, target);

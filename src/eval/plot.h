@@ -3,6 +3,8 @@
 // plots, readable without any other tool.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -28,6 +30,13 @@ struct PlotSpec {
     int width = 960;
     int height = 600;
 };
+
+// A "metric vs KV budget" chart: the budgets sorted on a log2 x axis, one series per policy with
+// y = value(policy index, budget) (NaN: no point); an unbudgeted policy (budgeted[p] false) is a
+// dashed "(no eviction)" reference line. y_min / y_max NaN: automatic.
+PlotSpec budget_plot(const std::string& title, const std::string& y_label, const std::vector<int64_t>& budgets,
+                     const std::vector<std::string>& policies, const std::vector<bool>& budgeted,
+                     const std::function<double(size_t policy, int64_t budget)>& value, double y_min, double y_max);
 
 // Writes the chart; kvec::Error if cairo cannot create or write the image, or the spec is empty.
 void write_line_plot_png(const PlotSpec& spec, const std::string& path);

@@ -219,29 +219,11 @@ std::string summary_csv(const SweepSummary& s) {
 
 void write_sweep_plots(const SweepSummary& s, const std::string& dir, const std::string& what) {
     if (s.budgets.empty() || s.cells.empty()) return;
-    std::vector<double> xs(s.budgets.begin(), s.budgets.end());
-    std::sort(xs.begin(), xs.end());
     auto make = [&](const std::string& title, const std::string& y_label, auto value, double y_min, double y_max) {
-        PlotSpec spec;
-        spec.title = title;
-        spec.x_label = "KV budget B (entries per head per layer)";
-        spec.y_label = y_label;
-        spec.log2_x = true;
-        spec.x_ticks = xs;
-        spec.y_min = y_min;
-        spec.y_max = y_max;
-        for (size_t p = 0; p < s.policies.size(); ++p) {
-            PlotSeries series;
-            series.name = s.budgeted[p] ? s.policies[p] : s.policies[p] + " (no eviction)";
-            series.dashed = !s.budgeted[p];
-            for (double b : xs) {
-                const Cell* c = column_cell(s, p, static_cast<int64_t>(b));
-                series.x.push_back(b);
-                series.y.push_back(c == nullptr ? NAN : value(*c));
-            }
-            spec.series.push_back(std::move(series));
-        }
-        return spec;
+        return budget_plot(title, y_label, s.budgets, s.policies, s.budgeted, [&](size_t p, int64_t b) {
+            const Cell* c = column_cell(s, p, b);
+            return c == nullptr ? NAN : value(*c);
+        }, y_min, y_max);
     };
     write_line_plot_png(make(fmt::format("{}: average score vs KV budget", what), "average score (0-100)",
                              [](const Cell& c) { return c.average; }, NAN, NAN),
