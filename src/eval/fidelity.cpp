@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
+#include <numeric>
 
 #include "eval/prefill_share.h"
 #include "policy/coverage_probe.h"
@@ -16,14 +16,6 @@ namespace kvec::eval {
 namespace {
 
 size_t sz(int64_t n) { return static_cast<size_t>(n); }
-
-struct Detach {
-    Session& session;
-    ~Detach() {
-        session.reset();
-        session.set_evictor(nullptr);
-    }
-};
 
 // Feeds the continuation one decode step at a time; rows [C, V] of the logits after each token.
 std::vector<float> feed(Session& session, std::span<const int32_t> continuation) {
@@ -87,7 +79,6 @@ FidelityReport run_fidelity(Session& session, const std::vector<int32_t>& tokens
     report.prefix = P;
     report.continuation = o.continuation;
     report.segments = std::min(std::max(1, o.segments), available);
-    const ops::RopeParams rope = rope_params(session.model());
     const int64_t entry_bytes = kv_entry_bytes(session.kv_cache().config());
     const auto V = sz(session.n_vocab());
 
@@ -108,7 +99,7 @@ FidelityReport run_fidelity(Session& session, const std::vector<int32_t>& tokens
         // Reference: the full cache.
         std::vector<float> ref;  // [C, V]
         {
-            Detach d{session};
+            SessionGuard guard{session};
             session.reset();
             session.prefill(prompt);
             ref = feed(session, cont);
@@ -131,40 +122,12 @@ FidelityReport run_fidelity(Session& session, const std::vector<int32_t>& tokens
             ++done;
             if (o.on_progress) o.on_progress(done, total);
         };
-        std::map<int, std::vector<size_t>> groups;
-        std::vector<size_t> separate;
-        for (size_t c = 0; c < combos.size(); ++c) {
-            auto p = policy::make_policy(combos[c].spec);
-            if (o.share_prefill && is_one_shot(*p, policies[combos[c].policy].name)) {
-                groups[share_group_key(p->request())].push_back(c);
-            } else {
-                separate.push_back(c);
-            }
-        }
-        for (const auto& [key, members] : groups) {
-            std::vector<ObservationRequest> requests;
-            for (size_t c : members) requests.push_back(policy::make_policy(combos[c].spec)->request());
-            const PrefillSnapshot snap = record_prefill(session, prompt, merge_requests(requests));
-            for (size_t c : members) {
-                Detach d{session};
-                auto p = policy::make_policy(combos[c].spec);
-                policy::CoverageProbe probe(*p, o.coverage_window);
-                ReplayResult rr = replay_policy(snap, probe, rope);
-                const int64_t entries = rr.entries;
-                adopt_cache(session, std::move(rr.cache), rr.next_position, prompt.back());
-                score(c, feed(session, cont), entries, probe.report(), "shared");
-            }
-        }
-        for (size_t c : separate) {
-            Detach d{session};
-            auto p = policy::make_policy(combos[c].spec);
-            policy::CoverageProbe probe(*p, o.coverage_window);
-            session.reset();
-            session.set_evictor(&probe);
-            session.prefill(prompt);
-            const int64_t entries = session.kv_cache().total_entries();
-            score(c, feed(session, cont), entries, probe.report(), "separate");
-        }
+        std::vector<size_t> all(combos.size());
+        std::iota(all.begin(), all.end(), size_t{0});
+        for_each_policy_cache(session, prompt, policies, combos, all, o.share_prefill, o.coverage_window,
+                              [&](const PreparedCache& pc) {
+                                  score(pc.combo, feed(session, cont), pc.entries, pc.coverage, pc.mode);
+                              });
     }
     for (size_t c = 0; c < combos.size(); ++c) {
         const Acc& a = acc[c];
@@ -219,7 +182,7 @@ PerplexityResult perplexity(Session& session, const Tokenizer& tokenizer, const 
         if (r.add_bos) chunk[0] = tokenizer.bos();
         std::vector<float> rows;  // [n_ctx - first, V] logits of tokens first .. n_ctx - 1
         {
-            Detach d{session};
+            SessionGuard guard{session};
             session.reset();
             if (o.policy_spec.empty()) {
                 const std::span<const float> all = session.prefill(chunk, /*all_logits=*/true);

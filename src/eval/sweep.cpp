@@ -53,15 +53,6 @@ std::string format_duration(double s) {
     return fmt::format("{}s", t);
 }
 
-// Detaches the evictor and empties the session when a combination ends (also on errors).
-struct SessionGuard {
-    Session& session;
-    ~SessionGuard() {
-        session.reset();
-        session.set_evictor(nullptr);
-    }
-};
-
 }  // namespace
 
 std::vector<PolicyChoice> parse_policy_list(const std::string& list) {
@@ -220,6 +211,64 @@ std::vector<int32_t> greedy_generate(Session& session, const Tokenizer& tokenize
     return out;
 }
 
+void for_each_policy_cache(Session& session, std::span<const int32_t> prompt,
+                           const std::vector<PolicyChoice>& policies, const std::vector<Combo>& combos,
+                           const std::vector<size_t>& which, bool share_prefill, int64_t coverage_window,
+                           const std::function<void(const PreparedCache&)>& use, SweepStats* stats) {
+    const ops::RopeParams rope = rope_params(session.model());
+    SweepStats local;
+    SweepStats& st = stats != nullptr ? *stats : local;
+    // Group the shareable combinations by observation window (window-less ones join any).
+    std::map<int, std::vector<size_t>> groups;  // window -> combos
+    std::vector<size_t> separate;
+    for (size_t c : which) {
+        auto p = policy::make_policy(combos[c].spec);
+        if (share_prefill && is_one_shot(*p, policies[combos[c].policy].name)) {
+            groups[share_group_key(p->request())].push_back(c);
+        } else {
+            separate.push_back(c);
+        }
+    }
+    if (groups.size() > 1 && groups.count(0) != 0) {
+        auto any = groups[0];
+        groups.erase(0);
+        auto& first = groups.begin()->second;
+        first.insert(first.end(), any.begin(), any.end());
+        std::sort(first.begin(), first.end());
+    }
+    for (const auto& [key, members] : groups) {
+        std::vector<ObservationRequest> requests;
+        for (size_t c : members) requests.push_back(policy::make_policy(combos[c].spec)->request());
+        Timer t;
+        const PrefillSnapshot snap = record_prefill(session, prompt, merge_requests(requests));
+        st.prefill_seconds += t.seconds();
+        ++st.prefills;
+        for (size_t c : members) {
+            SessionGuard guard{session};
+            auto p = policy::make_policy(combos[c].spec);
+            policy::CoverageProbe probe(*p, coverage_window);
+            t.reset();
+            ReplayResult rr = replay_policy(snap, probe, rope);
+            const int64_t entries = rr.entries;
+            adopt_cache(session, std::move(rr.cache), rr.next_position, prompt.back());
+            st.replay_seconds += t.seconds();
+            use({c, snap.logits, entries, probe.report(), "shared"});
+        }
+    }
+    for (size_t c : separate) {
+        SessionGuard guard{session};
+        auto p = policy::make_policy(combos[c].spec);
+        policy::CoverageProbe probe(*p, coverage_window);
+        session.reset();
+        session.set_evictor(&probe);
+        Timer t;
+        const std::span<const float> logits = session.prefill(prompt);
+        st.prefill_seconds += t.seconds();
+        ++st.prefills;
+        use({c, logits, session.kv_cache().total_entries(), probe.report(), "separate"});
+    }
+}
+
 SweepStats run_sweep(Session& session, const Tokenizer& tokenizer, const std::vector<EvalItem>& items,
                      const std::vector<PolicyChoice>& policies, const std::vector<Combo>& combos,
                      const std::set<RecordKey>& done, const SweepOptions& options) {
@@ -228,7 +277,6 @@ SweepStats run_sweep(Session& session, const Tokenizer& tokenizer, const std::ve
     Timer wall;
     const int64_t total = static_cast<int64_t>(items.size() * combos.size());
     int64_t finished = 0;
-    const ops::RopeParams rope = rope_params(session.model());
     const int64_t entry_bytes = kv_entry_bytes(session.kv_cache().config());
 
     auto emit = [&](const EvalItem& item, const Combo& combo, const std::vector<int32_t>& generated,
@@ -271,64 +319,16 @@ SweepStats run_sweep(Session& session, const Tokenizer& tokenizer, const std::ve
         if (options.on_progress) options.on_progress(finished, total);
         if (pending.empty()) continue;
 
-        // Group the shareable combinations by observation window (window-less ones join any).
-        std::map<int, std::vector<size_t>> groups;  // window -> combos
-        std::vector<size_t> separate;
-        for (size_t c : pending) {
-            auto p = policy::make_policy(combos[c].spec);
-            if (options.share_prefill && is_one_shot(*p, policies[combos[c].policy].name)) {
-                groups[share_group_key(p->request())].push_back(c);
-            } else {
-                separate.push_back(c);
-            }
-        }
-        if (groups.size() > 1 && groups.count(0) != 0) {
-            auto any = groups[0];
-            groups.erase(0);
-            auto& first = groups.begin()->second;
-            first.insert(first.end(), any.begin(), any.end());
-            std::sort(first.begin(), first.end());
-        }
-
-        for (const auto& [key, members] : groups) {
-            std::vector<ObservationRequest> requests;
-            for (size_t c : members) requests.push_back(policy::make_policy(combos[c].spec)->request());
-            Timer t;
-            const PrefillSnapshot snap = record_prefill(session, item.prompt, merge_requests(requests));
-            stats.prefill_seconds += t.seconds();
-            ++stats.prefills;
-            for (size_t c : members) {
-                SessionGuard guard{session};
-                auto p = policy::make_policy(combos[c].spec);
-                policy::CoverageProbe probe(*p, options.coverage_window);
-                t.reset();
-                ReplayResult rr = replay_policy(snap, probe, rope);
-                const int64_t entries = rr.entries;
-                adopt_cache(session, std::move(rr.cache), rr.next_position, item.prompt.back());
-                stats.replay_seconds += t.seconds();
-                t.reset();
-                const std::vector<int32_t> generated = greedy_generate(session, tokenizer, snap.logits, item);
+        for_each_policy_cache(
+            session, item.prompt, policies, combos, pending, options.share_prefill, options.coverage_window,
+            [&](const PreparedCache& pc) {
+                Timer t;
+                const std::vector<int32_t> generated = greedy_generate(session, tokenizer, pc.logits, item);
                 stats.decode_seconds += t.seconds();
-                ++stats.shared_generations;
-                emit(item, combos[c], generated, entries, probe.report(), "shared");
-            }
-        }
-        for (size_t c : separate) {
-            SessionGuard guard{session};
-            auto p = policy::make_policy(combos[c].spec);
-            policy::CoverageProbe probe(*p, options.coverage_window);
-            session.reset();
-            session.set_evictor(&probe);
-            Timer t;
-            const std::span<const float> logits = session.prefill(item.prompt);
-            stats.prefill_seconds += t.seconds();
-            ++stats.prefills;
-            const int64_t entries = session.kv_cache().total_entries();
-            t.reset();
-            const std::vector<int32_t> generated = greedy_generate(session, tokenizer, logits, item);
-            stats.decode_seconds += t.seconds();
-            emit(item, combos[c], generated, entries, probe.report(), "separate");
-        }
+                if (std::string_view(pc.mode) == "shared") ++stats.shared_generations;
+                emit(item, combos[pc.combo], generated, pc.entries, pc.coverage, pc.mode);
+            },
+            &stats);
     }
     stats.wall_seconds = wall.seconds();
     return stats;

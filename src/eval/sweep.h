@@ -15,12 +15,14 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "eval/eval_items.h"
 #include "model/session.h"
+#include "policy/coverage_probe.h"
 
 namespace kvec {
 class Tokenizer;
@@ -98,6 +100,35 @@ struct SweepOptions {
     std::function<void(const EvalRecord&)> on_record;
     std::function<void(int64_t done, int64_t total)> on_progress;
 };
+
+// Detaches the evictor and empties the session when a scope ends (also on errors).
+struct SessionGuard {
+    Session& session;
+    ~SessionGuard() {
+        session.reset();
+        session.set_evictor(nullptr);
+    }
+};
+
+// One combination's cache after a prompt, as for_each_policy_cache hands it over: the session
+// holds the cache (the policy's evictions applied) and is ready to decode the next token.
+struct PreparedCache {
+    size_t combo = 0;                  // index into the combinations
+    std::span<const float> logits;     // [n_vocab] logits of the prompt's last token
+    int64_t entries = 0;               // KV entries kept after the prompt
+    policy::CoverageReport coverage;   // of the policy's selection
+    const char* mode = "";             // "shared" or "separate" (see the top of this file)
+};
+
+// Builds the cache of every combination in `which` (indices into `combos`) for `prompt` and calls
+// `use` with each; the session is reset and detached after each call, also on errors. With
+// share_prefill, the one-shot combinations are prefilled once per observation window (window-less
+// ones join the first group) and replayed; the rest prefill with the policy attached. Adds prefill
+// and replay seconds and the prefill count to `stats` when given.
+void for_each_policy_cache(Session& session, std::span<const int32_t> prompt,
+                           const std::vector<PolicyChoice>& policies, const std::vector<Combo>& combos,
+                           const std::vector<size_t>& which, bool share_prefill, int64_t coverage_window,
+                           const std::function<void(const PreparedCache&)>& use, SweepStats* stats = nullptr);
 
 // Key of a finished record: (id, policy label, budget).
 using RecordKey = std::tuple<std::string, std::string, int64_t>;
