@@ -8,13 +8,5 @@ cmake --preset release >/dev/null
 cmake --build --preset release -j "$(nproc)"
 KVEC=build/release/tools/kvec
 
-# Interim main job: until the bundled trained model lands in models/, run the engine on a small
-# random-weight model the project generates itself (its text is meaningless; the point is the
-# engine path: load, tokenize, prefill, decode, report speed and KV bytes).
-MODEL=build/release/kvec-demo-random.gguf
-if [ ! -f "$MODEL" ]; then
-    "$KVEC" gen-model --arch llama --layers 4 --embd 256 --heads 8 --kv-heads 2 --ff 768 \
-        --type q8_0 --seed 1 -o "$MODEL"
-fi
-"$KVEC" run -m "$MODEL" -f data/text/sotu/2001_george_w_bush_r.txt -c 8192 -n 32 --temp 0 \
-    --policy kvec --budget 256
+# The main job: every policy x budget on the 2k-token synthetic suite, on the bundled model.
+"$KVEC" eval -m models/kvec-tiny.gguf --suite synthetic-2k --out build/quickstart-eval --overwrite

@@ -8,7 +8,7 @@ bundled model's recipe (docs/training-log.md records the commands and results).
     PYTHONPATH=python /usr/bin/python3 -m kvec_train.probe_induction --run train_runs/kvec-tiny-r4 \
         --width 128 --layers 4 --init-std 0.088 --task induction_sub --seq 128 --batch 16 --steps 600
     PYTHONPATH=python /usr/bin/python3 -m kvec_train.probe_induction --run train_runs/kvec-tiny-r4 \
-        --width 128 --layers 4 --init-std 0.088 --circuit '{}' --rope-theta 1e6 --steps 0
+        --width 256 --layers 4 --init-std 0.02 --circuit '{}' --rope-theta 1e16 --steps 0
 """
 
 from __future__ import annotations

@@ -324,88 +324,118 @@ def load_checkpoint(run: Path) -> Optional[dict]:
 
 
 @torch.no_grad()
-def init_induction_circuit(model, d_tok: Optional[int] = None, prev_logit: float = 20.0, n_prev_pairs: int = 4,
-                           match_logit: float = 8.0, match_pairs: int = 7, copy_gain: float = 4.0,
-                           emb_std: float = 1.0, out_scale: float = 1.0, seed: int = 99) -> None:
+def init_induction_circuit(model, n_gram: int = 3, d_tok: Optional[int] = None, prev_logit: float = 40.0,
+                           n_prev_pairs: int = 4, match_logit: float = 10.0, match_pairs: int = 8,
+                           copy_gain: float = 4.0, emb_std: float = 1.0, out_scale: float = 1.0,
+                           seed: int = 99) -> None:
     """Structured initialisation: layer 0 starts as previous-token heads and layer 1's first KV
-    head as an induction head, so that in-context copying works from step 0 and training refines
-    it instead of waiting out the induction plateau (measured here: from-scratch runs of every
-    shape tried stayed near chance on random-offset repeats for 1,000+ steps; docs/training-log.md).
-    Every weight stays trainable. Layout of the residual stream [n_embd]:
+    head as an n-gram induction head, so that in-context copying works from step 0 and training
+    refines it instead of waiting out the induction plateau (measured here: from-scratch runs of
+    every shape tried stayed near chance on random-offset repeats for 1,000+ steps;
+    docs/training-log.md). Every weight stays trainable. Layout of the residual stream [n_embd]:
 
-        dims 0 .. d_tok-1      token identity: embedding rows N(0, emb_std^2)
-        dim  d_tok             u, the same value in every embedding row (a position-free direction)
-        dims d_tok+1 ..        the previous token's identity, written by layer 0
+        dims 0 .. d_tok-1            token identity: random directions, norm emb_std sqrt(d_tok)
+        dim  d_tok                   u, the same value in every embedding row (position-free)
+        block o = 1 .. n_gram        the identity of the token o positions back, written by
+          (d_tok dims each)          layer 0
 
-    Layer 0, every head: q and k read u into the n_prev_pairs fastest RoPE pairs, the query turned
-    back by one position's angle, so after RoPE q_m . k_n peaks at n = m - 1 (prev_logit at the
-    peak); v / o copy the token dims (KV head h: dims h*head_dim ..) into the previous-token block.
-    Layer 1, KV head 0 (its query heads): q reads the current token's dims and k the previous-
-    token block through the same random orthonormal map into the match_pairs slowest RoPE pairs
-    (nearly position-free with a large rope_theta), so a position whose previous token equals the
-    current one scores about match_logit; v / o copy the attended token's dims back into the token
-    space with copy_gain, raising its logit through the output matrix. The FFN output projections of
-    both layers start at zero; everything else keeps the random initialisation. With an untied
-    output matrix it starts as out_scale x the embedding: the same predictions (argmax), with
-    logits small enough that the language-model loss does not start far above chance."""
+    Layer 0: each query head serves one (offset o, chunk of head_dim token dims) pair: q and k
+    read u into the n_prev_pairs fastest RoPE pairs, the query turned back by o positions' angle,
+    so after RoPE q_m . k_n peaks at n = m - o (prev_logit at the peak); its KV head's v copies
+    the chunk, o writes it into block o. Spare heads repeat a pair (outputs shared).
+    Layer 1, KV head 0 (its query heads): query block j reads the current token (j = 0) or block
+    j, key block j reads block j + 1, each pair of blocks through its own random orthonormal map
+    into match_pairs of the slowest RoPE pairs (nearly position-free with a large rope_theta).
+    A position s whose n_gram previous tokens equal the current token and the n_gram - 1 before
+    it scores about n_gram x match_logit; v / o copy the token at s back into the token space with
+    copy_gain, raising its logit through the output matrix. The output projections of every other
+    residual branch (FFNs, layer 1's other heads, later layers) start at zero, so nothing drowns
+    the circuit at step 0; everything else keeps the random initialisation. With an untied output
+    matrix it starts as out_scale x the embedding: the same predictions (argmax), with logits small
+    enough that the language-model loss does not start far above chance."""
     from kvec_ref.model import rope_inv_freq
     c = model.config
     D, hd = c.n_embd, c.head_dim
-    d_tok = d_tok if d_tok is not None else D // 2 - 1
-    prev0 = d_tok + 1
-    if c.n_layer < 2 or D - prev0 < hd or 2 * (n_prev_pairs + match_pairs) > hd:
-        raise ValueError("init_induction_circuit needs 2+ layers and room for the blocks")
-    gen = torch.Generator().manual_seed(seed)
     group = c.n_head // c.n_head_kv
+    d_tok = d_tok if d_tok is not None else (D - 1) // (n_gram + 1)
+    prev0 = d_tok + 1
+    n_chunks = -(-d_tok // hd)
+    if (c.n_layer < 2 or n_gram < 1 or prev0 + n_gram * d_tok > D
+            or 2 * n_prev_pairs + 2 * n_gram * match_pairs > hd or n_chunks * n_gram > c.n_head):
+        raise ValueError("init_induction_circuit needs 2+ layers and room for the blocks and heads")
+    gen = torch.Generator().manual_seed(seed)
     theta = rope_inv_freq(c).float()  # [head_dim / 2]
     emb = model.tok_embd.weight  # [n_vocab, n_embd]
     emb.zero_()
-    emb[:, :d_tok] = torch.randn(emb.shape[0], d_tok, generator=gen) * emb_std
+    ident = torch.randn(emb.shape[0], d_tok, generator=gen)  # [n_vocab, d_tok]
+    emb[:, :d_tok] = ident / ident.norm(dim=1, keepdim=True) * (emb_std * math.sqrt(d_tok))  # equal norms
     emb[:, d_tok] = emb_std * math.sqrt(d_tok) / 2
-    u_hat = (math.sqrt(d_tok) / 2) / math.sqrt((d_tok + d_tok / 4) / D)  # u after RMSNorm
+    rms0 = math.sqrt((d_tok + d_tok / 4) / D)  # residual RMS / emb_std at layer 0's input
+    u_hat = (math.sqrt(d_tok) / 2) / rms0  # u after RMSNorm
     if model.output is not None:
         model.output.weight.copy_(emb * out_scale)
 
+    # Layer 0: (offset, chunk) per query head; KV head h copies chunk h % n_chunks.
     a0 = model.layers[0].attn
     for w in (a0.wq.weight, a0.wk.weight, a0.wv.weight, a0.wo.weight):
         w.zero_()
     mag = math.sqrt(prev_logit * math.sqrt(hd) / n_prev_pairs) / u_hat
+    todo = [(o, ch) for o in range(1, n_gram + 1) for ch in range(n_chunks)]
+    serve = []  # [n_head] (offset, chunk)
+    for h in range(c.n_head):
+        ch = (h // group) % n_chunks
+        mine = [p for p in todo if p[1] == ch]
+        pick = mine[0] if mine else next(p for p in serve if p[1] == ch)
+        if mine:
+            todo.remove(pick)
+        serve.append(pick)
+    if todo:
+        raise ValueError(f"init_induction_circuit: no query head left for offsets/chunks {todo}")
     for hk in range(c.n_head_kv):
-        q_heads = range(hk * group, (hk + 1) * group)
+        ch = hk % n_chunks
         for i in range(n_prev_pairs):  # NORM layout: pair i = dims (2i, 2i + 1)
             a0.wk.weight[hk * hd + 2 * i, d_tok] = mag
-            for hq in q_heads:
-                a0.wq.weight[hq * hd + 2 * i, d_tok] = mag * math.cos(-float(theta[i]))
-                a0.wq.weight[hq * hd + 2 * i + 1, d_tok] = mag * math.sin(-float(theta[i]))
-        for j in range(hd):
-            src = hk * hd + j
-            if src >= d_tok or prev0 + src >= D:
-                continue
-            a0.wv.weight[hk * hd + j, src] = 1.0
-            for hq in q_heads:
-                a0.wo.weight[prev0 + src, hq * hd + j] = emb_std / group  # same scale as the token block
+        for j in range(min(hd, d_tok - ch * hd)):
+            a0.wv.weight[hk * hd + j, ch * hd + j] = 1.0
+    for h, (o, ch) in enumerate(serve):
+        share = serve.count((o, ch))
+        for i in range(n_prev_pairs):
+            a0.wq.weight[h * hd + 2 * i, d_tok] = mag * math.cos(-o * float(theta[i]))
+            a0.wq.weight[h * hd + 2 * i + 1, d_tok] = mag * math.sin(-o * float(theta[i]))
+        for j in range(min(hd, d_tok - ch * hd)):
+            # v holds the token dims after layer 0's RMSNorm (emb_std / rms0); rescale to emb_std
+            a0.wo.weight[prev0 + (o - 1) * d_tok + ch * hd + j, h * hd + j] = emb_std * rms0 / share
     model.layers[0].ffn.down.weight.zero_()
 
+    # Layer 1, KV head 0: n-gram match on the slowest RoPE pairs, copy of the attended token.
     a1 = model.layers[1].attn
-    dm = min(d_tok, D - prev0)
-    A = torch.linalg.qr(torch.randn(dm, 2 * match_pairs, generator=gen))[0].T  # [2 match_pairs, dm]
-    scale = math.sqrt(match_logit * math.sqrt(hd) * dm / (2 * match_pairs))
-    slow = range(hd - 2 * match_pairs, hd)  # the slowest RoPE pairs
-    q_heads = range(0, group)  # KV head 0
+    rms1 = math.sqrt((d_tok * (n_gram + 1) + d_tok / 4) / D)  # residual RMS / emb_std at layer 1
+    # |A x|^2 of a block after RMSNorm: (2 match_pairs / d_tok) * d_tok / rms1^2
+    scale = math.sqrt(match_logit * math.sqrt(hd) * rms1 ** 2 / (2 * match_pairs))
     a1.wk.weight[:hd].zero_()
     a1.wv.weight[:hd].zero_()
+    q_heads = range(0, group)  # KV head 0
     for hq in q_heads:
         a1.wq.weight[hq * hd:(hq + 1) * hd].zero_()
         a1.wo.weight[:, hq * hd:(hq + 1) * hd].zero_()
-    B = torch.linalg.qr(torch.randn(d_tok, hd, generator=gen))[0]  # [d_tok, head_dim]
-    for r, d in enumerate(slow):
-        a1.wk.weight[d, prev0:prev0 + dm] = A[r] * scale
-        for hq in q_heads:
-            a1.wq.weight[hq * hd + d, :dm] = A[r] * scale
-    a1.wv.weight[:hd, :d_tok] = B.T
+    for j in range(n_gram):
+        A = torch.linalg.qr(torch.randn(d_tok, 2 * match_pairs, generator=gen))[0].T  # [2 mp, d_tok]
+        q_src = 0 if j == 0 else prev0 + (j - 1) * d_tok
+        k_src = prev0 + j * d_tok
+        dims = range(hd - 2 * match_pairs * (j + 1), hd - 2 * match_pairs * j)  # slowest pairs first
+        for r, d in enumerate(dims):
+            a1.wk.weight[d, k_src:k_src + d_tok] = A[r] * scale
+            for hq in q_heads:
+                a1.wq.weight[hq * hd + d, q_src:q_src + d_tok] = A[r] * scale
+    B = torch.linalg.qr(torch.randn(d_tok, hd, generator=gen))[0]  # [d_tok, min(d_tok, hd)]
+    a1.wv.weight[:B.shape[1], :d_tok] = B.T
     for hq in q_heads:
-        a1.wo.weight[:d_tok, hq * hd:(hq + 1) * hd] = B * (copy_gain * emb_std / group)
+        a1.wo.weight[:d_tok, hq * hd:hq * hd + B.shape[1]] = B * (copy_gain * emb_std / group)
+    a1.wo.weight[:, group * hd:].zero_()  # the other heads of layer 1 start silent
     model.layers[1].ffn.down.weight.zero_()
+    for layer in model.layers[2:]:  # later blocks start as identities (their inputs stay random)
+        layer.attn.wo.weight.zero_()
+        layer.ffn.down.weight.zero_()
 
 
 def build_model(cfg: dict, n_vocab: int, seq_len: int):

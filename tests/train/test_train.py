@@ -152,19 +152,19 @@ class TestInductionCircuit(unittest.TestCase):
     """init_induction_circuit: the untrained model already copies a repeated span, and
     optim.lr_scale puts the circuit's attention in slower parameter groups."""
 
-    def model(self, n_layer=2):
+    def model(self, n_layer=2, n_embd=256):
         from kvec_ref.model import ModelConfig, Transformer
         torch.manual_seed(0)
-        mc = ModelConfig(arch="llama", n_vocab=1000, n_embd=128, n_layer=n_layer, n_head=4, n_head_kv=2,
-                         n_ff=384, tied_output=True, rope_theta=1e6, attn_chunk=256, attn_checkpoint=False)
+        mc = ModelConfig(arch="llama", n_vocab=1000, n_embd=n_embd, n_layer=n_layer, n_head=4, n_head_kv=2,
+                         n_ff=3 * n_embd, tied_output=True, rope_theta=1e16, attn_chunk=256, attn_checkpoint=False)
         m = Transformer(mc)
-        m.reset_parameters(0.088)
+        m.reset_parameters(0.02)
         return m
 
-    def copied_share(self, m) -> float:
+    def copied_share(self, m, filler: int = 60) -> float:
         rng = np.random.default_rng(1)
         span = rng.integers(0, 1000, 16)
-        seq = np.concatenate([[0], span, rng.integers(0, 1000, 60), span])  # [93]
+        seq = np.concatenate([[0], span, rng.integers(0, 1000, filler), span])  # [33 + filler]
         with torch.no_grad():
             pred = m(torch.tensor(seq, dtype=torch.long)[None])[0].argmax(-1).numpy()  # [93]
         return float((pred[-16:-1] == seq[-15:]).mean())
@@ -172,12 +172,20 @@ class TestInductionCircuit(unittest.TestCase):
     def test_copies_at_initialisation(self):
         m = self.model()
         self.assertLess(self.copied_share(m), 0.2)  # a random initialisation does not copy
-        train.init_induction_circuit(m)
-        self.assertGreater(self.copied_share(m), 0.7)
+        train.init_induction_circuit(m)  # trigram match (the recipe's)
+        self.assertGreater(self.copied_share(m), 0.9)
+        self.assertGreater(self.copied_share(m, filler=1500), 0.9)  # far back: the match is position-free
+
+    def test_unigram_match_in_a_narrow_model(self):
+        m = self.model(n_embd=128)
+        train.init_induction_circuit(m, n_gram=1, match_pairs=7, match_logit=20.0)
+        self.assertGreater(self.copied_share(m), 0.6)
 
     def test_rejects_a_model_without_room(self):
         with self.assertRaises(ValueError):
             train.init_induction_circuit(self.model(n_layer=1))
+        with self.assertRaises(ValueError):  # head_dim 32 has no room for three blocks of 8 pairs
+            train.init_induction_circuit(self.model(n_embd=128))
 
     def test_lr_scale_groups(self):
         m = self.model()
