@@ -342,7 +342,8 @@ def init_induction_circuit(model, n_gram: int = 3, d_tok: Optional[int] = None, 
     Layer 0: each query head serves one (offset o, chunk of head_dim token dims) pair: q and k
     read u into the n_prev_pairs fastest RoPE pairs, the query turned back by o positions' angle,
     so after RoPE q_m . k_n peaks at n = m - o (prev_logit at the peak); its KV head's v copies
-    the chunk, o writes it into block o. Spare heads repeat a pair (outputs shared).
+    the chunk, and the output projection writes it into block o. Spare heads repeat a pair (outputs
+    shared).
     Layer 1, KV head 0 (its query heads): query block j reads the current token (j = 0) or block
     j, key block j reads block j + 1, each pair of blocks through its own random orthonormal map
     into match_pairs of the slowest RoPE pairs (nearly position-free with a large rope_theta).
