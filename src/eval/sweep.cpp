@@ -221,10 +221,12 @@ void for_each_policy_cache(Session& session, std::span<const int32_t> prompt,
     // Group the shareable combinations by observation window (window-less ones join any).
     std::map<int, std::vector<size_t>> groups;  // window -> combos
     std::vector<size_t> separate;
+    std::vector<ObservationRequest> request_of(combos.size());  // [combos] of the shareable ones
     for (size_t c : which) {
         auto p = policy::make_policy(combos[c].spec);
         if (share_prefill && is_one_shot(*p, policies[combos[c].policy].name)) {
-            groups[share_group_key(p->request())].push_back(c);
+            request_of[c] = p->request();
+            groups[share_group_key(request_of[c])].push_back(c);
         } else {
             separate.push_back(c);
         }
@@ -238,7 +240,7 @@ void for_each_policy_cache(Session& session, std::span<const int32_t> prompt,
     }
     for (const auto& [key, members] : groups) {
         std::vector<ObservationRequest> requests;
-        for (size_t c : members) requests.push_back(policy::make_policy(combos[c].spec)->request());
+        for (size_t c : members) requests.push_back(request_of[c]);
         Timer t;
         const PrefillSnapshot snap = record_prefill(session, prompt, merge_requests(requests));
         st.prefill_seconds += t.seconds();
