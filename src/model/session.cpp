@@ -1,8 +1,11 @@
 #include "model/session.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 
+#include "tensor/attention.h"
 #include "tensor/matmul.h"
 #include "tensor/ops.h"
 #include "util/error.h"
@@ -76,9 +79,6 @@ Session::Session(const Model& model, const SessionOptions& options)
     logits_.resize(sz(c.n_vocab));
     const auto H = sz(c.n_head_kv);
     keys_f_.resize(H);
-    values_f_.resize(H);
-    keys_p_.resize(H);
-    values_p_.resize(H);
     window_.resize(H);
     last_row_.resize(H);
     colsum_.resize(H);
@@ -248,6 +248,30 @@ void Session::remember_queries(int layer, int32_t T, const int32_t* positions) {
     }
 }
 
+// The cache of (layer, h) as stored, for the attention kernels.
+KvHeadData Session::head_data(int layer, int h) const {
+    KvHeadData d;
+    d.type = kv_.config().type == KvType::F32 ? GgmlType::F32 : GgmlType::F16;
+    d.keys = kv_.key_data(layer, h);
+    d.values = kv_.value_data(layer, h);
+    d.head_dim = kv_.head_dim();
+    return d;
+}
+
+// Work items of a layer's attention: (KV head, slice of its query heads). A slice's query heads
+// share every load of the head's keys and values; enough slices to give every thread work (the
+// observations of one query head are written by one work item only).
+Session::GroupSplit Session::group_split() const {
+    const ModelConfig& c = model_.config();
+    const int G = c.n_group(), Hkv = c.n_head_kv;
+    const int slices = std::clamp((omp_get_max_threads() + Hkv - 1) / Hkv, 1, G);
+    GroupSplit s;
+    s.width = (G + slices - 1) / slices;
+    s.slices = (G + s.width - 1) / s.width;
+    s.items = Hkv * s.slices;
+    return s;
+}
+
 // Decode-time window scores: the softmax rows of the layer's last `window` queries (prompt and
 // generated) against the current entries, causal by position, averaged per query head.
 void Session::window_from_recent_queries(int layer) {
@@ -258,26 +282,33 @@ void Session::window_from_recent_queries(int layer) {
     const int32_t count = recent_count_[sz(layer)];
     const auto& ring = recent_q_[sz(layer)];
     const auto& rpos = recent_pos_[sz(layer)];
-    const TileKernel tile = tile_kernel();
-    for (int h = 0; h < c.n_head_kv; ++h) window_[sz(h)].assign(sz(int64_t{G} * kv_.size(layer, h)), 0.0f);
+    int32_t n_max = 0;
+    for (int h = 0; h < c.n_head_kv; ++h) {
+        window_[sz(h)].assign(sz(int64_t{G} * kv_.size(layer, h)), 0.0f);
+        n_max = std::max(n_max, kv_.size(layer, h));
+    }
+    const GroupSplit split = group_split();
 #pragma omp parallel
     {
-        std::vector<float> s;  // [n_h] scores of one query
+        std::vector<float> s(sz(int64_t{split.width} * n_max));  // [width, n_max] one query's rows
 #pragma omp for schedule(dynamic, 1)
-        for (int qh = 0; qh < c.n_head; ++qh) {
-            const int h = qh / G, g = qh % G;
+        for (int item = 0; item < split.items; ++item) {
+            const int h = item / split.slices, g0 = item % split.slices * split.width;
+            const int ng = std::min(G, g0 + split.width) - g0;
             const int32_t n_h = kv_.size(layer, h);
             const int32_t* pos = kv_.positions(layer, h);
-            float* win = window_[sz(h)].data() + int64_t{g} * n_h;  // [n_h]
-            s.resize(sz(n_h));
+            const KvHeadData kv = head_data(layer, h);
+            const float inv = 1.0f / static_cast<float>(count);
             for (int32_t r = 0; r < count; ++r) {
                 const auto vis = static_cast<int32_t>(std::upper_bound(pos, pos + n_h, rpos[sz(r)]) - pos);
                 if (vis == 0) continue;
-                tile(ring.data() + int64_t{r} * Q + int64_t{qh} * D, 1, D, keys_p_[sz(h)], vis, D, D, s.data(), vis);
-                for (int32_t j = 0; j < vis; ++j) s[sz(j)] *= scale;
-                ops::softmax(s.data(), vis);
-                const float inv = 1.0f / static_cast<float>(count);
-                for (int32_t j = 0; j < vis; ++j) win[j] += s[sz(j)] * inv;
+                const float* qr = ring.data() + int64_t{r} * Q + int64_t{h * G + g0} * D;  // [ng, D]
+                attention_probs(qr, ng, D, kv, vis, scale, s.data(), n_max);
+                for (int g = 0; g < ng; ++g) {
+                    float* win = window_[sz(h)].data() + int64_t{g0 + g} * n_h;  // [n_h]
+                    const float* row = s.data() + int64_t{g} * n_max;           // [vis]
+                    for (int32_t j = 0; j < vis; ++j) win[j] += row[j] * inv;
+                }
             }
         }
     }
@@ -316,65 +347,46 @@ void Session::attention(int layer, int32_t T, const int32_t* positions, Step ste
     const bool want_colsum = request_.column_sums;
     const int32_t n_window = want_window ? std::min(request_.window, T) : 0;
 
-    // Keys and values of every head as float (F16 caches are converted once per layer).
+    // The kernels read each head's keys and values as stored (F16 in place, no float copy).
     int32_t n_max = 0;
-    for (int h = 0; h < Hkv; ++h) n_max = std::max(n_max, kv_.size(layer, h));
-#pragma omp parallel for schedule(static) if (Hkv > 1 && int64_t{n_max} * D >= 4096)
     for (int h = 0; h < Hkv; ++h) {
         const int32_t n_h = kv_.size(layer, h);
-        if (kv_.config().type == KvType::F32) {
-            keys_p_[sz(h)] = kv_.keys_f32(layer, h);
-            values_p_[sz(h)] = kv_.values_f32(layer, h);
-        } else {
-            keys_f_[sz(h)].resize(sz(int64_t{n_h} * D));
-            values_f_[sz(h)].resize(sz(int64_t{n_h} * D));
-            const int64_t count = int64_t{n_h} * D;
-            convert_fp16_to_fp32(static_cast<const uint16_t*>(kv_.key_data(layer, h)), keys_f_[sz(h)].data(), count);
-            convert_fp16_to_fp32(static_cast<const uint16_t*>(kv_.value_data(layer, h)), values_f_[sz(h)].data(), count);
-            keys_p_[sz(h)] = keys_f_[sz(h)].data();
-            values_p_[sz(h)] = values_f_[sz(h)].data();
-        }
+        n_max = std::max(n_max, n_h);
         if (want_window) window_[sz(h)].assign(sz(int64_t{G} * n_h), 0.0f);
         if (want_last) last_row_[sz(h)].assign(sz(int64_t{G} * n_h), 0.0f);
     }
 
-    const TileKernel tile = tile_kernel();
+    const GroupSplit split = group_split();
     const int64_t work = int64_t{T} * n_max * D * c.n_head;  // multiply-adds of q.K (and of p.V)
 #pragma omp parallel if (work >= (1 << 18))
     {
-        std::vector<float> s(sz(n_max));  // [n_h] one query's scores, then probabilities
+        std::vector<float> s(sz(int64_t{split.width} * n_max));  // [width, n_max] probabilities of one query
 #pragma omp for schedule(dynamic, 1)
-        for (int qh = 0; qh < c.n_head; ++qh) {
-            const int h = qh / G, g = qh % G;
+        for (int item = 0; item < split.items; ++item) {
+            const int h = item / split.slices, g0 = item % split.slices * split.width;
+            const int ng = std::min(G, g0 + split.width) - g0;
             const int32_t n_h = kv_.size(layer, h);
             const int32_t n_old = n_h - T;
-            const float* K = keys_p_[sz(h)];    // [n_h, D]
-            const float* Vv = values_p_[sz(h)];  // [n_h, D]
-            float* acc = want_colsum ? kv_.aux(layer, h, g) : nullptr;                      // [n_h]
-            float* win = want_window ? window_[sz(h)].data() + int64_t{g} * n_h : nullptr;  // [n_h]
+            const KvHeadData kv = head_data(layer, h);
             const float inv_w = n_window > 0 ? 1.0f / static_cast<float>(n_window) : 0.0f;
             for (int32_t t = 0; t < T; ++t) {
                 const int32_t vis = n_old + t + 1;  // entries this query may see (causal in the chunk)
-                const float* qv = q_.data() + t * Q + int64_t{qh} * D;  // [D]
-                tile(qv, 1, D, K, vis, D, D, s.data(), vis);
-                for (int32_t j = 0; j < vis; ++j) s[sz(j)] *= scale;
-                ops::softmax(s.data(), vis);
-                float* o = att_.data() + t * Q + int64_t{qh} * D;  // [D]
-                std::fill(o, o + D, 0.0f);
-                for (int32_t j = 0; j < vis; ++j) {
-                    const float p = s[sz(j)];
-                    const float* vr = Vv + int64_t{j} * D;
-#pragma omp simd
-                    for (int i = 0; i < D; ++i) o[i] += p * vr[i];
-                }
-                if (acc != nullptr) {
-                    for (int32_t j = 0; j < vis; ++j) acc[j] += s[sz(j)];
-                }
-                if (win != nullptr && t >= T - n_window) {
-                    for (int32_t j = 0; j < vis; ++j) win[j] += s[sz(j)] * inv_w;
-                }
-                if (want_last && t == T - 1) {
-                    std::copy(s.begin(), s.begin() + vis, last_row_[sz(h)].begin() + int64_t{g} * n_h);
+                const int64_t q0 = t * Q + int64_t{h * G + g0} * D;  // query heads h * G + g0 .. + ng
+                kvec::attention(q_.data() + q0, ng, D, kv, vis, scale, s.data(), n_max, att_.data() + q0, D);
+                for (int gi = 0; gi < ng; ++gi) {
+                    const int g = g0 + gi;
+                    const float* p = s.data() + int64_t{gi} * n_max;  // [vis]
+                    if (want_colsum) {
+                        float* acc = kv_.aux(layer, h, g);  // [n_h]
+                        for (int32_t j = 0; j < vis; ++j) acc[j] += p[j];
+                    }
+                    if (want_window && t >= T - n_window) {
+                        float* win = window_[sz(h)].data() + int64_t{g} * n_h;  // [n_h]
+                        for (int32_t j = 0; j < vis; ++j) win[j] += p[j] * inv_w;
+                    }
+                    if (want_last && t == T - 1) {
+                        std::copy(p, p + vis, last_row_[sz(h)].begin() + int64_t{g} * n_h);
+                    }
                 }
             }
         }
@@ -400,7 +412,7 @@ void Session::run_evictor(int layer, int32_t T, const int32_t* positions, Step s
         KvHeadView& v = heads[sz(h)];
         v.n_entries = kv_.size(layer, h);
         v.positions = kv_.positions(layer, h);
-        v.keys = keys_p_[sz(h)];
+        v.keys = float_keys(layer, h);
         if (want_window || recent_window) v.window_scores = window_[sz(h)].data();
         if (want_last) v.last_row = last_row_[sz(h)].data();
         if (want_colsum) {
@@ -453,6 +465,16 @@ void Session::run_evictor(int layer, int32_t T, const int32_t* positions, Step s
         if (move) kv_.reposition(layer, h, 0, kv_.size(layer, h), rotated[sz(h)].data(), moves.positions[sz(h)].data());
     }
     eviction_stats_.compact_seconds += compact_timer.seconds();
+}
+
+// The keys of (layer, h) as float for a policy's view: the cache itself (F32) or a converted copy
+// (F16; only when the policy runs, never on the attention path).
+const float* Session::float_keys(int layer, int h) {
+    if (const float* k = kv_.keys_f32(layer, h)) return k;
+    auto& buf = keys_f_[sz(h)];
+    buf.resize(sz(int64_t{kv_.size(layer, h)} * kv_.head_dim()));
+    convert_fp16_to_fp32(static_cast<const uint16_t*>(kv_.key_data(layer, h)), buf.data(), static_cast<int64_t>(buf.size()));
+    return buf.data();
 }
 
 // Re-rotates the kept keys of a layer to their new positions (returned [Hkv][kept_h, D]; the

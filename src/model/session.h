@@ -17,9 +17,11 @@
 // re-rotated to their new positions (rerotate_keys) and the next token gets the position the
 // policy names; later chunks of the same prefill move down by the same amount.
 //
-// Attention runs per (layer, KV head) over that head's variable-length list of entries, one query
-// row at a time (never an N x N matrix), full softmax in float32. In the same pass it produces the
-// observations the attached Evictor asked for (see kvcache/eviction.h).
+// Attention runs per (layer, KV head) over that head's variable-length list of entries as stored
+// (tensor/attention.h: F16 keys and values read in place), one query position at a time for the
+// query heads sharing the KV head (never an N x N matrix), full softmax in float32. In the same
+// pass it produces the observations the attached Evictor asked for (see kvcache/eviction.h) from
+// the probability rows; a policy's view gets the keys as float, converted only when it runs.
 //
 // Threads: OpenMP, as set by omp_set_num_threads() (the tools' -t).
 #pragma once
@@ -31,6 +33,7 @@
 #include "kvcache/eviction.h"
 #include "kvcache/kv_cache.h"
 #include "model/model.h"
+#include "tensor/attention.h"
 #include "tensor/ops.h"
 
 namespace kvec {
@@ -117,6 +120,15 @@ private:
     void attention(int layer, int32_t T, const int32_t* positions, Step step, bool final_chunk);
     void remember_queries(int layer, int32_t T, const int32_t* positions);
     void window_from_recent_queries(int layer);
+    // Attention work items: (KV head, slice of `width` of its query heads), items = n_head_kv * slices.
+    struct GroupSplit {
+        int width = 1;
+        int slices = 1;
+        int items = 0;
+    };
+    GroupSplit group_split() const;
+    KvHeadData head_data(int layer, int h) const;
+    const float* float_keys(int layer, int h);
     void check_positions(std::span<const int32_t> positions) const;
     void run_evictor(int layer, int32_t T, const int32_t* positions, Step step, bool final_chunk,
                      int32_t n_window, bool want_window, bool want_last, bool ring_window);
@@ -157,10 +169,7 @@ private:
     std::vector<float> all_logits_;  // [tokens, n_vocab] when asked for every token
 
     // Attention scratch (per KV head of the current layer).
-    std::vector<std::vector<float>> keys_f_;    // [n_head_kv][n_h, head_dim] keys as float (F16 cache)
-    std::vector<std::vector<float>> values_f_;  // [n_head_kv][n_h, head_dim]
-    std::vector<const float*> keys_p_;          // [n_head_kv] -> float keys of head h
-    std::vector<const float*> values_p_;        // [n_head_kv]
+    std::vector<std::vector<float>> keys_f_;    // [n_head_kv][n_h, head_dim] keys as float for a policy's view (F16 cache)
     std::vector<std::vector<float>> window_;    // [n_head_kv][group, n_h]
     std::vector<std::vector<float>> last_row_;  // [n_head_kv][group, n_h]
     std::vector<std::vector<float>> colsum_;    // [n_head_kv][group, n_h] (view copy of the aux scores)

@@ -26,6 +26,17 @@ void matmul_f16_avx2(const float* x, int64_t nx, int64_t ldx, const uint16_t* w,
 void matmul_bf16_avx2(const float* x, int64_t nx, int64_t ldx, const uint16_t* w, int64_t ldw, int64_t nw,
                       int64_t k, float* y, int64_t ldy);
 
+// Attention values over one block of n entries (tensor/attention.h), accumulated:
+//   out[i * ldo + e] += sum_{j < n} p[i * ldp + j] * v[j * d + e]   for i < nq, e < d
+// (values [n, d]; the scores use the tile / matmul_f16 kernels above with keys as the weights).
+void attention_values_generic(const float* p, int64_t nq, int64_t ldp, const float* v, int64_t n, int64_t d,
+                              float* out, int64_t ldo);
+void attention_values_f32_avx2(const float* p, int64_t nq, int64_t ldp, const float* v, int64_t n, int64_t d,
+                               float* out, int64_t ldo);
+// F16 values in place, converted in registers (F16C).
+void attention_values_f16_avx2(const float* p, int64_t nq, int64_t ldp, const uint16_t* v, int64_t n, int64_t d,
+                               float* out, int64_t ldo);
+
 // Sum of p[0..n): a streaming read with four 256-bit loads in flight (bandwidth measurement).
 uint64_t stream_sum_avx2(const uint64_t* p, int64_t n);
 

@@ -273,6 +273,79 @@ void matmul_bf16_avx2(const float* x, int64_t nx, int64_t ldx, const uint16_t* w
     half_matmul<Bf16Load>(x, nx, ldx, w, ldw, nw, k, y, ldy);
 }
 
+// Attention values (tensor/attention.h): out[i, e] += sum_j p[i, j] * v[j, e] over one block of
+// entries, read in place (F16 converted in registers). Register tiles of C query rows x DV
+// vectors of 8 dimensions: per entry DV value vectors are loaded (and converted) once and
+// multiplied by C broadcast probabilities; 4 x 2 tiles use 8 accumulators + 2 values + 1 broadcast.
+namespace {
+struct F32Load {
+    static __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+    static float one(float x) { return x; }
+};
+
+template <class L, int C, int DV, class E>
+inline void values_tile(const float* p, int64_t ldp, const E* v, int64_t ldv, int64_t n, float* out, int64_t ldo) {
+    __m256 acc[C][DV];
+#pragma GCC unroll 4
+    for (int i = 0; i < C; ++i)
+#pragma GCC unroll 2
+        for (int d = 0; d < DV; ++d) acc[i][d] = _mm256_loadu_ps(out + i * ldo + 8 * d);
+    for (int64_t j = 0; j < n; ++j) {
+        __m256 vv[DV];
+#pragma GCC unroll 2
+        for (int d = 0; d < DV; ++d) vv[d] = L::load8(v + j * ldv + 8 * d);
+#pragma GCC unroll 4
+        for (int i = 0; i < C; ++i) {
+            const __m256 pi = _mm256_broadcast_ss(p + i * ldp + j);
+#pragma GCC unroll 2
+            for (int d = 0; d < DV; ++d) acc[i][d] = _mm256_fmadd_ps(pi, vv[d], acc[i][d]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < C; ++i)
+#pragma GCC unroll 2
+        for (int d = 0; d < DV; ++d) _mm256_storeu_ps(out + i * ldo + 8 * d, acc[i][d]);
+}
+
+// C query rows, every dimension: 16-wide tiles, an 8-wide one, then the d % 8 tail in scalar code.
+template <class L, int C, class E>
+inline void values_rows(const float* p, int64_t ldp, const E* v, int64_t n, int64_t d, float* out, int64_t ldo) {
+    int64_t e = 0;
+    for (; e + 16 <= d; e += 16) values_tile<L, C, 2>(p, ldp, v + e, d, n, out + e, ldo);
+    for (; e + 8 <= d; e += 8) values_tile<L, C, 1>(p, ldp, v + e, d, n, out + e, ldo);
+    for (; e < d; ++e) {
+        for (int i = 0; i < C; ++i) {
+            float s = out[i * ldo + e];
+            for (int64_t j = 0; j < n; ++j) s += p[i * ldp + j] * L::one(v[j * d + e]);
+            out[i * ldo + e] = s;
+        }
+    }
+}
+
+template <class L, class E>
+void attention_values(const float* p, int64_t nq, int64_t ldp, const E* v, int64_t n, int64_t d, float* out,
+                      int64_t ldo) {
+    int64_t i = 0;
+    for (; i + 4 <= nq; i += 4) values_rows<L, 4>(p + i * ldp, ldp, v, n, d, out + i * ldo, ldo);
+    switch (nq - i) {
+        case 3: values_rows<L, 3>(p + i * ldp, ldp, v, n, d, out + i * ldo, ldo); break;
+        case 2: values_rows<L, 2>(p + i * ldp, ldp, v, n, d, out + i * ldo, ldo); break;
+        case 1: values_rows<L, 1>(p + i * ldp, ldp, v, n, d, out + i * ldo, ldo); break;
+        default: break;
+    }
+}
+}  // namespace
+
+void attention_values_f32_avx2(const float* p, int64_t nq, int64_t ldp, const float* v, int64_t n, int64_t d,
+                               float* out, int64_t ldo) {
+    attention_values<F32Load>(p, nq, ldp, v, n, d, out, ldo);
+}
+
+void attention_values_f16_avx2(const float* p, int64_t nq, int64_t ldp, const uint16_t* v, int64_t n, int64_t d,
+                               float* out, int64_t ldo) {
+    attention_values<Fp16Load>(p, nq, ldp, v, n, d, out, ldo);
+}
+
 uint64_t stream_sum_avx2(const uint64_t* p, int64_t n) {
     __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
     int64_t i = 0;
@@ -495,6 +568,12 @@ void matmul_f16_avx2(const float*, int64_t, int64_t, const uint16_t*, int64_t, i
     KVEC_CHECK(false && "AVX2 kernel called in a build without AVX2");
 }
 void matmul_bf16_avx2(const float*, int64_t, int64_t, const uint16_t*, int64_t, int64_t, int64_t, float*, int64_t) {
+    KVEC_CHECK(false && "AVX2 kernel called in a build without AVX2");
+}
+void attention_values_f32_avx2(const float*, int64_t, int64_t, const float*, int64_t, int64_t, float*, int64_t) {
+    KVEC_CHECK(false && "AVX2 kernel called in a build without AVX2");
+}
+void attention_values_f16_avx2(const float*, int64_t, int64_t, const uint16_t*, int64_t, int64_t, float*, int64_t) {
     KVEC_CHECK(false && "AVX2 kernel called in a build without AVX2");
 }
 }  // namespace kvec::kernels

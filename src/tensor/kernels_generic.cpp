@@ -1,5 +1,5 @@
-// Baseline-ISA float tile kernel: one dot product per (i, j), vectorised by the compiler
-// (OpenMP simd reduction, 8 independent partial sums).
+// Baseline-ISA kernels: the float tile kernel (one dot product per (i, j), vectorised by the
+// compiler: OpenMP simd reduction, 8 independent partial sums), attention values, fp16 decode.
 #include "tensor/kernels.h"
 
 #include "util/fp16.h"
@@ -16,6 +16,20 @@ void tile_generic(const float* x, int64_t nx, int64_t ldx, const float* w, int64
 #pragma omp simd reduction(+ : s) simdlen(8)
             for (int64_t p = 0; p < k; ++p) s += xi[p] * wj[p];
             y[i * ldy + j] = s;
+        }
+    }
+}
+
+void attention_values_generic(const float* p, int64_t nq, int64_t ldp, const float* v, int64_t n, int64_t d,
+                              float* out, int64_t ldo) {
+    for (int64_t i = 0; i < nq; ++i) {
+        const float* pi = p + i * ldp;  // [n]
+        float* oi = out + i * ldo;      // [d]
+        for (int64_t j = 0; j < n; ++j) {
+            const float pj = pi[j];
+            const float* vj = v + j * d;  // [d]
+#pragma omp simd
+            for (int64_t e = 0; e < d; ++e) oi[e] += pj * vj[e];
         }
     }
 }

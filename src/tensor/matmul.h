@@ -23,7 +23,7 @@ namespace kvec {
 // dequantised once per block of activation rows (prefill is matrix-matrix work).
 void matmul(const float* x, int64_t n, const WeightView& w, float* y);
 
-// The float tile kernel used by the blocked path (and by attention for q.K^T):
+// The float tile kernel used by the blocked path (and by attention for q.K^T of F32 caches):
 //   y[i * ldy + j] = dot(x + i * ldx, w + j * ldw, k)   for i < nx, j < nw.
 using TileKernel = void (*)(const float* x, int64_t nx, int64_t ldx, const float* w, int64_t nw,
                             int64_t ldw, int64_t k, float* y, int64_t ldy);

@@ -1,7 +1,11 @@
 #include "tensor/reference.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
+
+#include "util/error.h"
+#include "util/fp16.h"
 
 namespace kvec::ref {
 
@@ -62,6 +66,40 @@ void matmul(const float* x, int64_t n, const WeightView& w, float* y) {
             double s = 0.0;
             for (int64_t i = 0; i < w.n_in; ++i) s += static_cast<double>(x[t * w.n_in + i]) * row[static_cast<size_t>(i)];
             y[t * w.n_out + o] = static_cast<float>(s);
+        }
+    }
+}
+
+void attention(const float* q, int64_t nq, int64_t ldq, const KvHeadData& kv, int32_t n_vis, float scale,
+               float* p, int64_t ldp, float* out, int64_t ldo) {
+    if (kv.type != GgmlType::F32 && kv.type != GgmlType::F16) fail("ref::attention: f32 or f16 entries only");
+    const int64_t D = kv.head_dim;
+    // Element e of entry j of a [n, D] array of the cache's type.
+    auto at = [&](const void* rows, int64_t j, int64_t e) -> double {
+        if (kv.type == GgmlType::F32) return static_cast<const float*>(rows)[j * D + e];
+        return fp16_to_float(static_cast<const uint16_t*>(rows)[j * D + e]);
+    };
+    std::vector<double> s(static_cast<size_t>(n_vis));  // [n_vis] scores, then probabilities
+    for (int64_t i = 0; i < nq; ++i) {
+        const float* qi = q + i * ldq;  // [D]
+        double mx = -INFINITY;
+        for (int32_t j = 0; j < n_vis; ++j) {
+            double dot = 0.0;
+            for (int64_t e = 0; e < D; ++e) dot += static_cast<double>(qi[e]) * at(kv.keys, j, e);
+            s[static_cast<size_t>(j)] = dot * scale;
+            mx = std::max(mx, s[static_cast<size_t>(j)]);
+        }
+        double sum = 0.0;
+        for (double& v : s) sum += (v = std::exp(v - mx));
+        for (int32_t j = 0; j < n_vis; ++j) {
+            s[static_cast<size_t>(j)] /= sum;
+            p[i * ldp + j] = static_cast<float>(s[static_cast<size_t>(j)]);
+        }
+        if (out == nullptr) continue;
+        for (int64_t e = 0; e < D; ++e) {
+            double o = 0.0;
+            for (int32_t j = 0; j < n_vis; ++j) o += s[static_cast<size_t>(j)] * at(kv.values, j, e);
+            out[i * ldo + e] = static_cast<float>(o);
         }
     }
 }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "tensor/attention.h"
 #include "tensor/ops.h"
 #include "tensor/weight.h"
 
@@ -16,5 +17,9 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n);
 void softmax(float* x, int64_t n);
 // y[n, w.n_out] = x[n, w.n_in] . W^T, one dequantised row and one double dot at a time.
 void matmul(const float* x, int64_t n, const WeightView& w, float* y);
+// The contract of kvec::attention (attention.h; nullptr out: attention_probs), one query row and
+// one entry at a time: scores, softmax and weighted sums in double.
+void attention(const float* q, int64_t nq, int64_t ldq, const KvHeadData& kv, int32_t n_vis, float scale,
+               float* p, int64_t ldp, float* out, int64_t ldo);
 
 }  // namespace kvec::ref
