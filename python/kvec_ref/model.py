@@ -163,6 +163,8 @@ def attention_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: i
     against that head's keys, so K and V are never repeated per query head.
     """
     B, Hkv, G, T, D = q.shape
+    if q.is_cuda and visible is None and stats is None and q_start == 0:
+        return causal_sdpa(q, k, v)
     scale = 1.0 / math.sqrt(D)
     outs = []
     for t0 in range(0, T, chunk):
@@ -202,6 +204,17 @@ def attention_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: i
         else:
             outs.append(block(qc, kc, vc))
     return torch.cat(outs, dim=3)
+
+
+def causal_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """attention_core for a whole causal sequence (no cache, no eviction mask, no statistics)
+    through torch's fused attention, which training on a GPU uses.
+    q [B, H_kv, G, T, D]; k, v [B, H_kv, T, D] -> [B, H_kv, G, T, D]."""
+    B, Hkv, G, T, D = q.shape
+    kx = k[:, :, None].expand(B, Hkv, G, T, D).reshape(B, Hkv * G, T, D)  # [B, H, T, D]
+    vx = v[:, :, None].expand(B, Hkv, G, T, D).reshape(B, Hkv * G, T, D)  # [B, H, T, D]
+    o = F.scaled_dot_product_attention(q.reshape(B, Hkv * G, T, D), kx, vx, is_causal=True)
+    return o.reshape(B, Hkv, G, T, D)
 
 
 class Attention(nn.Module):

@@ -20,9 +20,11 @@ would (floating-point results can still differ across machines and thread counts
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -177,6 +179,12 @@ def prepare(cfg: dict, run: Path) -> Prepared:
 
 def make_batch(cfg: dict, prep: Prepared, step: int):
     """Batch of step `step`: tokens [B, T+1], weights [B, T], task names [B]."""
+    ids, ws, kinds = make_batch_np(cfg, prep, step)
+    return torch.from_numpy(ids).long(), torch.from_numpy(ws), kinds
+
+
+def make_batch_np(cfg: dict, prep: Prepared, step: int):
+    """make_batch as numpy arrays: tokens int32 [B, T+1], weights float32 [B, T], task names [B]."""
     st = stage_at(cfg, step)
     n = int(st["seq_len"]) + 1
     rng = np.random.default_rng([int(cfg["seed"]), step])
@@ -197,7 +205,7 @@ def make_batch(cfg: dict, prep: Prepared, step: int):
         ids.append(seq.ids)
         ws.append(seq.weights[1:])
         kinds.append(task)
-    return (torch.tensor(ids, dtype=torch.long), torch.tensor(ws, dtype=torch.float32), kinds)
+    return np.array(ids, dtype=np.int32), np.array(ws, dtype=np.float32), kinds
 
 
 def weighted_loss_sparse(model, hidden: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor):
@@ -205,7 +213,7 @@ def weighted_loss_sparse(model, hidden: torch.Tensor, targets: torch.Tensor, wei
     the task sequences): hidden [B, T, n_embd], targets [B, T], weights [B, T]."""
     mask = weights > 0  # [B, T]
     logits = F.linear(hidden[mask], model.output_weight())  # [n_weighted, n_vocab]
-    ce = torch.zeros(targets.shape, dtype=logits.dtype)  # [B, T]
+    ce = torch.zeros(targets.shape, dtype=torch.float32, device=logits.device)  # [B, T]
     ce = ce.masked_scatter(mask, F.cross_entropy(logits.float(), targets[mask], reduction="none"))
     wsum = weights.sum(dim=1)  # [B]
     per_seq = (ce * weights).sum(dim=1) / wsum.clamp_min(1e-6)  # [B]
@@ -234,7 +242,8 @@ def weighted_loss(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Te
 def greedy(model, ids: List[int], max_new: int, stop_ids: set) -> List[int]:
     from kvec_ref.model import KVCache
     cache = KVCache(model.config.n_layer)
-    x = torch.tensor([ids], dtype=torch.long)
+    dev = next(model.parameters()).device
+    x = torch.tensor([ids], dtype=torch.long, device=dev)
     out: List[int] = []
     for _ in range(max_new):
         lg = model(x, cache=cache)[0, -1]
@@ -242,7 +251,7 @@ def greedy(model, ids: List[int], max_new: int, stop_ids: set) -> List[int]:
         if nxt in stop_ids:
             break
         out.append(nxt)
-        x = torch.tensor([[nxt]], dtype=torch.long)
+        x = torch.tensor([[nxt]], dtype=torch.long, device=dev)
     return out
 
 
@@ -252,6 +261,7 @@ def copy_accuracy(model, prep: Prepared, length: int, samples: int = 8, span: in
     held-out text and repeated at the end of a `length`-token window; the share of the repeat's
     tokens (after its first) that greedy prediction gets right. Chance is about 1 / n_vocab."""
     rng = np.random.default_rng([seed, length])
+    dev = next(model.parameters()).device
     hits = []
     for _ in range(samples):
         a = rng.integers(0, prep.tok.bos_id, span)
@@ -259,8 +269,8 @@ def copy_accuracy(model, prep: Prepared, length: int, samples: int = 8, span: in
         filler = np.asarray(prep.heldout_tokens[s:s + length - 2 * span - 1])
         cut = int(rng.integers(0, len(filler) + 1))
         seq = np.concatenate([[prep.tok.bos_id], filler[:cut], a, filler[cut:], a])  # [length]
-        logits = model(torch.tensor(seq, dtype=torch.long)[None])[0]  # [length, n_vocab]
-        pred = logits[-span:-1].argmax(-1).numpy()
+        logits = model(torch.tensor(seq, dtype=torch.long, device=dev)[None])[0]  # [length, n_vocab]
+        pred = logits[-span:-1].argmax(-1).cpu().numpy()
         hits.append(float((pred == seq[-span + 1:]).mean()))
     return float(np.mean(hits))
 
@@ -278,7 +288,8 @@ def evaluate(model, cfg: dict, prep: Prepared) -> Dict[str, float]:
     losses = []
     for _ in range(int(ev.get("lm_windows", 8))):
         s = int(rng.integers(0, len(prep.heldout_tokens) - T - 1))
-        w = torch.tensor(prep.heldout_tokens[s:s + T + 1], dtype=torch.long)[None]
+        w = torch.tensor(prep.heldout_tokens[s:s + T + 1], dtype=torch.long,
+                         device=next(model.parameters()).device)[None]
         lg = model(w[:, :-1])
         losses.append(float(F.cross_entropy(lg[0], w[0, 1:])))
     res["heldout_lm_loss"] = float(np.mean(losses))
@@ -317,7 +328,7 @@ def load_checkpoint(run: Path) -> Optional[dict]:
         p = run / name
         if p.exists():
             try:
-                return torch.load(p, map_location="cpu")
+                return torch.load(p, map_location="cpu", weights_only=False)  # our own files
             except Exception as e:  # a checkpoint cut short by a stopped process
                 log(f"cannot read {p}: {e}; trying the previous one")
     return None
@@ -476,6 +487,118 @@ def set_seq_len(model, cfg: dict, seq_len: int) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# Execution: device, batch prefetching, time budget
+
+
+def autocast(device: torch.device):
+    """bfloat16 autocast on a GPU (RMSNorm, RoPE and softmax stay float32 in the model); a CPU
+    run computes in float32, as every CPU run so far did."""
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+_WORKER: dict = {}  # the batch workers' Prepared data, inherited through fork
+
+
+def _worker_init() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a trainer's handler must not keep workers alive
+
+
+def _worker_batch(cfg: dict, step: int):
+    return make_batch_np(cfg, _WORKER["prep"], step)
+
+
+class BatchStream:
+    """Batches of consecutive steps, made by `workers` forked processes up to `ahead` steps ahead
+    of the trainer (0 workers: made inline). A batch is a function of (seed, step) alone, so the
+    result does not depend on the number of workers. Create it before the GPU is initialised (the
+    workers are forked); `cfg` may be replaced before the first `get`."""
+
+    def __init__(self, cfg: dict, prep: Prepared, workers: int, ahead: int = 0):
+        self.cfg, self.prep, self.pool = cfg, prep, None
+        self.ahead = ahead or 4 * max(1, workers)
+        self.pending: Dict[int, object] = {}
+        if workers > 0:
+            import multiprocessing
+            _WORKER.update(prep=prep)
+            self.pool = multiprocessing.get_context("fork").Pool(workers, initializer=_worker_init)
+
+    def get(self, step: int, end: int):
+        """Batch of `step` as (tokens [B, T+1], weights [B, T], task names); `end`: first step
+        not to prefetch."""
+        if self.pool is None:
+            return make_batch(self.cfg, self.prep, step)
+        for s in range(step, min(end, step + self.ahead)):
+            if s not in self.pending:
+                self.pending[s] = self.pool.apply_async(_worker_batch, (self.cfg, s))
+        job = self.pending.pop(step, None) or self.pool.apply_async(_worker_batch, (self.cfg, step))
+        ids, ws, kinds = job.get()
+        return torch.from_numpy(ids).long(), torch.from_numpy(ws), kinds
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.terminate()
+            self.pool = None
+
+
+def fit_time_budget(cfg: dict, prep: Prepared, model, device: torch.device, minutes: float,
+                    workers: int = 0) -> dict:
+    """The recipe with every stage's step count (and the evaluation interval) scaled by one factor,
+    so that training takes about `minutes` on this machine. A stage's step time is the larger of
+    its first batch's forward and backward (gradients discarded) and the time to make that batch
+    divided among the batch workers. The stages keep their ratio. The timing is of this process
+    alone: processes that share the device slow each other, and the estimate is then optimistic
+    (the training loop stops at 1.1 x the budget regardless)."""
+    out = json.loads(json.dumps(cfg))
+    first, secs = 0, []
+    for st in cfg["stages"]:
+        set_seq_len(model, cfg, int(st["seq_len"]))
+        t0 = time.time()
+        x, w, _ = make_batch(cfg, prep, first)
+        t_data = (time.time() - t0) / max(1, workers)
+        x, w = x.to(device), w.to(device)
+        times = []
+        for _ in range(5):
+            t0 = time.time()
+            with autocast(device):
+                loss, _ = weighted_loss_sparse(model, model.hidden(x[:, :-1]), x[:, 1:], w)
+            loss.backward()
+            float(loss)  # waits for the device
+            times.append(time.time() - t0)
+        model.zero_grad(set_to_none=True)
+        secs.append(max(float(np.median(times[2:])), t_data))
+        first += int(st["steps"])
+    planned = sum(int(st["steps"]) * t for st, t in zip(cfg["stages"], secs))
+    factor = minutes * 60 / max(planned, 1e-9)
+    for st, t in zip(out["stages"], secs):
+        st["steps"] = max(1, int(round(int(st["steps"]) * factor)))
+        log(f"time budget: stage {st['name']} {t * 1000:.0f} ms/step -> {st['steps']} steps")
+    if out.get("eval", {}).get("every"):
+        out["eval"]["every"] = max(1, int(round(out["eval"]["every"] * factor)))
+    return out
+
+
+def init_from_gguf(model, path: Path, tok: BpeTokenizer) -> None:
+    """Starts a run from the weights of a GGUF file (fine-tuning): same shape and tokenizer."""
+    from kvec_ref.model import load_gguf
+    src, src_cfg, meta = load_gguf(path)
+    have = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    got = {k: tuple(v.shape) for k, v in src.state_dict().items()}
+    if have != got:
+        diff = sorted(k for k in set(have) | set(got) if have.get(k) != got.get(k))
+        raise SystemExit(f"error: {path} does not have the recipe's model shape (differs in {', '.join(diff[:4])})")
+    for key in ("rope_theta", "norm_eps", "tied_output"):  # GGUF stores float32: compare to 1e-6
+        if not math.isclose(float(getattr(src_cfg, key)), float(getattr(model.config, key)), rel_tol=1e-6):
+            raise SystemExit(f"error: {path} has {key} {getattr(src_cfg, key)}, the recipe "
+                             f"{getattr(model.config, key)}")
+    if list(meta.get("tokenizer.ggml.tokens", [])) != list(tok.gguf_metadata()["tokenizer.ggml.tokens"]):
+        raise SystemExit(f"error: {path} has another tokenizer than the run")
+    model.load_state_dict(src.state_dict())
+    log(f"initialised from {path}")
+
+
+# ---------------------------------------------------------------------------------------------
 # Commands
 
 
@@ -495,24 +618,34 @@ def cmd_train(args) -> int:
     else:
         raise SystemExit("error: --config is required for a new run")
     torch.set_num_threads(int(args.threads))
+    device = torch.device(args.device)
     prep = prepare(cfg, run)
     model, mc = build_model(cfg, prep.tok.n_vocab, int(cfg["stages"][0]["seq_len"]))
-    opt = make_optimizer(cfg, model)
     step, tokens_seen, elapsed = 0, 0, 0.0
     ckpt = load_checkpoint(run) if args.resume else None
     if args.resume and ckpt is None:
         log("no checkpoint found: starting from scratch")
+    if ckpt is None and not args.resume and (run / "log.jsonl").exists():
+        raise SystemExit(f"error: {run} already has a run; pass --resume or use a new --run")
     if ckpt is not None:
         model.load_state_dict(ckpt["model"])
+    elif args.init_from or cfg.get("init_from"):
+        init_from_gguf(model, REPO / (args.init_from or cfg["init_from"]), prep.tok)
+    stream = BatchStream(cfg, prep, int(args.workers))
+    model.to(device)
+    if ckpt is None and args.time_budget:
+        cfg = fit_time_budget(cfg, prep, model, device, float(args.time_budget), int(args.workers))
+        cfg_path.write_text(json.dumps(cfg, indent=2))
+        stream.cfg = cfg
+    opt = make_optimizer(cfg, model)
+    if ckpt is not None:
         opt.load_state_dict(ckpt["optim"])
         step, tokens_seen, elapsed = ckpt["step"], ckpt["tokens_seen"], ckpt["elapsed"]
         log(f"resumed at step {step} ({tokens_seen} tokens, {elapsed / 3600:.2f} h)")
-    elif (run / "log.jsonl").exists() and not args.resume:
-        raise SystemExit(f"error: {run} already has a run; pass --resume or use a new --run")
     log(f"model: {model.num_parameters() / 1e6:.2f}M parameters, {mc.n_layer} layers, width {mc.n_embd}, "
         f"{mc.n_head} heads / {mc.n_head_kv} KV heads")
     n_total = total_steps(cfg)
-    if args.max_steps:
+    if args.max_steps is not None:
         n_total = min(n_total, step + int(args.max_steps))
     log_every = int(cfg.get("log_every", 10))
     eval_every = int(cfg.get("eval", {}).get("every", 500))
@@ -520,6 +653,10 @@ def cmd_train(args) -> int:
     last_ckpt = time.time()
     acc: Dict[str, List[float]] = {}
     tok_window, t_window = 0, time.time()
+    t_start = time.time()
+    stop_after = float(args.time_budget) * 60 * 1.1 if args.time_budget else math.inf
+    stop = {"signal": None}  # SIGTERM (e.g. `timeout`): finish the step, checkpoint, stop
+    old_handler = signal.signal(signal.SIGTERM, lambda signum, frame: stop.update(signal=signum))
     model.train()
 
     def checkpoint():
@@ -530,49 +667,61 @@ def cmd_train(args) -> int:
         with open(run / "log.jsonl", "a", encoding="utf-8") as f:
             f.write(json.dumps(entry) + "\n")
 
-    while step < n_total:
-        st = stage_at(cfg, step)
-        set_seq_len(model, cfg, int(st["seq_len"]))
-        t0 = time.time()
-        for g in opt.param_groups:
-            g["lr"] = lr_at(cfg, step) * g.get("lr_scale", 1.0)
-        x, w, kinds = make_batch(cfg, prep, step)
-        loss, per_seq = weighted_loss_sparse(model, model.hidden(x[:, :-1]), x[:, 1:], w)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        gnorm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["optim"].get("grad_clip", 1.0)))
-        opt.step()
-        step += 1
-        tokens_seen += int(x[:, :-1].numel())
-        tok_window += int(x[:, :-1].numel())
-        elapsed += time.time() - t0
-        for k, l in zip(kinds, per_seq.tolist()):
-            acc.setdefault(k, []).append(l)
-        if not math.isfinite(float(loss)):
-            raise SystemExit(f"error: loss is {float(loss)} at step {step}; resume from the last checkpoint "
-                             "with a lower learning rate")
-        if step % log_every == 0:
-            dt = time.time() - t_window
-            entry = {"kind": "train", "step": step, "stage": st["name"], "tokens": tokens_seen,
-                     "elapsed_h": round(elapsed / 3600, 4), "lr": lr_at(cfg, step - 1), "gnorm": round(gnorm, 3),
-                     "tok_per_s": round(tok_window / max(dt, 1e-9), 1),
-                     "loss": {k: round(float(np.mean(v)), 4) for k, v in sorted(acc.items())}}
-            write_log(entry)
-            log(f"step {step}/{n_total} [{st['name']}] " +
-                " ".join(f"{k}={v:.3f}" for k, v in entry["loss"].items()) +
-                f" lr={entry['lr']:.2e} {entry['tok_per_s']:.0f} tok/s")
-            acc, tok_window, t_window = {}, 0, time.time()
-        if eval_every and step % eval_every == 0:
-            t_eval = time.time()
-            res = evaluate(model, cfg, prep)
-            write_log({"kind": "eval", "step": step, "tokens": tokens_seen,
-                       "elapsed_h": round(elapsed / 3600, 4), **res, "eval_s": round(time.time() - t_eval, 1)})
-            log("eval " + " ".join(f"{k}={v:.3f}" for k, v in res.items()))
-            t_window = time.time()
-        if time.time() - last_ckpt > ckpt_secs or step in stage_ends(cfg):
-            checkpoint()
-            write_status(run)
-            last_ckpt = time.time()
+    try:
+        while step < n_total:
+            st = stage_at(cfg, step)
+            set_seq_len(model, cfg, int(st["seq_len"]))
+            t0 = time.time()
+            for g in opt.param_groups:
+                g["lr"] = lr_at(cfg, step) * g.get("lr_scale", 1.0)
+            x, w, kinds = stream.get(step, n_total)
+            x, w = x.to(device, non_blocking=True), w.to(device, non_blocking=True)
+            with autocast(device):
+                loss, per_seq = weighted_loss_sparse(model, model.hidden(x[:, :-1]), x[:, 1:], w)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            gnorm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["optim"].get("grad_clip", 1.0)))
+            opt.step()
+            step += 1
+            tokens_seen += int(x[:, :-1].numel())
+            tok_window += int(x[:, :-1].numel())
+            elapsed += time.time() - t0
+            for k, l in zip(kinds, per_seq.tolist()):
+                acc.setdefault(k, []).append(l)
+            if not math.isfinite(float(loss)):
+                raise SystemExit(f"error: loss is {float(loss)} at step {step}; resume from the last checkpoint "
+                                 "with a lower learning rate")
+            if step % log_every == 0:
+                dt = time.time() - t_window
+                entry = {"kind": "train", "step": step, "stage": st["name"], "tokens": tokens_seen,
+                         "elapsed_h": round(elapsed / 3600, 4), "lr": lr_at(cfg, step - 1), "gnorm": round(gnorm, 3),
+                         "tok_per_s": round(tok_window / max(dt, 1e-9), 1),
+                         "loss": {k: round(float(np.mean(v)), 4) for k, v in sorted(acc.items())}}
+                write_log(entry)
+                log(f"step {step}/{n_total} [{st['name']}] " +
+                    " ".join(f"{k}={v:.3f}" for k, v in entry["loss"].items()) +
+                    f" lr={entry['lr']:.2e} {entry['tok_per_s']:.0f} tok/s")
+                acc, tok_window, t_window = {}, 0, time.time()
+            if eval_every and step % eval_every == 0:
+                t_eval = time.time()
+                res = evaluate(model, cfg, prep)
+                write_log({"kind": "eval", "step": step, "tokens": tokens_seen,
+                           "elapsed_h": round(elapsed / 3600, 4), **res, "eval_s": round(time.time() - t_eval, 1)})
+                log("eval " + " ".join(f"{k}={v:.3f}" for k, v in res.items()))
+                t_window = time.time()
+            if time.time() - last_ckpt > ckpt_secs or step in stage_ends(cfg):
+                checkpoint()
+                write_status(run)
+                last_ckpt = time.time()
+            if time.time() - t_start > stop_after:
+                log(f"stopping at step {step}: over the time budget of {args.time_budget} minutes")
+                break
+            if stop["signal"] is not None:
+                log(f"stopping at step {step}: terminated")
+                break
+    finally:
+        stream.close()
+        signal.signal(signal.SIGTERM, old_handler)
     checkpoint()
     write_status(run)
     log(f"done: step {step}, {tokens_seen} tokens, {elapsed / 3600:.2f} h")
@@ -716,7 +865,14 @@ def main(argv=None) -> int:
     p.add_argument("--run", required=True, help="run directory (checkpoints, logs)")
     p.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")
     p.add_argument("--threads", default=2, type=int)
-    p.add_argument("--max-steps", type=int, default=0, help="stop after this many more steps")
+    p.add_argument("--max-steps", type=int, help="stop after this many more steps")
+    p.add_argument("--device", default="cpu", help="torch device: cpu, cuda (bfloat16 autocast on cuda)")
+    p.add_argument("--workers", type=int, default=0,
+                   help="processes that make batches ahead of the trainer (0: inline)")
+    p.add_argument("--time-budget", type=float, default=0,
+                   help="minutes: scale every stage's steps to fit, after timing one step of each (new runs)")
+    p.add_argument("--init-from", help="GGUF file whose weights start a new run (same shape and "
+                   "tokenizer; default: the recipe's init_from, relative to the repository)")
     p.set_defaults(fn=cmd_train)
     p = sub.add_parser("prepare", help="build the corpus, tokenizer and token cache of a run")
     p.add_argument("--config", required=True)

@@ -143,6 +143,73 @@ class TestTraining(unittest.TestCase):
             self.assertEqual(list(val("tokenizer.ggml.tokens")), tok.tokens)
             self.assertEqual(int(val("tokenizer.ggml.bos_token_id")), tok.bos_id)
 
+    def test_batch_workers_make_the_same_batches(self):
+        run = self.runs["full"]
+        cfg = json.loads((run / "config.json").read_text())
+        prep = train.prepare(cfg, run)
+        stream = train.BatchStream(cfg, prep, workers=2)
+        try:
+            for step in (0, 5, 13, 19):
+                got, want = stream.get(step, 20), train.make_batch(cfg, prep, step)
+                self.assertTrue(torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), step)
+                self.assertEqual(got[2], want[2])
+        finally:
+            stream.close()
+
+    def test_time_budget_scales_every_stage_alike(self):
+        run = self.runs["full"]
+        cfg = json.loads((run / "config.json").read_text())
+        prep = train.prepare(cfg, run)
+        model, _ = train.build_model(cfg, prep.tok.n_vocab, 64)
+        small = train.fit_time_budget(cfg, prep, model, torch.device("cpu"), 0.01)
+        large = train.fit_time_budget(cfg, prep, model, torch.device("cpu"), 1.0)
+        s_small = [st["steps"] for st in small["stages"]]
+        s_large = [st["steps"] for st in large["stages"]]
+        self.assertGreater(s_large[0], s_small[0])
+        self.assertGreater(s_large[0], 20)  # a minute holds far more than 12 steps of this model
+        # the stages keep their ratio (12 : 8 in the recipe), up to the measured step times' noise
+        self.assertAlmostEqual(s_large[0] / s_large[1], 12 / 8, delta=0.05 * 12 / 8)
+        self.assertEqual([st["steps"] for st in cfg["stages"]], [12, 8])  # the input is not changed
+
+    def test_init_from_gguf_starts_from_its_weights(self):
+        src = Path(self.tmp.name) / "init-src.gguf"
+        run_cli("export", "--run", str(self.runs["full"]), "--out", str(src), "--dtype", "f32")
+        run = Path(self.tmp.name) / "init"
+        run.mkdir()
+        for name in ("corpus.jsonl", "tokenizer.json"):
+            (run / name).write_bytes((self.runs["full"] / name).read_bytes())
+        run_cli("train", "--config", str(self.cfg_path), "--run", str(run), "--threads", "1",
+                "--init-from", str(src), "--max-steps", "0")
+        got = torch.load(run / "ckpt.pt")["model"]
+        want = torch.load(self.runs["full"] / "ckpt.pt")["model"]
+        for k, v in want.items():
+            torch.testing.assert_close(got[k], v, rtol=0, atol=1e-6, msg=k)
+        # another shape is refused with a message
+        other = json.loads(json.dumps(CONFIG))
+        other["model"]["n_ff"] = 96
+        cfg2 = Path(self.tmp.name) / "other.json"
+        cfg2.write_text(json.dumps(other))
+        bad = Path(self.tmp.name) / "init-bad"
+        bad.mkdir()
+        for name in ("corpus.jsonl", "tokenizer.json"):
+            (bad / name).write_bytes((self.runs["full"] / name).read_bytes())
+        with self.assertRaises(SystemExit) as cm:
+            run_cli("train", "--config", str(cfg2), "--run", str(bad), "--init-from", str(src), "--max-steps", "0")
+        self.assertIn("shape", str(cm.exception))
+
+
+class TestFusedAttention(unittest.TestCase):
+    @unittest.skipUnless(hasattr(torch.nn.functional, "scaled_dot_product_attention"),
+                         "this torch has no fused attention (it came in torch 2.0)")
+    def test_matches_the_blocked_attention(self):
+        from kvec_ref.model import attention_core, causal_sdpa
+        torch.manual_seed(0)
+        q = torch.randn(2, 2, 3, 37, 16)  # [B, H_kv, G, T, D]
+        k = torch.randn(2, 2, 37, 16)     # [B, H_kv, T, D]
+        v = torch.randn(2, 2, 37, 16)
+        want = attention_core(q, k, v, 0, None, chunk=8, checkpoint=False)
+        torch.testing.assert_close(causal_sdpa(q, k, v), want, rtol=1e-5, atol=1e-5)
+
 
 if __name__ == "__main__":
     unittest.main()
