@@ -266,6 +266,7 @@ Session::GroupSplit Session::group_split() const {
     const int G = c.n_group(), Hkv = c.n_head_kv;
     const int slices = std::clamp((omp_get_max_threads() + Hkv - 1) / Hkv, 1, G);
     GroupSplit s;
+    s.group = G;
     s.width = (G + slices - 1) / slices;
     s.slices = (G + s.width - 1) / s.width;
     s.items = Hkv * s.slices;
@@ -293,8 +294,7 @@ void Session::window_from_recent_queries(int layer) {
         std::vector<float> s(sz(int64_t{split.width} * n_max));  // [width, n_max] one query's rows
 #pragma omp for schedule(dynamic, 1)
         for (int item = 0; item < split.items; ++item) {
-            const int h = item / split.slices, g0 = item % split.slices * split.width;
-            const int ng = std::min(G, g0 + split.width) - g0;
+            const auto [h, g0, ng] = split.item(item);
             const int32_t n_h = kv_.size(layer, h);
             const int32_t* pos = kv_.positions(layer, h);
             const KvHeadData kv = head_data(layer, h);
@@ -363,8 +363,7 @@ void Session::attention(int layer, int32_t T, const int32_t* positions, Step ste
         std::vector<float> s(sz(int64_t{split.width} * n_max));  // [width, n_max] probabilities of one query
 #pragma omp for schedule(dynamic, 1)
         for (int item = 0; item < split.items; ++item) {
-            const int h = item / split.slices, g0 = item % split.slices * split.width;
-            const int ng = std::min(G, g0 + split.width) - g0;
+            const auto [h, g0, ng] = split.item(item);
             const int32_t n_h = kv_.size(layer, h);
             const int32_t n_old = n_h - T;
             const KvHeadData kv = head_data(layer, h);

@@ -26,6 +26,7 @@
 // Threads: OpenMP, as set by omp_set_num_threads() (the tools' -t).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -122,9 +123,18 @@ private:
     void window_from_recent_queries(int layer);
     // Attention work items: (KV head, slice of `width` of its query heads), items = n_head_kv * slices.
     struct GroupSplit {
+        int group = 1;  // query heads per KV head
         int width = 1;
         int slices = 1;
         int items = 0;
+        // Work item i: KV head h, its query heads g0 .. g0 + ng - 1 (within the group).
+        struct Item {
+            int h, g0, ng;
+        };
+        Item item(int i) const {
+            const int g0 = i % slices * width;
+            return {i / slices, g0, std::min(group, g0 + width) - g0};
+        }
     };
     GroupSplit group_split() const;
     KvHeadData head_data(int layer, int h) const;
