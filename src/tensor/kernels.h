@@ -14,6 +14,18 @@ void tile_generic(const float* x, int64_t nx, int64_t ldx, const float* w, int64
 void tile_avx2(const float* x, int64_t nx, int64_t ldx, const float* w, int64_t nw, int64_t ldw,
                int64_t k, float* y, int64_t ldy);
 
+// Activations packed for the prefill kernel: rows in groups of kPackRows, each group k-major,
+//   xp[(g * k + p) * kPackRows + r] = x[(kPackRows * g + r) * ldx + p]
+// with the rows past nx zero; xp holds packed_rows(nx) * k floats. A block of rows starting at a
+// multiple of kPackRows is itself packed at xp + row * k.
+constexpr int kPackRows = 6;
+constexpr int64_t kPackedMinRows = 24;  // fewer rows than this: the unpacked tiles are faster
+inline int64_t packed_rows(int64_t nx) { return (nx + kPackRows - 1) / kPackRows * kPackRows; }
+void pack_rows6(const float* x, int64_t nx, int64_t ldx, int64_t k, float* xp);
+// tile_avx2's contract with x already packed (xp as above).
+void tile_prepacked_avx2(const float* xp, int64_t nx, const float* w, int64_t nw, int64_t ldw, int64_t k, float* y,
+                         int64_t ldy);
+
 // Q8_0 weights used in place (no dequantised copy), for few activation rows (decode):
 // y[i * ldy + j] = dot(x + i * ldx, row j of w) for i < nx, j < nw; w rows are row_bytes apart,
 // k a multiple of 32. AVX2 + F16C only.
@@ -36,6 +48,11 @@ void attention_values_f32_avx2(const float* p, int64_t nq, int64_t ldp, const fl
 // F16 values in place, converted in registers (F16C).
 void attention_values_f16_avx2(const float* p, int64_t nq, int64_t ldp, const uint16_t* v, int64_t n, int64_t d,
                                float* out, int64_t ldo);
+
+// In place softmax of x[n] and out[i] = silu(gate[i]) * up[i], with a vectorised exp (relative
+// error ~1e-7); the baseline-ISA versions are ops::softmax / ops::swiglu's own loops.
+void softmax_avx2(float* x, int64_t n);
+void swiglu_avx2(const float* gate, const float* up, float* out, int64_t n);
 
 // Sum of p[0..n): a streaming read with four 256-bit loads in flight (bandwidth measurement).
 uint64_t stream_sum_avx2(const uint64_t* p, int64_t n);

@@ -5,7 +5,9 @@
 #include "tensor/kernels.h"
 #include "tensor/int8_gemm.h"
 
+#include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "util/error.h"
 #include "util/fp16.h"
@@ -16,6 +18,12 @@
 namespace kvec::kernels {
 
 namespace {
+
+inline float hmax(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
 
 inline float hsum(__m256 v) {
     __m128 lo = _mm256_castps256_ps128(v);
@@ -67,64 +75,73 @@ inline void row_block(const float* x, int64_t ldx, const float* w, int64_t nw, i
     if (nw - j == 1) micro<MI, 1>(x, ldx, w + j * ldw, ldw, k, y + j, ldy);
 }
 
-// Packed path for many activation rows (prefill): weight rows are packed 16 at a time into a
-// k-major panel [kc, 16] (one cache-resident 16 KiB panel per 256 k), and a 6 x 16 register tile
-// broadcasts one activation element per row against two 8-wide panel vectors:
+// Packed path for many activation rows (prefill): activations come in groups of 6 rows stored
+// k-major (pack_rows6, so the 6 broadcasts of a step read one contiguous 24-byte span instead of
+// 6 rows 4*ldx bytes apart: 82 against 70 GFLOPS per core measured), weight rows are packed 16 at
+// a time into a k-major panel [kc, 16] (one cache-resident 16 KiB panel per 256 k), and a 6 x 16
+// register tile broadcasts one activation element per row against two 8-wide panel vectors:
 // 12 accumulators + 2 panel vectors + 1 broadcast. y is accumulated over k chunks.
-constexpr int kMR = 6;
 constexpr int kNR = 16;
 constexpr int64_t kKC = 256;
 
-// Rows past mi reuse row 0's data and are not stored (named accumulators: GCC keeps them in
-// registers, where an accumulator array would be written back to the stack every iteration).
-inline void micro_packed(const float* x, int64_t ldx, int mi, const float* panel, int64_t kc, float* y,
-                         int64_t ldy, int nj, bool accumulate) {
-    const float* r0 = x;
-    const float* r1 = mi > 1 ? x + ldx : x;
-    const float* r2 = mi > 2 ? x + 2 * ldx : x;
-    const float* r3 = mi > 3 ? x + 3 * ldx : x;
-    const float* r4 = mi > 4 ? x + 4 * ldx : x;
-    const float* r5 = mi > 5 ? x + 5 * ldx : x;
+// xg: one packed group at chunk start ([kc, 6]); rows past mi are zero and not stored (named
+// accumulators: GCC keeps them in registers, where an array would be written back every step).
+inline void micro_packed(const float* xg, int mi, const float* panel, int64_t kc, float* y, int64_t ldy, int nj,
+                         bool accumulate) {
     __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
     __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
     for (int64_t p = 0; p < kc; ++p) {
         const __m256 b0 = _mm256_load_ps(panel + p * kNR);
         const __m256 b1 = _mm256_load_ps(panel + p * kNR + 8);
-        __m256 a = _mm256_broadcast_ss(r0 + p);
+        const float* a6 = xg + p * kPackRows;  // the 6 rows' element p
+        __m256 a = _mm256_broadcast_ss(a6);
         c00 = _mm256_fmadd_ps(a, b0, c00);
         c01 = _mm256_fmadd_ps(a, b1, c01);
-        a = _mm256_broadcast_ss(r1 + p);
+        a = _mm256_broadcast_ss(a6 + 1);
         c10 = _mm256_fmadd_ps(a, b0, c10);
         c11 = _mm256_fmadd_ps(a, b1, c11);
-        a = _mm256_broadcast_ss(r2 + p);
+        a = _mm256_broadcast_ss(a6 + 2);
         c20 = _mm256_fmadd_ps(a, b0, c20);
         c21 = _mm256_fmadd_ps(a, b1, c21);
-        a = _mm256_broadcast_ss(r3 + p);
+        a = _mm256_broadcast_ss(a6 + 3);
         c30 = _mm256_fmadd_ps(a, b0, c30);
         c31 = _mm256_fmadd_ps(a, b1, c31);
-        a = _mm256_broadcast_ss(r4 + p);
+        a = _mm256_broadcast_ss(a6 + 4);
         c40 = _mm256_fmadd_ps(a, b0, c40);
         c41 = _mm256_fmadd_ps(a, b1, c41);
-        a = _mm256_broadcast_ss(r5 + p);
+        a = _mm256_broadcast_ss(a6 + 5);
         c50 = _mm256_fmadd_ps(a, b0, c50);
         c51 = _mm256_fmadd_ps(a, b1, c51);
     }
-    const __m256 acc[kMR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
-    for (int i = 0; i < mi; ++i) {
+    const auto store = [&](int i, __m256 lo, __m256 hi) {
+        if (i >= mi) return;
         float* yi = y + i * ldy;
-        alignas(32) float tmp[kNR];
-        _mm256_store_ps(tmp, acc[i][0]);
-        _mm256_store_ps(tmp + 8, acc[i][1]);
-        if (accumulate) {
-            for (int j = 0; j < nj; ++j) yi[j] += tmp[j];
-        } else {
-            for (int j = 0; j < nj; ++j) yi[j] = tmp[j];
+        if (nj == kNR) {  // full width: vector read-modify-write
+            if (accumulate) {
+                lo = _mm256_add_ps(lo, _mm256_loadu_ps(yi));
+                hi = _mm256_add_ps(hi, _mm256_loadu_ps(yi + 8));
+            }
+            _mm256_storeu_ps(yi, lo);
+            _mm256_storeu_ps(yi + 8, hi);
+            return;
         }
-    }
+        alignas(32) float tmp[kNR];
+        _mm256_store_ps(tmp, lo);
+        _mm256_store_ps(tmp + 8, hi);
+        for (int j = 0; j < nj; ++j) yi[j] = accumulate ? yi[j] + tmp[j] : tmp[j];
+    };
+    store(0, c00, c01);
+    store(1, c10, c11);
+    store(2, c20, c21);
+    store(3, c30, c31);
+    store(4, c40, c41);
+    store(5, c50, c51);
 }
 
-void tile_packed(const float* x, int64_t nx, int64_t ldx, const float* w, int64_t nw, int64_t ldw, int64_t k,
-                 float* y, int64_t ldy) {
+}  // namespace
+
+void tile_prepacked_avx2(const float* xp, int64_t nx, const float* w, int64_t nw, int64_t ldw, int64_t k, float* y,
+                         int64_t ldy) {
     alignas(32) float panel[kKC * kNR];  // [kc, 16] packed weights
     for (int64_t j0 = 0; j0 < nw; j0 += kNR) {
         const int nj = static_cast<int>(nw - j0 < kNR ? nw - j0 : kNR);
@@ -139,21 +156,24 @@ void tile_packed(const float* x, int64_t nx, int64_t ldx, const float* w, int64_
                 }
             }
             const bool acc = k0 > 0;
-            for (int64_t i = 0; i < nx; i += kMR) {
-                const int mi = static_cast<int>(nx - i < kMR ? nx - i : kMR);
-                micro_packed(x + i * ldx + k0, ldx, mi, panel, kc, y + i * ldy + j0, ldy, nj, acc);
+            for (int64_t i = 0; i < nx; i += kPackRows) {
+                const int mi = static_cast<int>(nx - i < kPackRows ? nx - i : kPackRows);
+                micro_packed(xp + i * k + k0 * kPackRows, mi, panel, kc, y + i * ldy + j0, ldy, nj, acc);
             }
         }
     }
 }
 
-}  // namespace
 
 void tile_avx2(const float* x, int64_t nx, int64_t ldx, const float* w, int64_t nw, int64_t ldw,
                int64_t k, float* y, int64_t ldy) {
     // Enough activation rows to pay for packing the weights: the packed 6 x 16 kernel.
-    if (nx >= 24 && nw >= 8) {
-        tile_packed(x, nx, ldx, w, nw, ldw, k, y, ldy);
+    if (nx >= kPackedMinRows && nw >= 8) {
+        thread_local std::vector<float> xp;  // [groups of 6 rows, k, 6] (grow-only)
+        const auto need = static_cast<size_t>(packed_rows(nx) * k);
+        if (xp.size() < need) xp.resize(need);
+        pack_rows6(x, nx, ldx, k, xp.data());
+        tile_prepacked_avx2(xp.data(), nx, w, nw, ldw, k, y, ldy);
         return;
     }
     int64_t i = 0;
@@ -218,6 +238,9 @@ struct Bf16Load {
     static float one(uint16_t h) { return bf16_to_float(h); }
 };
 
+// The next R rows (the next tile's contiguous region when rows are packed, ldw == k) are
+// prefetched at the pace this tile reads, R * 16 bytes per step, so each thread reads one long
+// stream instead of R short ones (as for Q8_0 in kvec::int8).
 template <class L, int R, int C>
 inline void half_tile(const float* x, int64_t ldx, const uint16_t* w, int64_t ldw, int64_t k, float* y, int64_t ldy) {
     __m256 acc[C][R];
@@ -226,7 +249,9 @@ inline void half_tile(const float* x, int64_t ldx, const uint16_t* w, int64_t ld
 #pragma GCC unroll 4
         for (int j = 0; j < R; ++j) acc[i][j] = _mm256_setzero_ps();
     const int64_t k8 = k & ~int64_t{7};
+    const uint16_t* next = w + R * ldw;
     for (int64_t p = 0; p < k8; p += 8) {
+        _mm_prefetch(reinterpret_cast<const char*>(next + p * R), _MM_HINT_T0);
         __m256 wv[R];
 #pragma GCC unroll 4
         for (int j = 0; j < R; ++j) wv[j] = L::load8(w + j * ldw + p);
@@ -346,6 +371,73 @@ void attention_values_f16_avx2(const float* p, int64_t nq, int64_t ldp, const ui
     attention_values<Fp16Load>(p, nq, ldp, v, n, d, out, ldo);
 }
 
+// exp over 8 lanes: x = n ln2 + r with |r| <= ln2 / 2 (ln2 split in two parts so that n ln2 is
+// exact), exp(r) by the Cephes expf polynomial (relative error about 1e-7, the same order as
+// float rounding), times 2^n assembled in the exponent bits. Inputs below -87.3 give 0 and above
+// 88.7 are clamped (exp(88.7) ~ 3.4e38, near FLT_MAX); used where the arguments are bounded
+// (softmax: x - max <= 0; SiLU: the quotient is saturated long before).
+namespace {
+inline __m256 exp8(__m256 x) {
+    const __m256 underflow = _mm256_cmp_ps(x, _mm256_set1_ps(-87.33654f), _CMP_LT_OQ);
+    x = _mm256_min_ps(x, _mm256_set1_ps(88.72283f));
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.33654f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    // 2^n for n in [-126, 128]: n + 127 in the exponent field (n = 128 only at the clamp, where
+    // p < 1 keeps the product finite: 2^127 * 2 * p).
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(126)), 23);
+    const __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), _mm256_set1_ps(2.0f));
+    return _mm256_andnot_ps(underflow, y);
+}
+}  // namespace
+
+void softmax_avx2(float* x, int64_t n) {
+    if (n <= 0) return;
+    __m256 mv = _mm256_set1_ps(x[0]);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(x + i));
+    float mx = hmax(mv);
+    for (; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+    const __m256 m8 = _mm256_set1_ps(mx);
+    __m256 sv = _mm256_setzero_ps();
+    for (i = 0; i + 8 <= n; i += 8) {
+        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), m8));
+        _mm256_storeu_ps(x + i, e);
+        sv = _mm256_add_ps(sv, e);
+    }
+    if (i < n) {  // the tail through a zero-padded vector (padding lanes: exp(-inf - mx) = 0)
+        alignas(32) float t[8];
+        for (int j = 0; j < 8; ++j) t[j] = i + j < n ? x[i + j] : -INFINITY;
+        const __m256 e = exp8(_mm256_sub_ps(_mm256_load_ps(t), m8));
+        _mm256_store_ps(t, e);
+        for (int j = 0; i + j < n; ++j) x[i + j] = t[j];
+        sv = _mm256_add_ps(sv, e);
+    }
+    const __m256 inv = _mm256_set1_ps(1.0f / hsum(sv));
+    for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
+    for (; i < n; ++i) x[i] *= _mm256_cvtss_f32(inv);
+}
+
+void swiglu_avx2(const float* gate, const float* up, float* out, int64_t n) {
+    int64_t i = 0;
+    const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+    for (; i + 8 <= n; i += 8) {
+        const __m256 g = _mm256_loadu_ps(gate + i);
+        const __m256 silu = _mm256_div_ps(g, _mm256_add_ps(one, exp8(_mm256_xor_ps(g, sign))));
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(silu, _mm256_loadu_ps(up + i)));
+    }
+    for (; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
 uint64_t stream_sum_avx2(const uint64_t* p, int64_t n) {
     __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
     int64_t i = 0;
@@ -396,6 +488,7 @@ struct PanelSource {
         const float* s = scale + (j * nb + b) * 2;
         return _mm256_set_m128(_mm_set1_ps(s[1]), _mm_set1_ps(s[0]));
     }
+    void prefetch_next(int64_t, int, int64_t) const {}  // panels are small and cache-resident
 };
 
 // Q8_0 blocks read in place: fp16 scale + 32 int8.
@@ -410,6 +503,14 @@ struct Q80Source {
         std::memcpy(&h, w + static_cast<size_t>(j) * row_bytes + static_cast<size_t>(b) * 34, 2);
         return _mm256_set1_ps(_cvtsh_ss(h));
     }
+    // Rows j0..j0+R-1 are one contiguous region; while a tile reads it block by block, the next
+    // R rows (the next tile's region) are prefetched at the same pace, R * 34 bytes per block.
+    // Without this the hardware prefetcher sees R short streams per tile and decode reaches about
+    // half the bandwidth of one long stream. Prefetching past the tensor's end is harmless.
+    void prefetch_next(int64_t j_next, int r, int64_t b) const {
+        const uint8_t* p = w + static_cast<size_t>(j_next) * row_bytes + static_cast<size_t>(b) * 34 * r;
+        for (int off = 0; off < 34 * r + 64; off += 64) _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T0);
+    }
 };
 
 // y[i, j] for R weight rows x C activation rows. Per block: maddubs(|x|, sign(w, x)) multiplies
@@ -418,7 +519,8 @@ struct Q80Source {
 // FMA by scale_w (per half: lanes 0-3 / 4-7) x d_x. 6 vector operations per 32 multiply-adds:
 // without AVX-512 VNNI (vpdpbusd) this is about the speed of the float FMA path on Zen 3, but it
 // needs no dequantised copy of the weights and reads Q8_0 blocks in place.
-template <int R, int C, class Src>
+// Prefetch: stream the next tile's weight rows in (decode, where each weight is read once).
+template <int R, int C, class Src, bool Prefetch = false>
 inline void tile(const QuantRows& x, int64_t i0, const Src& src, int64_t j0, int64_t nb, float* y, int64_t ldy) {
     const __m256i ones = _mm256_set1_epi16(1);
     const int8_t* xr[C];  // activation rows of the tile
@@ -434,6 +536,7 @@ inline void tile(const QuantRows& x, int64_t i0, const Src& src, int64_t j0, int
 #pragma GCC unroll 8
         for (int j = 0; j < R; ++j) acc[i][j] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
+        if constexpr (Prefetch) src.prefetch_next(j0 + R, R, b);
         const int8_t* wp[R];
         __m256 ws[R];
 #pragma GCC unroll 8
@@ -464,10 +567,10 @@ inline void tile(const QuantRows& x, int64_t i0, const Src& src, int64_t j0, int
 // All nx x nw outputs in tiles of (R rows, C activation rows), with smaller edge tiles.
 template <class Src>
 void gemm_tiles(const QuantRows& x, int64_t nx, const Src& src, int64_t nw, int64_t nb, float* y, int64_t ldy) {
-    if (nx == 1) {  // decode: 4 weight rows per tile
+    if (nx == 1) {  // decode: 4 weight rows per tile, the next 4 prefetched
         int64_t j = 0;
-        for (; j + 4 <= nw; j += 4) tile<4, 1>(x, 0, src, j, nb, y, ldy);
-        for (; j < nw; ++j) tile<1, 1>(x, 0, src, j, nb, y, ldy);
+        for (; j + 4 <= nw; j += 4) tile<4, 1, Src, true>(x, 0, src, j, nb, y, ldy);
+        for (; j < nw; ++j) tile<1, 1, Src, true>(x, 0, src, j, nb, y, ldy);
         return;
     }
     // 2 x 4 measured fastest on Zen 3 (2x3 equal, 3x2 / 4x2 / 3x3 8-17% slower): 8 accumulators,
@@ -560,6 +663,13 @@ uint64_t stream_sum_avx2(const uint64_t* p, int64_t n) {
     uint64_t s = 0;
     for (int64_t i = 0; i < n; ++i) s += p[i];
     return s;
+}
+void softmax_avx2(float*, int64_t) { fail("AVX2 kernel called in a build without AVX2 support"); }
+void swiglu_avx2(const float*, const float*, float*, int64_t) {
+    fail("AVX2 kernel called in a build without AVX2 support");
+}
+void tile_prepacked_avx2(const float*, int64_t, const float*, int64_t, int64_t, int64_t, float*, int64_t) {
+    fail("AVX2 kernel called in a build without AVX2 support");
 }
 void matmul_q8_0_avx2(const float*, int64_t, int64_t, const uint8_t*, size_t, int64_t, int64_t, float*, int64_t) {
     KVEC_CHECK(false && "AVX2 kernel called in a build without AVX2");

@@ -20,6 +20,21 @@ void tile_generic(const float* x, int64_t nx, int64_t ldx, const float* w, int64
     }
 }
 
+void pack_rows6(const float* x, int64_t nx, int64_t ldx, int64_t k, float* xp) {
+    for (int64_t g = 0; g < packed_rows(nx) / kPackRows; ++g) {
+        float* out = xp + g * k * kPackRows;  // [k, 6]
+        for (int r = 0; r < kPackRows; ++r) {
+            const int64_t i = g * kPackRows + r;
+            if (i < nx) {
+                const float* xi = x + i * ldx;  // [k]
+                for (int64_t p = 0; p < k; ++p) out[p * kPackRows + r] = xi[p];
+            } else {
+                for (int64_t p = 0; p < k; ++p) out[p * kPackRows + r] = 0.0f;
+            }
+        }
+    }
+}
+
 void attention_values_generic(const float* p, int64_t nq, int64_t ldp, const float* v, int64_t n, int64_t d,
                               float* out, int64_t ldo) {
     for (int64_t i = 0; i < nq; ++i) {

@@ -20,7 +20,7 @@ namespace {
 // Weight rows dequantised together: two 16-wide panels of the packed AVX2 kernel; 32 rows of
 // 5632 floats = 704 KiB stay inside a 1 MiB L2.
 constexpr int64_t kWeightBlock = 32;
-// Activation rows per block: each weight block is dequantised once per activation block.
+// Activation rows per block, at most: each weight block is dequantised once per activation block.
 constexpr int64_t kActBlock = 256;
 
 bool cpu_has_avx2() {
@@ -46,14 +46,33 @@ TileKernel tile_for(CpuKernel k) {
 
 // Blocked path: dequantise kWeightBlock rows into a thread-local buffer (F32 weights are used in
 // place), then multiply them with a block of activation rows using the tile kernel.
+// With AVX2 and enough rows (prefill), the activations are packed once for the whole matmul
+// (kernels::pack_rows6) and every work item runs the prepacked kernel on its block.
 void matmul_blocked(const float* x, int64_t n, const WeightView& w, float* y) {
     const TileKernel tile = tile_kernel();
     const int64_t n_wb = (w.n_out + kWeightBlock - 1) / kWeightBlock;
-    const int64_t n_ab = (n + kActBlock - 1) / kActBlock;
+    // Blocks of equal size (512 rows: 258 + 254, not 256 + 256 + a sliver that would cost a third
+    // dequantisation), each a multiple of kPackRows so that every block starts a packed group.
+    const int64_t n_blocks = (n + kActBlock - 1) / kActBlock;
+    const int64_t act_block = kernels::packed_rows((n + n_blocks - 1) / n_blocks);
+    const int64_t n_ab = (n + act_block - 1) / act_block;  // rounding up can leave fewer blocks
     const bool in_place = w.type == GgmlType::F32;
     const int64_t work = n * w.n_out * w.n_in;
+    const bool prepack = active_cpu_kernel() == CpuKernel::Avx2 && n >= kernels::kPackedMinRows;
+    thread_local std::vector<float> xpack;  // [packed_rows(n) / 6, n_in, 6] packed activations (grow-only)
+    if (prepack && xpack.size() < static_cast<size_t>(kernels::packed_rows(n) * w.n_in)) {
+        xpack.resize(static_cast<size_t>(kernels::packed_rows(n) * w.n_in));
+    }
+    float* xp = xpack.data();
 #pragma omp parallel if (work >= (1 << 20))  // below ~1M multiply-adds a team costs more
     {
+        if (prepack) {
+#pragma omp for schedule(static)
+            for (int64_t ab = 0; ab < n_ab; ++ab) {
+                const int64_t a0 = ab * act_block, a1 = std::min(n, a0 + act_block);
+                kernels::pack_rows6(x + a0 * w.n_in, a1 - a0, w.n_in, w.n_in, xp + a0 * w.n_in);
+            }
+        }
         thread_local std::vector<float> wbuf;  // [kWeightBlock, n_in] dequantised weights (grow-only)
         if (!in_place && wbuf.size() < static_cast<size_t>(kWeightBlock * w.n_in)) {
             wbuf.resize(static_cast<size_t>(kWeightBlock * w.n_in));
@@ -61,7 +80,7 @@ void matmul_blocked(const float* x, int64_t n, const WeightView& w, float* y) {
 #pragma omp for schedule(dynamic, 1) collapse(2)
         for (int64_t ab = 0; ab < n_ab; ++ab) {
             for (int64_t wb = 0; wb < n_wb; ++wb) {
-                const int64_t a0 = ab * kActBlock, a1 = std::min(n, a0 + kActBlock);
+                const int64_t a0 = ab * act_block, a1 = std::min(n, a0 + act_block);
                 const int64_t r0 = wb * kWeightBlock, r1 = std::min(w.n_out, r0 + kWeightBlock);
                 const float* wp = wbuf.data();
                 if (in_place) {
@@ -76,8 +95,13 @@ void matmul_blocked(const float* x, int64_t n, const WeightView& w, float* y) {
                         ops::dequantize_weight_row(w, r, wbuf.data() + (r - r0) * w.n_in);
                     }
                 }
-                tile(x + a0 * w.n_in, a1 - a0, w.n_in, wp, r1 - r0, w.n_in, w.n_in,
-                     y + a0 * w.n_out + r0, w.n_out);
+                if (prepack) {
+                    kernels::tile_prepacked_avx2(xp + a0 * w.n_in, a1 - a0, wp, r1 - r0, w.n_in, w.n_in,
+                                                 y + a0 * w.n_out + r0, w.n_out);
+                } else {
+                    tile(x + a0 * w.n_in, a1 - a0, w.n_in, wp, r1 - r0, w.n_in, w.n_in, y + a0 * w.n_out + r0,
+                         w.n_out);
+                }
             }
         }
     }
@@ -148,7 +172,10 @@ void matmul_int8(const float* x, int64_t n, const WeightView& w, float* y) {
     const bool has_min = int8::panel_has_min(w.type);
     const int64_t act_block = n <= 4 ? n : std::max<int64_t>(4, ((256 * 1024) / k) & ~int64_t{3});
     const int64_t n_ab = (n + act_block - 1) / act_block;
-    const int64_t n_wb = (w.n_out + kPanelRows - 1) / kPanelRows;
+    // Q8_0 decode reads rows in place and prefetches the next tile's rows: longer work items keep
+    // each thread on one contiguous stream.
+    const int64_t item_rows = in_place && n == 1 ? 4 * kPanelRows : kPanelRows;
+    const int64_t n_wb = (w.n_out + item_rows - 1) / item_rows;
 #pragma omp parallel if (n * w.n_out * k >= (1 << 20))
     {
 #pragma omp for schedule(static)
@@ -169,7 +196,7 @@ void matmul_int8(const float* x, int64_t n, const WeightView& w, float* y) {
         for (int64_t wb = 0; wb < n_wb; ++wb) {
             for (int64_t ab = 0; ab < n_ab; ++ab) {
                 const int64_t a0 = ab * act_block, a1 = std::min(n, a0 + act_block);
-                const int64_t r0 = wb * kPanelRows, r1 = std::min(w.n_out, r0 + kPanelRows);
+                const int64_t r0 = wb * item_rows, r1 = std::min(w.n_out, r0 + item_rows);
                 int8::QuantRows xb = xq;
                 xb.q += a0 * k;
                 xb.d += a0 * nb;

@@ -1,10 +1,13 @@
 #include "tensor/ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "quant/quant.h"
+#include "tensor/kernels.h"
+#include "tensor/matmul.h"
 #include "util/error.h"
 #include "util/fp16.h"
 
@@ -94,6 +97,14 @@ void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const i
 }
 
 void swiglu(const float* gate, const float* up, float* out, int64_t n) {
+    if (active_cpu_kernel() == CpuKernel::Avx2) {
+        constexpr int64_t kChunk = 4096;
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+        for (int64_t c = 0; c < n; c += kChunk) {
+            kernels::swiglu_avx2(gate + c, up + c, out + c, std::min(kChunk, n - c));
+        }
+        return;
+    }
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
     for (int64_t i = 0; i < n; ++i) {
         const float g = gate[i];
@@ -102,6 +113,10 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n) {
 }
 
 void softmax(float* x, int64_t n) {
+    if (active_cpu_kernel() == CpuKernel::Avx2) {
+        kernels::softmax_avx2(x, n);
+        return;
+    }
     float mx = x[0];
     for (int64_t i = 1; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
     float sum = 0.0f;

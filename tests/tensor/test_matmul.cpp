@@ -6,6 +6,7 @@
 
 #include "gguf/ggml_type.h"
 #include "quant/quant.h"
+#include "tensor/kernels.h"
 #include "tensor/matmul.h"
 #include "tensor/reference.h"
 #include "util/fp16.h"
@@ -103,6 +104,8 @@ TEST(Matmul, OddShapesAndManyRows) {
         // remainder, row blocks of 6 with a remainder.
         check(make_weights(GgmlType::F32, 600, 37, 10), 50);
         check(make_weights(GgmlType::Q4_K, 768, 40, 11), 29);
+        // F16 prefill: two activation blocks (252 + 5 rows), the second ending in a partial group.
+        check(make_weights(GgmlType::F16, 300, 37, 14), 257);
         // 16-bit weights read in place for decode (<= 4 rows): k tail past the last 8, rows past
         // the last 4-row tile.
         for (int64_t n : {1, 3}) {
@@ -131,6 +134,39 @@ TEST(Matmul, TileKernelsAgree) {
     set_cpu_kernel(CpuKernel::Avx2);
     tile_kernel()(x.data(), 7, 45, w.data(), 11, 45, 45, b.data(), 11);
     for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4f);
+}
+
+TEST(Kernels, PackRowsLayout) {
+    // 8 rows of 3 (ldx 4): group 0 holds rows 0-5, group 1 rows 6-7 then zeros, each k-major.
+    std::vector<float> x(8 * 4);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i + 1);
+    ASSERT_EQ(kernels::packed_rows(8), 12);
+    std::vector<float> xp(static_cast<size_t>(kernels::packed_rows(8) * 3), -1.0f);
+    kernels::pack_rows6(x.data(), 8, 4, 3, xp.data());
+    for (int64_t g = 0; g < 2; ++g)
+        for (int64_t p = 0; p < 3; ++p)
+            for (int64_t r = 0; r < 6; ++r) {
+                const int64_t i = g * 6 + r;
+                EXPECT_EQ(xp[static_cast<size_t>((g * 3 + p) * 6 + r)], i < 8 ? x[static_cast<size_t>(i * 4 + p)] : 0.0f);
+            }
+}
+
+TEST(Kernels, PrepackedTileMatchesGeneric) {
+    if (!cpu_kernel_supported(CpuKernel::Avx2)) GTEST_SKIP() << "no AVX2 on this CPU";
+    // k over two 256-chunks (the second partial), 16-wide panels with a remainder, row groups of 6
+    // with a remainder; x rows padded (ldx > k) and y wider than nw (ldy > nw).
+    for (int64_t nx : {1, 6, 31}) {
+        for (int64_t nw : {3, 16, 19}) {
+            const int64_t k = 300, ldx = 303, ldy = nw + 2;
+            const auto x = random_x(nx, ldx, 3), w = random_x(nw, k, 4);
+            std::vector<float> xp(static_cast<size_t>(kernels::packed_rows(nx) * k));
+            kernels::pack_rows6(x.data(), nx, ldx, k, xp.data());
+            std::vector<float> a(static_cast<size_t>(nx * ldy), 7.0f), b = a;
+            kernels::tile_generic(x.data(), nx, ldx, w.data(), nw, k, k, a.data(), ldy);
+            kernels::tile_prepacked_avx2(xp.data(), nx, w.data(), nw, k, k, b.data(), ldy);
+            for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 2e-4f) << nx << "x" << nw << " at " << i;
+        }
+    }
 }
 
 TEST(Kernels, Fp16ConversionMatchesScalar) {

@@ -4,6 +4,7 @@
 #include <random>
 #include <vector>
 
+#include "tensor/matmul.h"
 #include "tensor/ops.h"
 #include "tensor/reference.h"
 #include "util/error.h"
@@ -109,6 +110,36 @@ TEST(Ops, RopeMatchesReferenceAllModes) {
             }
         }
     }
+}
+
+// Every CPU kernel (the AVX2 one has its own vectorised exp), lengths with and without a tail of
+// fewer than 8, and arguments across exp's range.
+TEST(Ops, SwigluAndSoftmaxMatchReferenceOnEveryKernel) {
+    for (CpuKernel k : {CpuKernel::Generic, CpuKernel::Avx2}) {
+        if (!cpu_kernel_supported(k)) continue;
+        set_cpu_kernel(k);
+        for (int64_t n : {1, 7, 8, 13, 1000}) {
+            auto g = random_vec(n, 21, 30.0f), u = random_vec(n, 22);
+            g[0] = -100.0f;  // exp(100) saturates: silu -> -0
+            if (n > 1) g[1] = 100.0f;
+            std::vector<float> y(n), yr(n);
+            ops::swiglu(g.data(), u.data(), y.data(), n);
+            ref::swiglu(g.data(), u.data(), yr.data(), n);
+            for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(y[i], yr[i], 1e-6f * (1 + std::fabs(yr[i]))) << n << " " << i;
+
+            auto s = random_vec(n, 23, 40.0f);  // spans exp(-160)..exp(0): underflow to 0 included
+            auto sr = s;
+            ops::softmax(s.data(), n);
+            ref::softmax(sr.data(), n);
+            double sum = 0;
+            for (int64_t i = 0; i < n; ++i) {
+                ASSERT_NEAR(s[i], sr[i], 1e-6f * (1e-3f + sr[i])) << n << " " << i;
+                sum += s[i];
+            }
+            EXPECT_NEAR(sum, 1.0, 1e-5);
+        }
+    }
+    set_cpu_kernel(cpu_kernel_supported(CpuKernel::Avx2) ? CpuKernel::Avx2 : CpuKernel::Generic);
 }
 
 TEST(Ops, SwigluAndSoftmaxMatchReference) {

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# kvec against llama.cpp on this machine, side by side.
+#
+# Builds llama.cpp's own llama-bench from the llama.cpp source that the npm package
+# node-llama-cpp ships (a git bundle of ggml-org/llama.cpp, MIT licence; nothing of it is
+# committed here), then runs `kvec bench` and `llama-bench` alternately on the same GGUF files
+# with the same threads, prompt and generation lengths, and prints kvec / llama.cpp per test.
+# Alternating rounds spread a noisy machine's slow phases over both engines.
+#
+#   scripts/bench-vs-llama-cpp.sh -m build/tl-q8_0.gguf,build/tl-f16.gguf [-t 2] [-p 512]
+#                                 [-n 128] [-r 2] [--rounds 2] [--out DIR]
+#
+# Needs: kvec built in build/release (cmake --preset release && cmake --build build/release),
+# npm (installed by scripts/install-deps.sh), cmake, ninja, a C++ compiler. The first run builds
+# llama-bench into build/llama.cpp/ (about 8 minutes on 2 cores); later runs reuse it.
+set -euo pipefail
+
+NODE_LLAMA_CPP_VERSION=3.22.1  # ships llama.cpp commit de3ff81 (2026-09-28)
+root="$(cd "$(dirname "$0")/.." && pwd)"
+models="" threads=2 n_prompt=512 n_gen=128 reps=2 rounds=2 out=""
+
+usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+while [ $# -gt 0 ]; do
+    case "$1" in
+        -m) models="$2"; shift 2 ;;
+        -t) threads="$2"; shift 2 ;;
+        -p) n_prompt="$2"; shift 2 ;;
+        -n) n_gen="$2"; shift 2 ;;
+        -r) reps="$2"; shift 2 ;;
+        --rounds) rounds="$2"; shift 2 ;;
+        --out) out="$2"; shift 2 ;;
+        -h|--help) usage 0 ;;
+        *) echo "unknown argument: $1" >&2; usage 2 >&2 ;;
+    esac
+done
+[ -n "$models" ] || { echo "error: -m MODEL[,MODEL...] is required" >&2; exit 2; }
+for v in "$threads" "$n_prompt" "$n_gen" "$reps" "$rounds"; do
+    [[ "$v" =~ ^[0-9]+$ ]] || { echo "error: -t/-p/-n/-r/--rounds take one whole number, got '$v'" >&2; exit 2; }
+done
+IFS=, read -r -a model_list <<< "$models"
+for m in "${model_list[@]}"; do [ -f "$m" ] || { echo "error: no model file '$m'" >&2; exit 2; }; done
+
+kvec="$root/build/release/tools/kvec"
+[ -x "$kvec" ] || { echo "error: $kvec not built (cmake --preset release && cmake --build build/release)" >&2; exit 2; }
+
+# llama-bench, built once from the bundled source.
+lc="$root/build/llama.cpp"
+llama_bench="$lc/build/bin/llama-bench"
+if [ ! -x "$llama_bench" ]; then
+    mkdir -p "$lc"
+    if [ ! -d "$lc/src" ]; then
+        echo "fetching node-llama-cpp@$NODE_LLAMA_CPP_VERSION (llama.cpp source) from npm" >&2
+        (cd "$lc" && npm pack --silent "node-llama-cpp@$NODE_LLAMA_CPP_VERSION" > /dev/null)
+        tar -xzf "$lc/node-llama-cpp-$NODE_LLAMA_CPP_VERSION.tgz" -C "$lc" package/llama/gitRelease.bundle
+        git -c advice.detachedHead=false clone --quiet "$lc/package/llama/gitRelease.bundle" "$lc/src"
+        rm -rf "$lc/package" "$lc/node-llama-cpp-$NODE_LLAMA_CPP_VERSION.tgz"
+    fi
+    echo "building llama-bench (GGML_NATIVE: the kernels for this CPU)" >&2
+    cmake -S "$lc/src" -B "$lc/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
+        -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF > "$lc/configure.log"
+    cmake --build "$lc/build" --target llama-bench -j"$(nproc)" > "$lc/build.log"
+fi
+
+out="${out:-$(mktemp -d)}"
+mkdir -p "$out"
+for ((round = 1; round <= rounds; ++round)); do
+    for i in "${!model_list[@]}"; do
+        m="${model_list[$i]}"
+        echo "round $round/$rounds: $m: kvec" >&2
+        "$kvec" bench -m "$m" -t "$threads" -p "$n_prompt" -n "$n_gen" -r "$reps" -o json \
+            > "$out/kvec-$round-$i.json"
+        echo "round $round/$rounds: $m: llama.cpp" >&2
+        "$llama_bench" -m "$m" -t "$threads" -p "$n_prompt" -n "$n_gen" -r "$reps" -o json \
+            > "$out/llama-$round-$i.json" 2> "$out/llama-$round-$i.log"
+    done
+done
+python3 "$root/scripts/bench_ratio.py" "$out" "$rounds" "${model_list[@]}"
