@@ -19,7 +19,7 @@ NODE_LLAMA_CPP_VERSION=3.22.1  # ships llama.cpp commit de3ff81 (2026-09-28)
 root="$(cd "$(dirname "$0")/.." && pwd)"
 models="" threads=2 n_prompt=512 n_gen=128 reps=2 rounds=2 out=""
 
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
     case "$1" in
         -m) models="$2"; shift 2 ;;
