@@ -601,12 +601,9 @@ void quantize_rows_avx2(const float* x, int64_t n, int64_t k, int8_t* q, float* 
             const float* xb = x + r * k + b * kBlock;  // [32]
             __m256 v[4];
             for (int t = 0; t < 4; ++t) v[t] = _mm256_loadu_ps(xb + 8 * t);
-            __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign_mask, v[0]), _mm256_andnot_ps(sign_mask, v[1])),
+            const __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign_mask, v[0]), _mm256_andnot_ps(sign_mask, v[1])),
                                      _mm256_max_ps(_mm256_andnot_ps(sign_mask, v[2]), _mm256_andnot_ps(sign_mask, v[3])));
-            __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-            m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-            m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-            const float amax = _mm_cvtss_f32(m4);
+            const float amax = kvec::kernels::hmax(m);
             const float db = amax / 127.0f;
             const __m256 id = _mm256_set1_ps(db != 0.0f ? 1.0f / db : 0.0f);
             __m256i qi[4];

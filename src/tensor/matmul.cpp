@@ -44,6 +44,13 @@ TileKernel tile_for(CpuKernel k) {
     return k == CpuKernel::Avx2 ? &kernels::tile_avx2 : &kernels::tile_generic;
 }
 
+// Grow-only buffer (capacity kept across calls: no allocation per token once warm).
+template <class T>
+T* grow(std::vector<T>& v, int64_t n) {
+    if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+    return v.data();
+}
+
 // Blocked path: dequantise kWeightBlock rows into a thread-local buffer (F32 weights are used in
 // place), then multiply them with a block of activation rows using the tile kernel.
 // With AVX2 and enough rows (prefill), the activations are packed once for the whole matmul
@@ -59,11 +66,8 @@ void matmul_blocked(const float* x, int64_t n, const WeightView& w, float* y) {
     const bool in_place = w.type == GgmlType::F32;
     const int64_t work = n * w.n_out * w.n_in;
     const bool prepack = active_cpu_kernel() == CpuKernel::Avx2 && n >= kernels::kPackedMinRows;
-    thread_local std::vector<float> xpack;  // [packed_rows(n) / 6, n_in, 6] packed activations (grow-only)
-    if (prepack && xpack.size() < static_cast<size_t>(kernels::packed_rows(n) * w.n_in)) {
-        xpack.resize(static_cast<size_t>(kernels::packed_rows(n) * w.n_in));
-    }
-    float* xp = xpack.data();
+    thread_local std::vector<float> xpack;  // [packed_rows(n) / 6, n_in, 6] packed activations
+    float* xp = prepack ? grow(xpack, kernels::packed_rows(n) * w.n_in) : nullptr;
 #pragma omp parallel if (work >= (1 << 20))  // below ~1M multiply-adds a team costs more
     {
         if (prepack) {
@@ -73,10 +77,8 @@ void matmul_blocked(const float* x, int64_t n, const WeightView& w, float* y) {
                 kernels::pack_rows6(x + a0 * w.n_in, a1 - a0, w.n_in, w.n_in, xp + a0 * w.n_in);
             }
         }
-        thread_local std::vector<float> wbuf;  // [kWeightBlock, n_in] dequantised weights (grow-only)
-        if (!in_place && wbuf.size() < static_cast<size_t>(kWeightBlock * w.n_in)) {
-            wbuf.resize(static_cast<size_t>(kWeightBlock * w.n_in));
-        }
+        thread_local std::vector<float> wbuf;  // [kWeightBlock, n_in] dequantised weights
+        if (!in_place) grow(wbuf, kWeightBlock * w.n_in);
 #pragma omp for schedule(dynamic, 1) collapse(2)
         for (int64_t ab = 0; ab < n_ab; ++ab) {
             for (int64_t wb = 0; wb < n_wb; ++wb) {
@@ -140,13 +142,6 @@ void matmul_half(const float* x, int64_t n, const WeightView& w, float* y) {
         const int64_t r0 = b * kRows, r1 = std::min(w.n_out, r0 + kRows);
         kernel(x, n, w.n_in, h + r0 * ldw, ldw, r1 - r0, w.n_in, y + r0, w.n_out);
     }
-}
-
-// Grow-only buffer (capacity kept across calls: no allocation per token once warm).
-template <class T>
-T* grow(std::vector<T>& v, int64_t n) {
-    if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
-    return v.data();
 }
 
 // Quantised weights, fast precision (AVX2): activations quantised to int8 once (int8_gemm.h), then
