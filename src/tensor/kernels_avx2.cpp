@@ -75,6 +75,26 @@ inline void row_block(const float* x, int64_t ldx, const float* w, int64_t nw, i
     if (nw - j == 1) micro<MI, 1>(x, ldx, w + j * ldw, ldw, k, y + j, ldy);
 }
 
+// Loaders of 8 weights as floats (and of one, for tails): F32 as is, F16 through F16C, BF16 by a
+// 16-bit shift.
+struct F32Load {
+    static __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+    static float one(float v) { return v; }
+};
+struct Fp16Load {
+    static __m256 load8(const uint16_t* p) {
+        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    }
+    static float one(uint16_t h) { return fp16_to_float(h); }
+};
+struct Bf16Load {
+    static __m256 load8(const uint16_t* p) {
+        const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    }
+    static float one(uint16_t h) { return bf16_to_float(h); }
+};
+
 // Packed path for many activation rows (prefill): activations come in groups of 6 rows stored
 // k-major (pack_rows6, so the 6 broadcasts of a step read one contiguous 24-byte span instead of
 // 6 rows 4*ldx bytes apart: 82 against 68-75 GFLOPS per core measured), weight rows are packed 16 at
@@ -138,23 +158,57 @@ inline void micro_packed(const float* xg, int mi, const float* panel, int64_t kc
     store(5, c50, c51);
 }
 
-}  // namespace
+// out[q] = (r[0][q], ..., r[7][q]): an 8 x 8 transpose in registers.
+inline void transpose8(__m256 r[8]) {
+    __m256 t[8], s[8];
+    for (int i = 0; i < 4; ++i) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);      // rows 2i, 2i+1: columns 0 1 | 4 5
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);  // columns 2 3 | 6 7
+    }
+    for (int h = 0; h < 2; ++h) {  // rows 0-3, then rows 4-7
+        const __m256* u = t + 4 * h;
+        s[4 * h + 0] = _mm256_shuffle_ps(u[0], u[2], _MM_SHUFFLE(1, 0, 1, 0));  // column 0 | 4
+        s[4 * h + 1] = _mm256_shuffle_ps(u[0], u[2], _MM_SHUFFLE(3, 2, 3, 2));  // column 1 | 5
+        s[4 * h + 2] = _mm256_shuffle_ps(u[1], u[3], _MM_SHUFFLE(1, 0, 1, 0));  // column 2 | 6
+        s[4 * h + 3] = _mm256_shuffle_ps(u[1], u[3], _MM_SHUFFLE(3, 2, 3, 2));  // column 3 | 7
+    }
+    for (int q = 0; q < 4; ++q) {
+        r[q] = _mm256_permute2f128_ps(s[q], s[4 + q], 0x20);
+        r[q + 4] = _mm256_permute2f128_ps(s[q], s[4 + q], 0x31);
+    }
+}
 
-void tile_prepacked_avx2(const float* xp, int64_t nx, const float* w, int64_t nw, int64_t ldw, int64_t k, float* y,
-                         int64_t ldy) {
-    alignas(32) float panel[kKC * kNR];  // [kc, 16] packed weights
-    for (int64_t j0 = 0; j0 < nw; j0 += kNR) {
-        const int nj = static_cast<int>(nw - j0 < kNR ? nw - j0 : kNR);
-        for (int64_t k0 = 0; k0 < k; k0 += kKC) {
-            const int64_t kc = k - k0 < kKC ? k - k0 : kKC;
-            for (int j = 0; j < kNR; ++j) {
-                const float* wj = w + (j0 + j) * ldw + k0;  // row j0 + j, read sequentially
-                if (j < nj) {
-                    for (int64_t p = 0; p < kc; ++p) panel[p * kNR + j] = wj[p];
-                } else {
-                    for (int64_t p = 0; p < kc; ++p) panel[p * kNR + j] = 0.0f;
-                }
+// panel[p * 16 + j] = row j of w at k0 + p as float, for p < kc, j < nj; zero for j >= nj.
+// The weight type is converted here (L: one of the loaders above), 8 x 8 blocks at a time.
+template <class L, class T>
+inline void pack_panel(const T* w, int64_t ldw, int nj, int64_t kc, float* panel) {
+    const int64_t kc8 = kc & ~int64_t{7};
+    for (int h = 0; h < kNR / 8; ++h) {
+        for (int64_t p = 0; p < kc8; p += 8) {
+            __m256 r[8];
+            for (int j = 0; j < 8; ++j) {
+                const int row = 8 * h + j;
+                r[j] = row < nj ? L::load8(w + row * ldw + p) : _mm256_setzero_ps();
             }
+            transpose8(r);
+            for (int q = 0; q < 8; ++q) _mm256_store_ps(panel + (p + q) * kNR + 8 * h, r[q]);
+        }
+    }
+    for (int64_t p = kc8; p < kc; ++p)
+        for (int j = 0; j < kNR; ++j) panel[p * kNR + j] = j < nj ? L::one(w[j * ldw + p]) : 0.0f;
+}
+
+template <class L, class T>
+void tile_prepacked(const float* xp, int64_t nx, const T* w, int64_t nw, int64_t ldw, int64_t k, float* y,
+                    int64_t ldy) {
+    alignas(32) float panel[kKC * kNR];  // [kc, 16] packed weights
+    // k chunks outermost: the activations' chunk (nx x kc, 256 KiB for 258 rows) stays in L2 while
+    // every panel of the weight rows passes over it.
+    for (int64_t k0 = 0; k0 < k; k0 += kKC) {
+        const int64_t kc = k - k0 < kKC ? k - k0 : kKC;
+        for (int64_t j0 = 0; j0 < nw; j0 += kNR) {
+            const int nj = static_cast<int>(nw - j0 < kNR ? nw - j0 : kNR);
+            pack_panel<L>(w + j0 * ldw + k0, ldw, nj, kc, panel);
             const bool acc = k0 > 0;
             for (int64_t i = 0; i < nx; i += kPackRows) {
                 const int mi = static_cast<int>(nx - i < kPackRows ? nx - i : kPackRows);
@@ -162,6 +216,23 @@ void tile_prepacked_avx2(const float* xp, int64_t nx, const float* w, int64_t nw
             }
         }
     }
+}
+
+}  // namespace
+
+void tile_prepacked_avx2(const float* xp, int64_t nx, const float* w, int64_t nw, int64_t ldw, int64_t k, float* y,
+                         int64_t ldy) {
+    tile_prepacked<F32Load>(xp, nx, w, nw, ldw, k, y, ldy);
+}
+
+void tile_prepacked_f16_avx2(const float* xp, int64_t nx, const uint16_t* w, int64_t nw, int64_t ldw, int64_t k,
+                             float* y, int64_t ldy) {
+    tile_prepacked<Fp16Load>(xp, nx, w, nw, ldw, k, y, ldy);
+}
+
+void tile_prepacked_bf16_avx2(const float* xp, int64_t nx, const uint16_t* w, int64_t nw, int64_t ldw, int64_t k,
+                              float* y, int64_t ldy) {
+    tile_prepacked<Bf16Load>(xp, nx, w, nw, ldw, k, y, ldy);
 }
 
 
@@ -224,20 +295,6 @@ void matmul_q8_0_avx2(const float* x, int64_t nx, int64_t ldx, const uint8_t* w,
 // to 2 activation rows per tile, the conversion to float (F16C, or a 16-bit shift for bf16) fused
 // with the FMA.
 namespace {
-struct Fp16Load {
-    static __m256 load8(const uint16_t* p) {
-        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    }
-    static float one(uint16_t h) { return fp16_to_float(h); }
-};
-struct Bf16Load {
-    static __m256 load8(const uint16_t* p) {
-        const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-        return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-    }
-    static float one(uint16_t h) { return bf16_to_float(h); }
-};
-
 // The next R rows (the next tile's contiguous region when rows are packed, ldw == k) are
 // prefetched at the pace this tile reads, R * 16 bytes per step, so each thread reads one long
 // stream instead of R short ones (as for Q8_0 in kvec::int8).
@@ -303,11 +360,6 @@ void matmul_bf16_avx2(const float* x, int64_t nx, int64_t ldx, const uint16_t* w
 // vectors of 8 dimensions: per entry DV value vectors are loaded (and converted) once and
 // multiplied by C broadcast probabilities; 4 x 2 tiles use 8 accumulators + 2 values + 1 broadcast.
 namespace {
-struct F32Load {
-    static __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-    static float one(float x) { return x; }
-};
-
 template <class L, int C, int DV, class E>
 inline void values_tile(const float* p, int64_t ldp, const E* v, int64_t ldv, int64_t n, float* out, int64_t ldo) {
     __m256 acc[C][DV];
@@ -666,6 +718,12 @@ void swiglu_avx2(const float*, const float*, float*, int64_t) {
     fail("AVX2 kernel called in a build without AVX2 support");
 }
 void tile_prepacked_avx2(const float*, int64_t, const float*, int64_t, int64_t, int64_t, float*, int64_t) {
+    fail("AVX2 kernel called in a build without AVX2 support");
+}
+void tile_prepacked_f16_avx2(const float*, int64_t, const uint16_t*, int64_t, int64_t, int64_t, float*, int64_t) {
+    fail("AVX2 kernel called in a build without AVX2 support");
+}
+void tile_prepacked_bf16_avx2(const float*, int64_t, const uint16_t*, int64_t, int64_t, int64_t, float*, int64_t) {
     fail("AVX2 kernel called in a build without AVX2 support");
 }
 void matmul_q8_0_avx2(const float*, int64_t, int64_t, const uint8_t*, size_t, int64_t, int64_t, float*, int64_t) {

@@ -20,6 +20,9 @@ namespace {
 // Weight rows dequantised together: two 16-wide panels of the packed AVX2 kernel; 32 rows of
 // 5632 floats = 704 KiB stay inside a 1 MiB L2.
 constexpr int64_t kWeightBlock = 32;
+// Weight rows per work item when the prepacked kernel reads them in place (F32, F16, BF16): no
+// buffer to bound, and each activation chunk in L2 serves 4 panels (pp512 F16 +6-8 % over 32).
+constexpr int64_t kPackedItemRows = 64;
 // Activation rows per block, at most: each weight block is dequantised once per activation block.
 constexpr int64_t kActBlock = 256;
 
@@ -54,10 +57,10 @@ T* grow(std::vector<T>& v, int64_t n) {
 // Blocked path: dequantise kWeightBlock rows into a thread-local buffer (F32 weights are used in
 // place), then multiply them with a block of activation rows using the tile kernel.
 // With AVX2 and enough rows (prefill), the activations are packed once for the whole matmul
-// (kernels::pack_rows6) and every work item runs the prepacked kernel on its block.
+// (kernels::pack_rows6) and every work item runs the prepacked kernel on its block; F16 / BF16
+// rows are then read in place and converted as the kernel packs its weight panels.
 void matmul_blocked(const float* x, int64_t n, const WeightView& w, float* y) {
     const TileKernel tile = tile_kernel();
-    const int64_t n_wb = (w.n_out + kWeightBlock - 1) / kWeightBlock;
     // Blocks of equal size (512 rows: 258 + 254, not 256 + 256 + a sliver that would cost a third
     // dequantisation), each a multiple of kPackRows so that every block starts a packed group.
     const int64_t n_blocks = (n + kActBlock - 1) / kActBlock;
@@ -66,6 +69,9 @@ void matmul_blocked(const float* x, int64_t n, const WeightView& w, float* y) {
     const bool in_place = w.type == GgmlType::F32;
     const int64_t work = n * w.n_out * w.n_in;
     const bool prepack = active_cpu_kernel() == CpuKernel::Avx2 && n >= kernels::kPackedMinRows;
+    const bool half_packed = prepack && (w.type == GgmlType::F16 || w.type == GgmlType::BF16);
+    const int64_t rows_per_item = prepack && (half_packed || in_place) ? kPackedItemRows : kWeightBlock;
+    const int64_t n_wb = (w.n_out + rows_per_item - 1) / rows_per_item;
     thread_local std::vector<float> xpack;  // [packed_rows(n) / 6, n_in, 6] packed activations
     float* xp = prepack ? grow(xpack, kernels::packed_rows(n) * w.n_in) : nullptr;
 #pragma omp parallel if (work >= (1 << 20))  // below ~1M multiply-adds a team costs more
@@ -78,12 +84,19 @@ void matmul_blocked(const float* x, int64_t n, const WeightView& w, float* y) {
             }
         }
         thread_local std::vector<float> wbuf;  // [kWeightBlock, n_in] dequantised weights
-        if (!in_place) grow(wbuf, kWeightBlock * w.n_in);
+        if (!in_place && !half_packed) grow(wbuf, kWeightBlock * w.n_in);
 #pragma omp for schedule(dynamic, 1) collapse(2)
         for (int64_t ab = 0; ab < n_ab; ++ab) {
             for (int64_t wb = 0; wb < n_wb; ++wb) {
                 const int64_t a0 = ab * act_block, a1 = std::min(n, a0 + act_block);
-                const int64_t r0 = wb * kWeightBlock, r1 = std::min(w.n_out, r0 + kWeightBlock);
+                const int64_t r0 = wb * rows_per_item, r1 = std::min(w.n_out, r0 + rows_per_item);
+                if (half_packed) {  // 16-bit rows converted while the kernel packs them
+                    const auto* h = reinterpret_cast<const uint16_t*>(w.row(r0));
+                    const int64_t ldw = static_cast<int64_t>(w.row_bytes / 2);
+                    (w.type == GgmlType::F16 ? kernels::tile_prepacked_f16_avx2 : kernels::tile_prepacked_bf16_avx2)(
+                        xp + a0 * w.n_in, a1 - a0, h, r1 - r0, ldw, w.n_in, y + a0 * w.n_out + r0, w.n_out);
+                    continue;
+                }
                 const float* wp = wbuf.data();
                 if (in_place) {
                     wp = reinterpret_cast<const float*>(w.row(r0));

@@ -169,6 +169,33 @@ TEST(Kernels, PrepackedTileMatchesGeneric) {
     }
 }
 
+TEST(Kernels, PrepackedHalfTilesConvertWhilePacking) {
+    if (!cpu_kernel_supported(CpuKernel::Avx2)) GTEST_SKIP() << "no AVX2 on this CPU";
+    // 16-bit rows padded (ldw > k), k with a tail past the last 8 (301), panels of 16 with a
+    // remainder; the reference is the float tile on the same values converted by the scalar helpers.
+    const int64_t nx = 13, k = 301, ldw = 305;
+    for (int64_t nw : {5, 16, 21}) {
+        const int64_t ldy = nw + 1;
+        const auto x = random_x(nx, k, 5), wf = random_x(nw, ldw, 6);
+        std::vector<float> xp(static_cast<size_t>(kernels::packed_rows(nx) * k));
+        kernels::pack_rows6(x.data(), nx, k, k, xp.data());
+        for (bool bf16 : {false, true}) {
+            std::vector<uint16_t> h(wf.size());
+            std::vector<float> back(wf.size());
+            for (size_t i = 0; i < wf.size(); ++i) {
+                h[i] = bf16 ? float_to_bf16(wf[i]) : float_to_fp16(wf[i]);
+                back[i] = bf16 ? bf16_to_float(h[i]) : fp16_to_float(h[i]);
+            }
+            std::vector<float> a(static_cast<size_t>(nx * ldy), 3.0f), b = a;
+            kernels::tile_generic(x.data(), nx, k, back.data(), nw, ldw, k, a.data(), ldy);
+            (bf16 ? kernels::tile_prepacked_bf16_avx2 : kernels::tile_prepacked_f16_avx2)(xp.data(), nx, h.data(), nw,
+                                                                                        ldw, k, b.data(), ldy);
+            for (size_t i = 0; i < a.size(); ++i)
+                ASSERT_NEAR(a[i], b[i], 2e-4f) << (bf16 ? "bf16 " : "f16 ") << nw << " at " << i;
+        }
+    }
+}
+
 TEST(Kernels, Fp16ConversionMatchesScalar) {
     std::vector<uint16_t> h;
     for (uint32_t v = 0; v < 65536; v += 7) h.push_back(static_cast<uint16_t>(v));  // incl. subnormals, inf, NaN
