@@ -22,13 +22,16 @@ constexpr int kPackRows = 6;
 constexpr int64_t kPackedMinRows = 24;  // fewer rows than this: the unpacked tiles are faster
 inline int64_t packed_rows(int64_t nx) { return (nx + kPackRows - 1) / kPackRows * kPackRows; }
 void pack_rows6(const float* x, int64_t nx, int64_t ldx, int64_t k, float* xp);
-// tile_avx2's contract with x already packed (xp as above); the F16 / BF16 variants read 16-bit
-// weight rows in place and convert them while packing their 16-row panels.
+// tile_avx2's contract with x already packed (xp as above); the F16 / BF16 / Q8_0 variants read
+// their weight rows in place and convert them while packing their 16-row panels.
 void tile_prepacked_avx2(const float* xp, int64_t nx, const float* w, int64_t nw, int64_t ldw, int64_t k, float* y,
                          int64_t ldy);
 void tile_prepacked_f16_avx2(const float* xp, int64_t nx, const uint16_t* w, int64_t nw, int64_t ldw, int64_t k,
                              float* y, int64_t ldy);
 void tile_prepacked_bf16_avx2(const float* xp, int64_t nx, const uint16_t* w, int64_t nw, int64_t ldw, int64_t k,
+                              float* y, int64_t ldy);
+// Q8_0 rows (row_bytes apart, k a multiple of 32) dequantised while packing.
+void tile_prepacked_q8_0_avx2(const float* xp, int64_t nx, const uint8_t* w, size_t row_bytes, int64_t nw, int64_t k,
                               float* y, int64_t ldy);
 
 // Q8_0 weights used in place (no dequantised copy), for few activation rows (decode):

@@ -178,29 +178,59 @@ inline void transpose8(__m256 r[8]) {
     }
 }
 
-// panel[p * 16 + j] = row j of w at k0 + p as float, for p < kc, j < nj; zero for j >= nj.
-// The weight type is converted here (L: one of the loaders above), 8 x 8 blocks at a time.
+// Weight rows as the packed kernel reads them: load8(j, p) = elements p..p+7 of row j as floats
+// (p a multiple of 8), one(j, p) = element p. Float and 16-bit rows are ldw elements apart (L:
+// one of the loaders above); Q8_0 rows are row_bytes apart, blocks of an fp16 scale + 32 int8.
 template <class L, class T>
-inline void pack_panel(const T* w, int64_t ldw, int nj, int64_t kc, float* panel) {
+struct StridedRows {
+    const T* w;
+    int64_t ldw;
+    __m256 load8(int64_t j, int64_t p) const { return L::load8(w + j * ldw + p); }
+    float one(int64_t j, int64_t p) const { return L::one(w[j * ldw + p]); }
+};
+struct Q80Rows {
+    const uint8_t* w;
+    size_t row_bytes;
+    const uint8_t* block(int64_t j, int64_t p) const {
+        return w + static_cast<size_t>(j) * row_bytes + static_cast<size_t>(p / 32) * 34;
+    }
+    __m256 load8(int64_t j, int64_t p) const {
+        const uint8_t* b = block(j, p);
+        uint16_t h;
+        std::memcpy(&h, b, sizeof h);
+        const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + p % 32));
+        return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(h)), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
+    }
+    float one(int64_t j, int64_t p) const {
+        const uint8_t* b = block(j, p);
+        uint16_t h;
+        std::memcpy(&h, b, sizeof h);
+        return fp16_to_float(h) * static_cast<float>(static_cast<int8_t>(b[2 + p % 32]));
+    }
+};
+
+// panel[p * 16 + j] = row j0 + j at k0 + p as float, for p < kc, j < nj; zero for j >= nj.
+// The weight type is converted here, 8 x 8 blocks at a time.
+template <class Rows>
+inline void pack_panel(const Rows& rows, int64_t j0, int64_t k0, int nj, int64_t kc, float* panel) {
     const int64_t kc8 = kc & ~int64_t{7};
     for (int h = 0; h < kNR / 8; ++h) {
         for (int64_t p = 0; p < kc8; p += 8) {
             __m256 r[8];
             for (int j = 0; j < 8; ++j) {
                 const int row = 8 * h + j;
-                r[j] = row < nj ? L::load8(w + row * ldw + p) : _mm256_setzero_ps();
+                r[j] = row < nj ? rows.load8(j0 + row, k0 + p) : _mm256_setzero_ps();
             }
             transpose8(r);
             for (int q = 0; q < 8; ++q) _mm256_store_ps(panel + (p + q) * kNR + 8 * h, r[q]);
         }
     }
     for (int64_t p = kc8; p < kc; ++p)
-        for (int j = 0; j < kNR; ++j) panel[p * kNR + j] = j < nj ? L::one(w[j * ldw + p]) : 0.0f;
+        for (int j = 0; j < kNR; ++j) panel[p * kNR + j] = j < nj ? rows.one(j0 + j, k0 + p) : 0.0f;
 }
 
-template <class L, class T>
-void tile_prepacked(const float* xp, int64_t nx, const T* w, int64_t nw, int64_t ldw, int64_t k, float* y,
-                    int64_t ldy) {
+template <class Rows>
+void tile_prepacked(const float* xp, int64_t nx, const Rows& rows, int64_t nw, int64_t k, float* y, int64_t ldy) {
     alignas(32) float panel[kKC * kNR];  // [kc, 16] packed weights
     // k chunks outermost: the activations' chunk (nx x kc, 256 KiB for 258 rows) stays in L2 while
     // every panel of the weight rows passes over it.
@@ -208,7 +238,7 @@ void tile_prepacked(const float* xp, int64_t nx, const T* w, int64_t nw, int64_t
         const int64_t kc = k - k0 < kKC ? k - k0 : kKC;
         for (int64_t j0 = 0; j0 < nw; j0 += kNR) {
             const int nj = static_cast<int>(nw - j0 < kNR ? nw - j0 : kNR);
-            pack_panel<L>(w + j0 * ldw + k0, ldw, nj, kc, panel);
+            pack_panel(rows, j0, k0, nj, kc, panel);
             const bool acc = k0 > 0;
             for (int64_t i = 0; i < nx; i += kPackRows) {
                 const int mi = static_cast<int>(nx - i < kPackRows ? nx - i : kPackRows);
@@ -222,19 +252,23 @@ void tile_prepacked(const float* xp, int64_t nx, const T* w, int64_t nw, int64_t
 
 void tile_prepacked_avx2(const float* xp, int64_t nx, const float* w, int64_t nw, int64_t ldw, int64_t k, float* y,
                          int64_t ldy) {
-    tile_prepacked<F32Load>(xp, nx, w, nw, ldw, k, y, ldy);
+    tile_prepacked(xp, nx, StridedRows<F32Load, float>{w, ldw}, nw, k, y, ldy);
 }
 
 void tile_prepacked_f16_avx2(const float* xp, int64_t nx, const uint16_t* w, int64_t nw, int64_t ldw, int64_t k,
                              float* y, int64_t ldy) {
-    tile_prepacked<Fp16Load>(xp, nx, w, nw, ldw, k, y, ldy);
+    tile_prepacked(xp, nx, StridedRows<Fp16Load, uint16_t>{w, ldw}, nw, k, y, ldy);
 }
 
 void tile_prepacked_bf16_avx2(const float* xp, int64_t nx, const uint16_t* w, int64_t nw, int64_t ldw, int64_t k,
                               float* y, int64_t ldy) {
-    tile_prepacked<Bf16Load>(xp, nx, w, nw, ldw, k, y, ldy);
+    tile_prepacked(xp, nx, StridedRows<Bf16Load, uint16_t>{w, ldw}, nw, k, y, ldy);
 }
 
+void tile_prepacked_q8_0_avx2(const float* xp, int64_t nx, const uint8_t* w, size_t row_bytes, int64_t nw, int64_t k,
+                              float* y, int64_t ldy) {
+    tile_prepacked(xp, nx, Q80Rows{w, row_bytes}, nw, k, y, ldy);
+}
 
 void tile_avx2(const float* x, int64_t nx, int64_t ldx, const float* w, int64_t nw, int64_t ldw,
                int64_t k, float* y, int64_t ldy) {
@@ -724,6 +758,9 @@ void tile_prepacked_f16_avx2(const float*, int64_t, const uint16_t*, int64_t, in
     fail("AVX2 kernel called in a build without AVX2 support");
 }
 void tile_prepacked_bf16_avx2(const float*, int64_t, const uint16_t*, int64_t, int64_t, int64_t, float*, int64_t) {
+    fail("AVX2 kernel called in a build without AVX2 support");
+}
+void tile_prepacked_q8_0_avx2(const float*, int64_t, const uint8_t*, size_t, int64_t, int64_t, float*, int64_t) {
     fail("AVX2 kernel called in a build without AVX2 support");
 }
 void matmul_q8_0_avx2(const float*, int64_t, int64_t, const uint8_t*, size_t, int64_t, int64_t, float*, int64_t) {

@@ -54,11 +54,23 @@ T* grow(std::vector<T>& v, int64_t n) {
     return v.data();
 }
 
+// The prepacked kernel on rows r0..r0+nw of F16 / BF16 / Q8_0 weights read in place.
+void tile_prepacked_direct(const float* xp, int64_t nx, const WeightView& w, int64_t r0, int64_t nw, float* y) {
+    if (w.type == GgmlType::Q8_0) {
+        kernels::tile_prepacked_q8_0_avx2(xp, nx, w.row(r0), w.row_bytes, nw, w.n_in, y, w.n_out);
+        return;
+    }
+    const auto* h = reinterpret_cast<const uint16_t*>(w.row(r0));
+    const auto ldw = static_cast<int64_t>(w.row_bytes / 2);
+    (w.type == GgmlType::F16 ? kernels::tile_prepacked_f16_avx2 : kernels::tile_prepacked_bf16_avx2)(
+        xp, nx, h, nw, ldw, w.n_in, y, w.n_out);
+}
+
 // Blocked path: dequantise kWeightBlock rows into a thread-local buffer (F32 weights are used in
 // place), then multiply them with a block of activation rows using the tile kernel.
 // With AVX2 and enough rows (prefill), the activations are packed once for the whole matmul
-// (kernels::pack_rows6) and every work item runs the prepacked kernel on its block; F16 / BF16
-// rows are then read in place and converted as the kernel packs its weight panels.
+// (kernels::pack_rows6) and every work item runs the prepacked kernel on its block; F16 / BF16 /
+// Q8_0 rows are then read in place and converted as the kernel packs its weight panels.
 void matmul_blocked(const float* x, int64_t n, const WeightView& w, float* y) {
     const TileKernel tile = tile_kernel();
     // Blocks of equal size (512 rows: 258 + 254, not 256 + 256 + a sliver that would cost a third
@@ -69,8 +81,9 @@ void matmul_blocked(const float* x, int64_t n, const WeightView& w, float* y) {
     const bool in_place = w.type == GgmlType::F32;
     const int64_t work = n * w.n_out * w.n_in;
     const bool prepack = active_cpu_kernel() == CpuKernel::Avx2 && n >= kernels::kPackedMinRows;
-    const bool half_packed = prepack && (w.type == GgmlType::F16 || w.type == GgmlType::BF16);
-    const int64_t rows_per_item = prepack && (half_packed || in_place) ? kPackedItemRows : kWeightBlock;
+    // Rows the prepacked kernel converts itself while packing (no float copy of the block).
+    const bool direct = prepack && (w.type == GgmlType::F16 || w.type == GgmlType::BF16 || w.type == GgmlType::Q8_0);
+    const int64_t rows_per_item = prepack && (direct || in_place) ? kPackedItemRows : kWeightBlock;
     const int64_t n_wb = (w.n_out + rows_per_item - 1) / rows_per_item;
     thread_local std::vector<float> xpack;  // [packed_rows(n) / 6, n_in, 6] packed activations
     float* xp = prepack ? grow(xpack, kernels::packed_rows(n) * w.n_in) : nullptr;
@@ -84,17 +97,14 @@ void matmul_blocked(const float* x, int64_t n, const WeightView& w, float* y) {
             }
         }
         thread_local std::vector<float> wbuf;  // [kWeightBlock, n_in] dequantised weights
-        if (!in_place && !half_packed) grow(wbuf, kWeightBlock * w.n_in);
+        if (!in_place && !direct) grow(wbuf, kWeightBlock * w.n_in);
 #pragma omp for schedule(dynamic, 1) collapse(2)
         for (int64_t ab = 0; ab < n_ab; ++ab) {
             for (int64_t wb = 0; wb < n_wb; ++wb) {
                 const int64_t a0 = ab * act_block, a1 = std::min(n, a0 + act_block);
                 const int64_t r0 = wb * rows_per_item, r1 = std::min(w.n_out, r0 + rows_per_item);
-                if (half_packed) {  // 16-bit rows converted while the kernel packs them
-                    const auto* h = reinterpret_cast<const uint16_t*>(w.row(r0));
-                    const int64_t ldw = static_cast<int64_t>(w.row_bytes / 2);
-                    (w.type == GgmlType::F16 ? kernels::tile_prepacked_f16_avx2 : kernels::tile_prepacked_bf16_avx2)(
-                        xp + a0 * w.n_in, a1 - a0, h, r1 - r0, ldw, w.n_in, y + a0 * w.n_out + r0, w.n_out);
+                if (direct) {
+                    tile_prepacked_direct(xp + a0 * w.n_in, a1 - a0, w, r0, r1 - r0, y + a0 * w.n_out + r0);
                     continue;
                 }
                 const float* wp = wbuf.data();
@@ -305,7 +315,10 @@ uint64_t stream_read_sum(const uint64_t* p, int64_t n) {
 void matmul(const float* x, int64_t n, const WeightView& w, float* y) {
     KVEC_CHECK(w.data != nullptr && w.n_in > 0 && w.n_out > 0);
     if (n <= 0) return;
-    if (use_int8(w)) {
+    // Prefill (many rows): the packed float tiles on dequantised weights beat the int8 tiles on
+    // AVX2 without VNNI (pp512 Q4_K 1.6x, Q8_0 1.15x) and need no activation quantisation, so
+    // int8 dot products serve decode and small batches only.
+    if (use_int8(w) && n < kernels::kPackedMinRows) {
         matmul_int8(x, n, w, y);
         return;
     }

@@ -3,12 +3,14 @@
 //
 // Dispatch point. matmul() picks an implementation per weight type and precision; the kernels
 // are chosen at start-up according to the CPU (AVX2+FMA+F16C or generic):
-//   quantised types, Fast precision (AVX2): int8 activations x int8 weights (int8_gemm.h) -- Q8_0
-//       read in place, other types unpacked per 16 rows into a panel;
-//   quantised types, Exact precision: dequantise a block of rows, float tile kernel (Q8_0 decode:
-//       fused float kernel on the blocks in place);
-//   F16/BF16: decode reads the weights in place (F16C / shift), prefill converts a block of rows
-//       and runs the packed float tile kernel; F32: the blocked float path on the rows in place.
+//   prefill (kernels::kPackedMinRows rows or more, AVX2), every type: activations packed once,
+//       weights converted to float by the packed tile kernel as it packs them (F16, BF16, Q8_0,
+//       F32 read in place) or dequantised per block of rows first (other types);
+//   fewer rows, quantised types, Fast precision (AVX2): int8 activations x int8 weights
+//       (int8_gemm.h) -- Q8_0 read in place, other types unpacked per 16 rows into a panel;
+//   fewer rows, quantised types, Exact precision: dequantise a block of rows, float tile kernel
+//       (Q8_0 decode: fused float kernel on the blocks in place);
+//   fewer rows, F16/BF16: the weights read in place (F16C / shift); F32: float tiles in place.
 // Every implementation is tested against ref::matmul.
 #pragma once
 
@@ -39,8 +41,9 @@ bool cpu_kernel_supported(CpuKernel kernel);
 void set_cpu_kernel(CpuKernel kernel);
 
 // Precision of matmul() for quantised weights.
-//   Fast:  activations are quantised to int8 (blocks of 32, one float scale each) and multiplied
-//          with int8 dot products (as llama.cpp does; see int8_gemm.h for the error bound).
+//   Fast:  with fewer than kernels::kPackedMinRows rows (decode), activations are quantised to
+//          int8 (blocks of 32, one float scale each) and multiplied with int8 dot products (as
+//          llama.cpp does; see int8_gemm.h for the error bound); prefill is float32 either way.
 //          The default on CPUs with AVX2; elsewhere matmul() is exact anyway.
 //   Exact: weights dequantised to float and multiplied in float32 (what the PyTorch reference
 //          computes; the parity tests use it).
