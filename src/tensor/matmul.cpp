@@ -288,10 +288,11 @@ MatmulPrecision matmul_precision() { return precision_choice().load(std::memory_
 std::string matmul_backend_description() {
     const bool avx2 = active_cpu_kernel() == CpuKernel::Avx2;
     std::string s = std::string(cpu_kernel_name(active_cpu_kernel())) + " float tiles";
+    if (avx2) s += ", prefill: weights converted while packing";
     if (avx2 && matmul_precision() == MatmulPrecision::Fast) {
-        s += ", quantised weights: int8 dot products on int8 activations";
+        s += ", quantised decode: int8 dot products on int8 activations";
     } else {
-        s += ", quantised weights dequantised per block (exact)";
+        s += ", quantised decode: dequantised per block (exact)";
     }
     if (avx2) s += ", f16/bf16 decode in place";
     return s;
