@@ -332,7 +332,7 @@ namespace {
 // The next R rows (the next tile's contiguous region when rows are packed, ldw == k) are
 // prefetched at the pace this tile reads, R * 16 bytes per step, so each thread reads one long
 // stream instead of R short ones (as for Q8_0 in kvec::int8).
-template <class L, int R, int C>
+template <class L, int R, int C, bool Prefetch = true>
 inline void half_tile(const float* x, int64_t ldx, const uint16_t* w, int64_t ldw, int64_t k, float* y, int64_t ldy) {
     __m256 acc[C][R];
 #pragma GCC unroll 4
@@ -342,7 +342,7 @@ inline void half_tile(const float* x, int64_t ldx, const uint16_t* w, int64_t ld
     const int64_t k8 = k & ~int64_t{7};
     const uint16_t* next = w + R * ldw;
     for (int64_t p = 0; p < k8; p += 8) {
-        _mm_prefetch(reinterpret_cast<const char*>(next + p * R), _MM_HINT_T0);
+        if constexpr (Prefetch) _mm_prefetch(reinterpret_cast<const char*>(next + p * R), _MM_HINT_T0);
         __m256 wv[R];
 #pragma GCC unroll 4
         for (int j = 0; j < R; ++j) wv[j] = L::load8(w + j * ldw + p);
@@ -366,7 +366,9 @@ template <class L, int C>
 inline void half_rows(const float* x, int64_t ldx, const uint16_t* w, int64_t ldw, int64_t nw, int64_t k, float* y,
                       int64_t ldy) {
     int64_t j = 0;
-    for (; j + 4 <= nw; j += 4) half_tile<L, 4, C>(x, ldx, w + j * ldw, ldw, k, y + j, ldy);
+    // The last tile prefetches nothing: the rows after this call's belong to another work item.
+    for (; j + 8 <= nw; j += 4) half_tile<L, 4, C>(x, ldx, w + j * ldw, ldw, k, y + j, ldy);
+    for (; j + 4 <= nw; j += 4) half_tile<L, 4, C, false>(x, ldx, w + j * ldw, ldw, k, y + j, ldy);
     for (; j < nw; ++j) half_tile<L, 1, C>(x, ldx, w + j * ldw, ldw, k, y + j, ldy);
 }
 
@@ -655,7 +657,8 @@ template <class Src>
 void gemm_tiles(const QuantRows& x, int64_t nx, const Src& src, int64_t nw, int64_t nb, float* y, int64_t ldy) {
     if (nx == 1) {  // decode: 4 weight rows per tile, the next 4 prefetched
         int64_t j = 0;
-        for (; j + 4 <= nw; j += 4) tile<4, 1, Src, true>(x, 0, src, j, nb, y, ldy);
+        for (; j + 8 <= nw; j += 4) tile<4, 1, Src, true>(x, 0, src, j, nb, y, ldy);
+        for (; j + 4 <= nw; j += 4) tile<4, 1, Src, false>(x, 0, src, j, nb, y, ldy);  // nothing after: see half_rows
         for (; j < nw; ++j) tile<1, 1, Src, true>(x, 0, src, j, nb, y, ldy);
         return;
     }

@@ -155,12 +155,12 @@ void matmul_half(const float* x, int64_t n, const WeightView& w, float* y) {
         matmul_blocked(x, n, w, y);
         return;
     }
-    constexpr int64_t kRows = 16;
+    constexpr int64_t kRows = 64;  // one work item: the kernel prefetches within it
     const int64_t n_blocks = (w.n_out + kRows - 1) / kRows;
     const auto* h = reinterpret_cast<const uint16_t*>(w.data);
     const int64_t ldw = static_cast<int64_t>(w.row_bytes / 2);
     const auto kernel = w.type == GgmlType::F16 ? &kernels::matmul_f16_avx2 : &kernels::matmul_bf16_avx2;
-#pragma omp parallel for schedule(dynamic, 4) if (n * w.n_out * w.n_in >= (1 << 20))
+#pragma omp parallel for schedule(dynamic, 1) if (n * w.n_out * w.n_in >= (1 << 20))
     for (int64_t b = 0; b < n_blocks; ++b) {
         const int64_t r0 = b * kRows, r1 = std::min(w.n_out, r0 + kRows);
         kernel(x, n, w.n_in, h + r0 * ldw, ldw, r1 - r0, w.n_in, y + r0, w.n_out);
