@@ -17,10 +17,10 @@ namespace kvec {
 
 namespace {
 
-// Weight rows dequantised together: two 16-wide panels of the packed AVX2 kernel; 32 rows of
-// 5632 floats = 704 KiB stay inside a 1 MiB L2.
+// Weight rows dequantised together (types the packed kernel cannot convert itself): two 16-wide
+// panels of the packed AVX2 kernel; 32 rows of 2048 floats = 256 KiB.
 constexpr int64_t kWeightBlock = 32;
-// Weight rows per work item when the prepacked kernel reads them in place (F32, F16, BF16): no
+// Weight rows per work item when the prepacked kernel reads them in place (F32, F16, BF16, Q8_0): no
 // buffer to bound, and each activation chunk in L2 serves 4 panels (pp512 F16 +6-8 % over 32).
 constexpr int64_t kPackedItemRows = 64;
 // Activation rows per block, at most: each weight block is dequantised once per activation block.

@@ -196,6 +196,30 @@ TEST(Kernels, PrepackedHalfTilesConvertWhilePacking) {
     }
 }
 
+TEST(Kernels, PrepackedQ8_0TileDequantisesWhilePacking) {
+    if (!cpu_kernel_supported(CpuKernel::Avx2)) GTEST_SKIP() << "no AVX2 on this CPU";
+    // k over two 256-chunks (the second partial: 320 = 256 + 64), panels of 16 with a remainder;
+    // the reference is the float tile on the rows dequantised by quant::dequantize_row.
+    const int64_t nx = 13, k = 320;
+    const size_t row_bytes = static_cast<size_t>(k / 32 * 34);
+    for (int64_t nw : {5, 16, 21}) {
+        const auto x = random_x(nx, k, 7), wf = random_x(nw, k, 8);
+        std::vector<uint8_t> q(row_bytes * static_cast<size_t>(nw));
+        std::vector<float> back(wf.size());
+        for (int64_t j = 0; j < nw; ++j) {
+            quant::quantize_row(GgmlType::Q8_0, wf.data() + j * k, q.data() + j * row_bytes, k);
+            quant::dequantize_row(GgmlType::Q8_0, q.data() + j * row_bytes, back.data() + j * k, k);
+        }
+        std::vector<float> xp(static_cast<size_t>(kernels::packed_rows(nx) * k));
+        kernels::pack_rows6(x.data(), nx, k, k, xp.data());
+        const int64_t ldy = nw + 3;
+        std::vector<float> a(static_cast<size_t>(nx * ldy), 5.0f), b = a;
+        kernels::tile_generic(x.data(), nx, k, back.data(), nw, k, k, a.data(), ldy);
+        kernels::tile_prepacked_q8_0_avx2(xp.data(), nx, q.data(), row_bytes, nw, k, b.data(), ldy);
+        for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 2e-4f) << nw << " at " << i;
+    }
+}
+
 TEST(Kernels, Fp16ConversionMatchesScalar) {
     std::vector<uint16_t> h;
     for (uint32_t v = 0; v < 65536; v += 7) h.push_back(static_cast<uint16_t>(v));  // incl. subnormals, inf, NaN
