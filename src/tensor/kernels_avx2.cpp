@@ -6,9 +6,11 @@
 #include "tensor/int8_gemm.h"
 
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <vector>
 
+#include "quant/blocks.h"
 #include "util/error.h"
 #include "util/fp16.h"
 
@@ -73,6 +75,21 @@ inline void row_block(const float* x, int64_t ldx, const float* w, int64_t nw, i
     for (; j + 3 <= nw; j += 3) micro<MI, 3>(x, ldx, w + j * ldw, ldw, k, y + j, ldy);
     if (nw - j == 2) micro<MI, 2>(x, ldx, w + j * ldw, ldw, k, y + j, ldy);
     if (nw - j == 1) micro<MI, 1>(x, ldx, w + j * ldw, ldw, k, y + j, ldy);
+}
+
+// Q8_0 rows (quant/blocks.h BlockQ8_0): blocks of an fp16 scale followed by 32 int8, read in
+// place by the prefill, decode and int8 kernels below.
+constexpr size_t kQ80BlockBytes = sizeof(quant::BlockQ8_0);
+inline const uint8_t* q8_0_block(const uint8_t* w, size_t row_bytes, int64_t j, int64_t b) {
+    return w + static_cast<size_t>(j) * row_bytes + static_cast<size_t>(b) * kQ80BlockBytes;
+}
+inline float q8_0_scale(const uint8_t* block) {
+    uint16_t h;
+    std::memcpy(&h, block, sizeof h);
+    return _cvtsh_ss(h);
+}
+inline const int8_t* q8_0_quants(const uint8_t* block) {
+    return reinterpret_cast<const int8_t*>(block + offsetof(quant::BlockQ8_0, qs));
 }
 
 // Loaders of 8 weights as floats (and of one, for tails): F32 as is, F16 through F16C, BF16 by a
@@ -191,21 +208,14 @@ struct StridedRows {
 struct Q80Rows {
     const uint8_t* w;
     size_t row_bytes;
-    const uint8_t* block(int64_t j, int64_t p) const {
-        return w + static_cast<size_t>(j) * row_bytes + static_cast<size_t>(p / 32) * 34;
-    }
     __m256 load8(int64_t j, int64_t p) const {
-        const uint8_t* b = block(j, p);
-        uint16_t h;
-        std::memcpy(&h, b, sizeof h);
-        const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + p % 32));
-        return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(h)), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
+        const uint8_t* b = q8_0_block(w, row_bytes, j, p / 32);
+        const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q8_0_quants(b) + p % 32));
+        return _mm256_mul_ps(_mm256_set1_ps(q8_0_scale(b)), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
     }
     float one(int64_t j, int64_t p) const {
-        const uint8_t* b = block(j, p);
-        uint16_t h;
-        std::memcpy(&h, b, sizeof h);
-        return fp16_to_float(h) * static_cast<float>(static_cast<int8_t>(b[2 + p % 32]));
+        const uint8_t* b = q8_0_block(w, row_bytes, j, p / 32);
+        return q8_0_scale(b) * static_cast<float>(q8_0_quants(b)[p % 32]);
     }
 };
 
@@ -294,19 +304,15 @@ void tile_avx2(const float* x, int64_t nx, int64_t ldx, const float* w, int64_t 
 void matmul_q8_0_avx2(const float* x, int64_t nx, int64_t ldx, const uint8_t* w, size_t row_bytes,
                       int64_t nw, int64_t k, float* y, int64_t ldy) {
     constexpr int64_t kBlock = 32;
-    constexpr size_t kBlockBytes = 34;  // fp16 scale + 32 int8 (quant/blocks.h BlockQ8_0)
     constexpr int kMaxRows = 4;
     for (int64_t i0 = 0; i0 < nx; i0 += kMaxRows) {
         const int mi = static_cast<int>(nx - i0 < kMaxRows ? nx - i0 : kMaxRows);
         for (int64_t j = 0; j < nw; ++j) {
-            const uint8_t* row = w + static_cast<size_t>(j) * row_bytes;
             __m256 acc[kMaxRows] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
             for (int64_t b = 0; b < k / kBlock; ++b) {
-                const uint8_t* blk = row + static_cast<size_t>(b) * kBlockBytes;
-                uint16_t dh;
-                std::memcpy(&dh, blk, sizeof dh);
-                const __m256 d = _mm256_set1_ps(_cvtsh_ss(dh));
-                const auto* qs = reinterpret_cast<const int8_t*>(blk + 2);
+                const uint8_t* blk = q8_0_block(w, row_bytes, j, b);
+                const __m256 d = _mm256_set1_ps(q8_0_scale(blk));
+                const int8_t* qs = q8_0_quants(blk);
                 __m256 q[4];
                 for (int t = 0; t < 4; ++t) {
                     const __m128i q8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs + 8 * t));
@@ -366,10 +372,10 @@ template <class L, int C>
 inline void half_rows(const float* x, int64_t ldx, const uint16_t* w, int64_t ldw, int64_t nw, int64_t k, float* y,
                       int64_t ldy) {
     int64_t j = 0;
-    // The last tile prefetches nothing: the rows after this call's belong to another work item.
+    // The last tiles prefetch nothing: the rows after this call's belong to another work item.
     for (; j + 8 <= nw; j += 4) half_tile<L, 4, C>(x, ldx, w + j * ldw, ldw, k, y + j, ldy);
     for (; j + 4 <= nw; j += 4) half_tile<L, 4, C, false>(x, ldx, w + j * ldw, ldw, k, y + j, ldy);
-    for (; j < nw; ++j) half_tile<L, 1, C>(x, ldx, w + j * ldw, ldw, k, y + j, ldy);
+    for (; j < nw; ++j) half_tile<L, 1, C, false>(x, ldx, w + j * ldw, ldw, k, y + j, ldy);
 }
 
 template <class L>
@@ -584,20 +590,19 @@ struct Q80Source {
     const uint8_t* w;
     size_t row_bytes;
     const int8_t* block(int64_t j, int64_t b) const {
-        return reinterpret_cast<const int8_t*>(w + static_cast<size_t>(j) * row_bytes + static_cast<size_t>(b) * 34 + 2);
+        return kernels::q8_0_quants(kernels::q8_0_block(w, row_bytes, j, b));
     }
     __m256 scales(int64_t j, int64_t b) const {
-        uint16_t h;
-        std::memcpy(&h, w + static_cast<size_t>(j) * row_bytes + static_cast<size_t>(b) * 34, 2);
-        return _mm256_set1_ps(_cvtsh_ss(h));
+        return _mm256_set1_ps(kernels::q8_0_scale(kernels::q8_0_block(w, row_bytes, j, b)));
     }
     // Rows j0..j0+R-1 are one contiguous region; while a tile reads it block by block, the next
     // R rows (the next tile's region) are prefetched at the same pace, R * 34 bytes per block.
     // Without this the hardware prefetcher sees R short streams per tile and decode reaches about
     // half the bandwidth of one long stream. Prefetching past the tensor's end is harmless.
     void prefetch_next(int64_t j_next, int r, int64_t b) const {
-        const uint8_t* p = w + static_cast<size_t>(j_next) * row_bytes + static_cast<size_t>(b) * 34 * r;
-        for (int off = 0; off < 34 * r + 64; off += 64) _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T0);
+        const uint8_t* p = kernels::q8_0_block(w, row_bytes, j_next, b * r);
+        const int bytes = static_cast<int>(kernels::kQ80BlockBytes) * r;
+        for (int off = 0; off < bytes + 64; off += 64) _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T0);
     }
 };
 
@@ -659,7 +664,7 @@ void gemm_tiles(const QuantRows& x, int64_t nx, const Src& src, int64_t nw, int6
         int64_t j = 0;
         for (; j + 8 <= nw; j += 4) tile<4, 1, Src, true>(x, 0, src, j, nb, y, ldy);
         for (; j + 4 <= nw; j += 4) tile<4, 1, Src, false>(x, 0, src, j, nb, y, ldy);  // nothing after: see half_rows
-        for (; j < nw; ++j) tile<1, 1, Src, true>(x, 0, src, j, nb, y, ldy);
+        for (; j < nw; ++j) tile<1, 1, Src, false>(x, 0, src, j, nb, y, ldy);
         return;
     }
     // 2 x 4 measured fastest on Zen 3 (2x3 equal, 3x2 / 4x2 / 3x3 8-17% slower): 8 accumulators,
