@@ -419,20 +419,18 @@ def gen_kv(ctx: TaskContext, rng: np.random.Generator, n: int, max_keys: int = 1
     return fit(b.build("kv"), n, ctx.tok.pad_id)
 
 
-def gen_vt(ctx: TaskContext, rng: np.random.Generator, n: int) -> Seq:
-    """Chains of variable assignments in natural text; questions about every chain."""
+def _vt_chains(ctx: TaskContext, rng: np.random.Generator, n_chains: int, hops: int):
+    """n_chains chains of hops + 1 distinct variables, each with its own value, and their
+    statements interleaved at random with each chain in order: (chains [chain][hop] names,
+    values [chain], statements in text order)."""
     used: set = set()
-    n_chains = int(rng.integers(1, 5))
-    hops = int(rng.integers(1, 5))  # the suite uses 4 (5 variables a chain)
     chains, vals = [], []
     for _ in range(n_chains):
         vals.append(_distinct(lambda: ctx.vocab.number(rng, 5), 1, used)[0])
         chains.append(_distinct(lambda: ctx.vocab.var_name(rng), hops + 1, used))
-    statements = []
-    for c in range(n_chains):
-        statements.append([f"VAR {chains[c][0]} = {vals[c]}."] +
-                          [f"VAR {chains[c][h]} = VAR {chains[c][h - 1]}." for h in range(1, hops + 1)])
-    # Interleave chains, each in its own order.
+    statements = [[f"VAR {chains[c][0]} = {vals[c]}."] +
+                  [f"VAR {chains[c][h]} = VAR {chains[c][h - 1]}." for h in range(1, hops + 1)]
+                  for c in range(n_chains)]
     flat = []
     idx = [0] * n_chains
     while any(idx[c] < len(statements[c]) for c in range(n_chains)):
@@ -440,22 +438,41 @@ def gen_vt(ctx: TaskContext, rng: np.random.Generator, n: int) -> Seq:
         c = live[int(rng.integers(len(live)))]
         flat.append(statements[c][idx[c]])
         idx[c] += 1
-    questions = []
-    for c in rng.permutation(n_chains).tolist():
-        questions.append((f"Question: Find all variables that are assigned the value {vals[c]} in the "
-                          f"text above.",
-                          f"Answer: According to the chains of variable assignments in the text "
-                          f"above, {hops + 1} variables are assigned the value {vals[c]}, they are:",
-                          ", ".join(chains[c])))
+    return chains, vals, flat
+
+
+def _vt_question(chain: List[str], value: str) -> Tuple[str, str, str]:
+    """The suite's question, cue and answer for one chain."""
+    return (f"Question: Find all variables that are assigned the value {value} in the text above.",
+            f"Answer: According to the chains of variable assignments in the text above, "
+            f"{len(chain)} variables are assigned the value {value}, they are:",
+            ", ".join(chain))
+
+
+def gen_vt(ctx: TaskContext, rng: np.random.Generator, n: int, dense: bool = False) -> Seq:
+    """Chains of variable assignments in natural text; questions about every chain. dense: 2-4
+    chains and at most a quarter of the haystack room filled, so that most of the sequence is
+    statements and answers (the backward hop "which variable holds this value?" gets many
+    examples per token)."""
+    n_chains = int(rng.integers(2, 5)) if dense else int(rng.integers(1, 5))
+    hops = int(rng.integers(1, 5))  # the suite uses 4 (5 variables a chain)
+    chains, vals, flat = _vt_chains(ctx, rng, n_chains, hops)
+    questions = [_vt_question(chains[c], vals[c]) for c in rng.permutation(n_chains).tolist()]
     qa_cost = sum(len(ctx.tok.encode(f"\n\n{q}\n{c} {a}.")) for q, c, a in questions)
     st_cost = sum(len(ctx.tok.encode(" " + s)) for s in flat)
     room = n - 1 - len(ctx.tok.encode(VT_INSTR + "\n\n")) - qa_cost - st_cost - 2
+    if dense and room > 0:
+        room = int(rng.integers(0, room // 4 + 1))
     b = Builder(ctx.tok)
     b.add(VT_INSTR + "\n\n", 0.0)
     _render(b, _place(ctx, rng, flat, room, in_order=True), ctx.text_weight, ctx.text_weight)
     for qi, (q, c, a) in enumerate(questions):
         b.add(("\n\n" if qi == 0 else "\n") + f"{q}\n{c}", 0.0).add(f" {a}.", 1.0)
     return fit(b.build("vt"), n, ctx.tok.pad_id)
+
+
+def gen_vt_dense(ctx: TaskContext, rng: np.random.Generator, n: int) -> Seq:
+    return gen_vt(ctx, rng, n, dense=True)
 
 
 class SynthFile:
@@ -502,6 +519,7 @@ GENERATORS = {
     "lm": gen_lm,
     "niah": gen_niah,
     "vt": gen_vt,
+    "vt_dense": gen_vt_dense,
 }
 
 
@@ -532,6 +550,17 @@ def eval_niah_single(ctx: TaskContext, rng: np.random.Generator, n: int) -> Eval
     sents.insert(min(slot, len(sents)), needle)
     prompt = f"{NIAH_INSTR_1}\n\n{' '.join(sents)}\n\n{q}\n{c}"
     return EvalInstance("niah_single", prompt, [value], 16)
+
+
+def eval_vt(ctx: TaskContext, rng: np.random.Generator, n: int) -> EvalInstance:
+    """The suite's variable-tracking instance: 3 chains of 5 variables in held-out text, the first
+    chain asked; the answer is its 5 names."""
+    chains, vals, flat = _vt_chains(ctx, rng, 3, 4)
+    q, c, _ = _vt_question(chains[0], vals[0])
+    room = n - 32 - len(ctx.tok.encode(f"{VT_INSTR}\n\n\n\n{q}\n{c}")) - \
+        sum(len(ctx.tok.encode(" " + s)) for s in flat) - 2
+    body = " ".join(t for t, _ in _place(ctx, rng, flat, room, in_order=True))
+    return EvalInstance("vt", f"{VT_INSTR}\n\n{body}\n\n{q}\n{c}", chains[0], 32)
 
 
 def string_match_all(prediction: str, references: Sequence[str]) -> float:

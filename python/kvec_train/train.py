@@ -306,6 +306,20 @@ def evaluate(model, cfg: dict, prep: Prepared) -> Dict[str, float]:
             out = greedy(model, ids, inst.max_new_tokens, newline_ids)
             hits += ktasks.string_match_all(tok.decode(out), inst.answers)
         res[f"niah_single_{length}"] = hits / max(1, n)
+    # Variable tracking on held-out instances: string_match_all, and the share of answers whose
+    # first name is the chain's first variable (the first backward hop).
+    for length in ev.get("vt_lengths", []):
+        rng = np.random.default_rng([int(cfg["seed"]), 555, int(length)])
+        n = int(ev.get("vt_samples", 10))
+        score, first = 0.0, 0
+        for _ in range(n):
+            inst = ktasks.eval_vt(prep.eval_ctx, rng, int(length))
+            pred = tok.decode(greedy(model, tok.encode(inst.prompt, add_bos=True), inst.max_new_tokens,
+                                     newline_ids))
+            score += ktasks.string_match_all(pred, inst.answers)
+            first += pred.strip().startswith(inst.answers[0])
+        res[f"vt_{length}"] = score / max(1, n)
+        res[f"vt_first_{length}"] = first / max(1, n)
     model.train()
     return res
 
@@ -479,6 +493,37 @@ def make_optimizer(cfg: dict, model) -> torch.optim.Optimizer:
                              lr=o["lr"], betas=tuple(o.get("betas", (0.9, 0.95))), eps=1e-8)
 
 
+class FrozenHeads:
+    """`optim.freeze_kv_heads` ({"layer": [KV heads]}): those KV heads and their query heads (q, k,
+    v rows and output-projection columns) keep their values while the rest of the layer's attention
+    trains: restore() after each optimiser step undoes the step (and the weight decay) on them.
+    Used to keep the initialised induction head while the layer's other heads learn."""
+
+    def __init__(self, cfg: dict, model):
+        c = model.config
+        hd, group = c.head_dim, c.n_head // c.n_head_kv
+        self.saved = []  # [(parameter, mask [same shape], values at start)]
+        for layer, heads in cfg["optim"].get("freeze_kv_heads", {}).items():
+            a = model.layers[int(layer)].attn
+            masks = {w: torch.zeros_like(w, dtype=torch.bool) for w in (a.wq.weight, a.wk.weight,
+                                                                        a.wv.weight, a.wo.weight)}
+            for h in heads:
+                if not 0 <= int(h) < c.n_head_kv:
+                    raise SystemExit(f"error: freeze_kv_heads: layer {layer} has no KV head {h}")
+                q = slice(int(h) * group * hd, (int(h) + 1) * group * hd)  # its query heads
+                kv = slice(int(h) * hd, (int(h) + 1) * hd)
+                masks[a.wq.weight][q] = True
+                masks[a.wk.weight][kv] = True
+                masks[a.wv.weight][kv] = True
+                masks[a.wo.weight][:, q] = True
+            self.saved += [(w, m, w.detach()[m].clone()) for w, m in masks.items() if bool(m.any())]
+
+    @torch.no_grad()
+    def restore(self) -> None:
+        for w, m, v in self.saved:
+            w[m] = v
+
+
 def set_seq_len(model, cfg: dict, seq_len: int) -> None:
     """Attention blocking for this stage's length (execution settings, not weights)."""
     m = cfg["model"]
@@ -638,6 +683,7 @@ def cmd_train(args) -> int:
         cfg_path.write_text(json.dumps(cfg, indent=2))
         stream.cfg = cfg
     opt = make_optimizer(cfg, model)
+    frozen = FrozenHeads(cfg, model)
     if ckpt is not None:
         opt.load_state_dict(ckpt["optim"])
         step, tokens_seen, elapsed = ckpt["step"], ckpt["tokens_seen"], ckpt["elapsed"]
@@ -682,6 +728,7 @@ def cmd_train(args) -> int:
             loss.backward()
             gnorm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["optim"].get("grad_clip", 1.0)))
             opt.step()
+            frozen.restore()
             step += 1
             tokens_seen += int(x[:, :-1].numel())
             tok_window += int(x[:, :-1].numel())

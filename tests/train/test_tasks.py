@@ -1,5 +1,6 @@
 """Training-sequence generators of kvec_train: held-out split rule, weights on answers."""
 
+import re
 import unittest
 
 import numpy as np
@@ -82,6 +83,38 @@ class TestGenerators(unittest.TestCase):
         self.assertIn(f"VAR {first_chain[1]} = VAR {first_chain[0]}.", text) if len(first_chain) > 1 else None
         for name in first_chain:
             self.assertRegex(name, r"^[BCDFGHJKLMNPQRSTVWXZ]{5}$")
+
+    def test_dense_vt_is_mostly_chains_and_answers(self):
+        for seed in range(4):
+            seq = tasks.gen_vt_dense(self.ctx, np.random.default_rng(seed), 2048)
+            text = self.tok.decode(seq.ids)
+            body = text.split("\n\n")[1]
+            statements = re.findall(r"VAR [A-Z]{5} = (?:VAR [A-Z]{5}|\d{5})\.", body)
+            questions = text.count("Question: ")
+            self.assertGreaterEqual(questions, 2)
+            self.assertLessEqual(questions, 4)
+            self.assertGreaterEqual(len(statements), 2 * questions)
+            # Haystack: at most a quarter of the room the statements and answers leave.
+            haystack = re.sub(r"VAR [A-Z]{5} = (?:VAR [A-Z]{5}|\d{5})\.", "", body).strip()
+            self.assertLessEqual(len(self.tok.encode(haystack)), 2048 // 4)
+
+    def test_eval_vt_is_the_suite_instance(self):
+        inst = tasks.eval_vt(self.eval_ctx, np.random.default_rng(2), 1024)
+        n = len(self.tok.encode(inst.prompt, add_bos=True))
+        self.assertLessEqual(n + inst.max_new_tokens, 1024)
+        self.assertEqual(len(inst.answers), 5)
+        self.assertTrue(inst.prompt.endswith("5 variables are assigned the value "
+                                             + re.search(r"value (\d{5}) in", inst.prompt).group(1)
+                                             + ", they are:"))
+        value = re.search(r"value (\d{5}) in", inst.prompt).group(1)
+        at = inst.prompt.index(f"VAR {inst.answers[0]} = {value}.")
+        for prev, name in zip(inst.answers, inst.answers[1:]):  # each hop after the one before
+            nxt = inst.prompt.index(f"VAR {name} = VAR {prev}.")
+            self.assertGreater(nxt, at)
+            at = nxt
+        self.assertEqual(len(re.findall(r"VAR [A-Z]{5} = ", inst.prompt)), 15)  # 3 chains of 5
+        for name in inst.answers:
+            self.assertEqual(tasks.split_of(name), "eval")
 
     def test_induction_weights_only_on_repeats(self):
         seq = tasks.gen_induction(self.ctx, np.random.default_rng(0), 300)

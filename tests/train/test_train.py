@@ -262,3 +262,30 @@ class TestInductionCircuit(unittest.TestCase):
         names = {n for n, p in m.named_parameters() if id(p) in slow}
         self.assertEqual(names, {n for n, _ in m.named_parameters() if n.startswith("layers.0.attn")})
         self.assertEqual(sum(len(g["params"]) for g in opt.param_groups), len(list(m.parameters())))
+
+    def test_frozen_kv_head_keeps_its_weights_while_the_others_train(self):
+        m = self.model()
+        train.init_induction_circuit(m)
+        cfg = {"optim": {"lr": 1e-2, "weight_decay": 0.1, "freeze_kv_heads": {"1": [0]}}}
+        a = m.layers[1].attn
+        before = {n: w.detach().clone() for n, w in (("q", a.wq.weight), ("k", a.wk.weight),
+                                                     ("v", a.wv.weight), ("o", a.wo.weight))}
+        opt, frozen = train.make_optimizer(cfg, m), train.FrozenHeads(cfg, m)
+        x = torch.randint(0, 1000, (2, 40))
+        for _ in range(3):
+            loss = torch.nn.functional.cross_entropy(m(x[:, :-1]).flatten(0, 1), x[:, 1:].flatten())
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            frozen.restore()
+        hd, group = m.config.head_dim, m.config.n_head // m.config.n_head_kv
+        after = {"q": a.wq.weight, "k": a.wk.weight, "v": a.wv.weight, "o": a.wo.weight}
+        kept = {"q": (slice(0, group * hd), slice(None)), "k": (slice(0, hd), slice(None)),
+                "v": (slice(0, hd), slice(None)), "o": (slice(None), slice(0, group * hd))}
+        moved = {"q": (slice(group * hd, None), slice(None)), "k": (slice(hd, None), slice(None)),
+                 "v": (slice(hd, None), slice(None)), "o": (slice(None), slice(group * hd, None))}
+        for n in before:
+            self.assertTrue(torch.equal(after[n][kept[n]], before[n][kept[n]]), n)
+            self.assertFalse(torch.equal(after[n][moved[n]], before[n][moved[n]]), n)
+        with self.assertRaises(SystemExit):
+            train.FrozenHeads({"optim": {"freeze_kv_heads": {"1": [2]}}}, m)
