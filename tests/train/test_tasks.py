@@ -94,7 +94,7 @@ class TestGenerators(unittest.TestCase):
             self.assertGreaterEqual(questions, 2)
             self.assertLessEqual(questions, 4)
             self.assertGreaterEqual(len(statements), 2 * questions)
-            # Haystack: at most a quarter of the room the statements and answers leave.
+            # Haystack: a quarter of the room left at most, so under a quarter of the sequence.
             haystack = re.sub(r"VAR [A-Z]{5} = (?:VAR [A-Z]{5}|\d{5})\.", "", body).strip()
             self.assertLessEqual(len(self.tok.encode(haystack)), 2048 // 4)
 
@@ -103,10 +103,8 @@ class TestGenerators(unittest.TestCase):
         n = len(self.tok.encode(inst.prompt, add_bos=True))
         self.assertLessEqual(n + inst.max_new_tokens, 1024)
         self.assertEqual(len(inst.answers), 5)
-        self.assertTrue(inst.prompt.endswith("5 variables are assigned the value "
-                                             + re.search(r"value (\d{5}) in", inst.prompt).group(1)
-                                             + ", they are:"))
         value = re.search(r"value (\d{5}) in", inst.prompt).group(1)
+        self.assertTrue(inst.prompt.endswith(f"5 variables are assigned the value {value}, they are:"))
         at = inst.prompt.index(f"VAR {inst.answers[0]} = {value}.")
         for prev, name in zip(inst.answers, inst.answers[1:]):  # each hop after the one before
             nxt = inst.prompt.index(f"VAR {name} = VAR {prev}.")
