@@ -504,6 +504,8 @@ class FrozenHeads:
         hd, group = c.head_dim, c.n_head // c.n_head_kv
         self.saved = []  # [(parameter, mask [same shape], values at start)]
         for layer, heads in cfg["optim"].get("freeze_kv_heads", {}).items():
+            if not 0 <= int(layer) < c.n_layer:
+                raise SystemExit(f"error: freeze_kv_heads: the model has no layer {layer}")
             a = model.layers[int(layer)].attn
             masks = {w: torch.zeros_like(w, dtype=torch.bool) for w in (a.wq.weight, a.wk.weight,
                                                                         a.wv.weight, a.wo.weight)}

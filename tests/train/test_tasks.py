@@ -89,13 +89,14 @@ class TestGenerators(unittest.TestCase):
             seq = tasks.gen_vt_dense(self.ctx, np.random.default_rng(seed), 2048)
             text = self.tok.decode(seq.ids)
             body = text.split("\n\n")[1]
-            statements = re.findall(r"VAR [A-Z]{5} = (?:VAR [A-Z]{5}|\d{5})\.", body)
+            statement = re.compile(r"VAR [A-Z]{5} = (?:VAR [A-Z]{5}|\d{5})\.")
+            statements = statement.findall(body)
             questions = text.count("Question: ")
             self.assertGreaterEqual(questions, 2)
             self.assertLessEqual(questions, 4)
             self.assertGreaterEqual(len(statements), 2 * questions)
             # Haystack: a quarter of the room left at most, so under a quarter of the sequence.
-            haystack = re.sub(r"VAR [A-Z]{5} = (?:VAR [A-Z]{5}|\d{5})\.", "", body).strip()
+            haystack = statement.sub("", body).strip()
             self.assertLessEqual(len(self.tok.encode(haystack)), 2048 // 4)
 
     def test_eval_vt_is_the_suite_instance(self):

@@ -289,3 +289,5 @@ class TestInductionCircuit(unittest.TestCase):
             self.assertFalse(torch.equal(after[n][moved[n]], before[n][moved[n]]), n)
         with self.assertRaises(SystemExit):
             train.FrozenHeads({"optim": {"freeze_kv_heads": {"1": [2]}}}, m)
+        with self.assertRaises(SystemExit):
+            train.FrozenHeads({"optim": {"freeze_kv_heads": {"2": [0]}}}, m)
