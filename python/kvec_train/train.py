@@ -464,6 +464,27 @@ def init_induction_circuit(model, n_gram: int = 3, d_tok: Optional[int] = None, 
         layer.ffn.down.weight.zero_()
 
 
+def add_vt_circuit(model, cfg: dict, prep: Prepared) -> None:
+    """`init.vt_circuit` (options of `vt_circuit.init_vt_circuit`, and `calib_len`, the tokens of
+    the calibration sequence, default 1024): writes the variable-tracking heads into the model,
+    calibrated on a training-split variable-tracking instance with its answer."""
+    import inspect
+    from kvec_train.vt_circuit import init_vt_circuit
+    opts = dict(cfg["init"]["vt_circuit"])
+    known = set(inspect.signature(init_vt_circuit).parameters) - {"model", "tok", "calib_ids"}
+    unknown = sorted(set(opts) - known - {"calib_len"})
+    if unknown:
+        raise SystemExit(f"error: init.vt_circuit: unknown option(s) {', '.join(unknown)}")
+    rng = np.random.default_rng([int(cfg["seed"]), 4321])
+    inst = ktasks.eval_vt(prep.train_ctx, rng, int(opts.pop("calib_len", 1024)))
+    ids = prep.tok.encode(inst.prompt + " " + ", ".join(inst.answers) + ".", add_bos=True)
+    try:
+        scales = init_vt_circuit(model, prep.tok, ids, **opts)
+    except ValueError as e:  # a model or tokenizer it cannot wire
+        raise SystemExit(f"error: init.vt_circuit: {e}") from None
+    log("variable-tracking circuit added; input scales " + json.dumps(scales))
+
+
 def build_model(cfg: dict, n_vocab: int, seq_len: int):
     from kvec_ref.model import Transformer
     torch.manual_seed(int(cfg["seed"]))
@@ -678,6 +699,8 @@ def cmd_train(args) -> int:
         model.load_state_dict(ckpt["model"])
     elif args.init_from or cfg.get("init_from"):
         init_from_gguf(model, REPO / (args.init_from or cfg["init_from"]), prep.tok)
+    if ckpt is None and cfg.get("init", {}).get("vt_circuit") is not None:
+        add_vt_circuit(model, cfg, prep)
     stream = BatchStream(cfg, prep, int(args.workers))
     model.to(device)
     if ckpt is None and args.time_budget:

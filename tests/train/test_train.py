@@ -171,6 +171,22 @@ class TestTraining(unittest.TestCase):
         self.assertAlmostEqual(s_large[0] / s_large[1], 12 / 8, delta=0.05 * 12 / 8)
         self.assertEqual([st["steps"] for st in cfg["stages"]], [12, 8])  # the input is not changed
 
+    def test_vt_circuit_on_a_model_without_room_is_refused(self):
+        cfg = json.loads(json.dumps(CONFIG))
+        cfg["init"] = {"vt_circuit": {}}  # the smoke model has 2 layers of width 32
+        run = Path(self.tmp.name) / "vt"
+        run.mkdir()
+        make_corpus(run / "corpus.jsonl")
+        (run / "recipe.json").write_text(json.dumps(cfg))
+        with self.assertRaises(SystemExit) as cm:
+            run_cli("train", "--config", str(run / "recipe.json"), "--run", str(run), "--threads", "1")
+        self.assertIn("init.vt_circuit", str(cm.exception))
+        cfg["init"] = {"vt_circuit": {"gain": 2}}  # not an option
+        (run / "recipe.json").write_text(json.dumps(cfg))
+        with self.assertRaises(SystemExit) as cm:
+            run_cli("train", "--config", str(run / "recipe.json"), "--run", str(run), "--threads", "1", "--resume")
+        self.assertIn("unknown option(s) gain", str(cm.exception))
+
     def test_init_from_gguf_starts_from_its_weights(self):
         src = Path(self.tmp.name) / "init-src.gguf"
         run_cli("export", "--run", str(self.runs["full"]), "--out", str(src), "--dtype", "f32")
