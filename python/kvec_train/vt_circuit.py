@@ -26,9 +26,10 @@ layers `layer_a` (1) and `layer_b` (2); the four-token circuit leaves them free:
   assigned the value.
 
 The hop and first-name heads see a residual stream that trained layers have written into, so
-they are noisier than the gather head (measured in docs/training-log.md, session 9); the recipe
-that uses the circuit (configs/cpu-vt-circuit.json) keeps layer 1 frozen and trains layer 2 from
-this initialisation with the rest of the model.
+they are noisier than the gather head (measured in docs/training-log.md, session 9). The recipes
+that use the circuit (configs/cpu-vt-circuit.json, a fine-tune of run 14, and
+configs/cpu-4gram-vt.json, from step 0) keep the circuit's heads and everything they read fixed
+(training the heads, or the layer-1 FFN below them, lost their targets) and train the rest.
 
 Directions are the token embedding's identity directions; every feature is scaled by its mean on
 a calibration sequence (forward hooks), so the same code applies at step 0 and after training.
@@ -224,13 +225,13 @@ def init_vt_circuit(model, tok, calib_ids: Sequence[int], n_gram: int = 4, kv_he
     Wk[hd - 1] = row([(blk(1), E[tid["Ġ"]] / s_k[0])])               # after a bare space
     L = E[letters].T                                                   # [d_tok, n_letters]
     pinv = torch.linalg.solve(L.T @ L + ridge * torch.eye(len(letters)), L.T)  # [n_letters, d_tok]
+    rows = lambda j: slice(2 * (pair0 + j * match_pairs), 2 * (pair0 + (j + 1) * match_pairs))
     maps = []
     for j in range(3):
         A = _frame(len(letters), 2 * match_pairs, gen) @ pinv         # [2 mp, d_tok]
         A /= float((A @ L).norm(dim=0).pow(2).mean().sqrt())           # |A e|^2 = 1 on letters
         maps.append(A)
-        Wk[2 * (pair0 + j * match_pairs):2 * (pair0 + (j + 1) * match_pairs), blk(j + 2)] = A / s_k[j + 1]
-    rows = lambda j: slice(2 * (pair0 + j * match_pairs), 2 * (pair0 + (j + 1) * match_pairs))
+        Wk[rows(j), blk(j + 2)] = A / s_k[j + 1]
     # hop query (first query head): the three tokens before the ',' against key blocks 2-4, the
     # marker, BOS as the sink, and a penalty for the "=" after a left-hand side (same match)
     for j in range(3):
