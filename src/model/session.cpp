@@ -27,6 +27,9 @@ KvCacheConfig cache_config(const ModelConfig& c, KvType type, int n_aux) {
 
 size_t sz(int64_t n) { return static_cast<size_t>(n); }
 
+// At most this many query positions of a prefill chunk per attention call (kvec::attention_causal).
+constexpr int64_t kPositionsPerCall = 16;
+
 }  // namespace
 
 ops::RopeParams rope_params(const Model& model) {
@@ -358,9 +361,13 @@ void Session::attention(int layer, int32_t T, const int32_t* positions, Step ste
 
     const GroupSplit split = group_split();
     const int64_t work = int64_t{T} * n_max * D * c.n_head;  // multiply-adds of q.K (and of p.V)
+    // Query positions per kernel call: each block of keys is converted once for all of them; the
+    // probability rows of a call stay within about 4 MiB per thread.
+    const int64_t fit = (int64_t{4} << 20) / (int64_t{4} * split.width * n_max);
+    const auto n_pos = static_cast<int32_t>(std::clamp<int64_t>(fit, 1, std::min<int64_t>(T, kPositionsPerCall)));
 #pragma omp parallel if (work >= (1 << 18))
     {
-        std::vector<float> s(sz(int64_t{split.width} * n_max));  // [width, n_max] probabilities of one query
+        std::vector<float> s(sz(int64_t{n_pos} * split.width * n_max));  // [n_pos * width, n_max] probabilities
 #pragma omp for schedule(dynamic, 1)
         for (int item = 0; item < split.items; ++item) {
             const auto [h, g0, ng] = split.item(item);
@@ -368,23 +375,29 @@ void Session::attention(int layer, int32_t T, const int32_t* positions, Step ste
             const int32_t n_old = n_h - T;
             const KvHeadData kv = head_data(layer, h);
             const float inv_w = n_window > 0 ? 1.0f / static_cast<float>(n_window) : 0.0f;
-            for (int32_t t = 0; t < T; ++t) {
-                const int32_t vis = n_old + t + 1;  // entries this query may see (causal in the chunk)
-                const int64_t q0 = t * Q + int64_t{h * G + g0} * D;  // query heads h * G + g0 .. + ng
-                kvec::attention(q_.data() + q0, ng, D, kv, vis, scale, s.data(), n_max, att_.data() + q0, D);
-                for (int gi = 0; gi < ng; ++gi) {
-                    const int g = g0 + gi;
-                    const float* p = s.data() + int64_t{gi} * n_max;  // [vis]
-                    if (want_colsum) {
-                        float* acc = kv_.aux(layer, h, g);  // [n_h]
-                        for (int32_t j = 0; j < vis; ++j) acc[j] += p[j];
-                    }
-                    if (want_window && t >= T - n_window) {
-                        float* win = window_[sz(h)].data() + int64_t{g} * n_h;  // [n_h]
-                        for (int32_t j = 0; j < vis; ++j) win[j] += p[j] * inv_w;
-                    }
-                    if (want_last && t == T - 1) {
-                        std::copy(p, p + vis, last_row_[sz(h)].begin() + int64_t{g} * n_h);
+            for (int32_t t0 = 0; t0 < T; t0 += n_pos) {
+                const int32_t np = std::min(n_pos, T - t0);
+                const int64_t q0 = t0 * Q + int64_t{h * G + g0} * D;  // query heads h * G + g0 .. + ng
+                // Position t0 + dt sees n_old + t0 + dt + 1 entries (causal in the chunk).
+                kvec::attention_causal(q_.data() + q0, {Q, D}, np, ng, kv, n_old + t0 + 1, scale, s.data(), n_max,
+                                       att_.data() + q0, {Q, D});
+                for (int32_t dt = 0; dt < np; ++dt) {
+                    const int32_t t = t0 + dt;
+                    const int32_t vis = n_old + t + 1;
+                    for (int gi = 0; gi < ng; ++gi) {
+                        const int g = g0 + gi;
+                        const float* p = s.data() + (int64_t{dt} * ng + gi) * n_max;  // [vis]
+                        if (want_colsum) {
+                            float* acc = kv_.aux(layer, h, g);  // [n_h]
+                            for (int32_t j = 0; j < vis; ++j) acc[j] += p[j];
+                        }
+                        if (want_window && t >= T - n_window) {
+                            float* win = window_[sz(h)].data() + int64_t{g} * n_h;  // [n_h]
+                            for (int32_t j = 0; j < vis; ++j) win[j] += p[j] * inv_w;
+                        }
+                        if (want_last && t == T - 1) {
+                            std::copy(p, p + vis, last_row_[sz(h)].begin() + int64_t{g} * n_h);
+                        }
                     }
                 }
             }

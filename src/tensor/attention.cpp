@@ -12,11 +12,14 @@ namespace kvec {
 
 namespace {
 
-// The kernels of one block of n <= kEntryBlock entries (rows d elements apart):
-//   scores: y[i * ldy + j] = dot(q_i, k_j);   values: out[i * ldo + e] += sum_j p[i * ldp + j] v[j, e]
+// The kernels of one block of n <= kEntryBlock entries (rows d elements apart), kernels.h:
+//   keys_t: kt [d, ldkt] = the keys transposed to float (columns n .. round_up(n, 8) zero)
+//   scores: y[i * ldy + j] = dot(q_i, column j of kt) for j < n (a multiple of 8)
+//   values: out[i * ldo + e] += sum_j p[i * ldp + j] v[j, e]
 struct BlockKernels {
-    void (*scores)(const float* q, int64_t nq, int64_t ldq, const void* k, int64_t n, int64_t d, float* y,
-                   int64_t ldy);
+    void (*keys_t)(const void* k, int64_t n, int64_t d, float* kt, int64_t ldkt);
+    void (*scores)(const float* q, int64_t nq, int64_t ldq, const float* kt, int64_t ldkt, int64_t d, int64_t n,
+                   float* y, int64_t ldy);
     void (*values)(const float* p, int64_t nq, int64_t ldp, const void* v, int64_t n, int64_t d, float* out,
                    int64_t ldo);
 };
@@ -24,7 +27,7 @@ struct BlockKernels {
 const float* as_f32(const void* p) { return static_cast<const float*>(p); }
 const uint16_t* as_f16(const void* p) { return static_cast<const uint16_t*>(p); }
 
-// Generic F16: the block converted to float in a grow-only thread-local buffer [n, d].
+// Generic F16 values: the block converted to float in a grow-only thread-local buffer [n, d].
 const float* block_to_f32(const void* rows, int64_t n, int64_t d) {
     thread_local std::vector<float> buf;  // [kEntryBlock, d]
     if (buf.size() < static_cast<size_t>(n * d)) buf.resize(static_cast<size_t>(n * d));
@@ -33,33 +36,37 @@ const float* block_to_f32(const void* rows, int64_t n, int64_t d) {
 }
 
 constexpr BlockKernels kAvx2F32 = {
-    [](const float* q, int64_t nq, int64_t ldq, const void* k, int64_t n, int64_t d, float* y, int64_t ldy) {
-        kernels::tile_avx2(q, nq, ldq, as_f32(k), n, d, d, y, ldy);
+    [](const void* k, int64_t n, int64_t d, float* kt, int64_t ldkt) {
+        kernels::keys_t_f32_avx2(as_f32(k), n, d, kt, ldkt);
     },
+    kernels::attention_scores_avx2,
     [](const float* p, int64_t nq, int64_t ldp, const void* v, int64_t n, int64_t d, float* out, int64_t ldo) {
         kernels::attention_values_f32_avx2(p, nq, ldp, as_f32(v), n, d, out, ldo);
     }};
 
 constexpr BlockKernels kAvx2F16 = {
-    [](const float* q, int64_t nq, int64_t ldq, const void* k, int64_t n, int64_t d, float* y, int64_t ldy) {
-        kernels::matmul_f16_avx2(q, nq, ldq, as_f16(k), d, n, d, y, ldy);
+    [](const void* k, int64_t n, int64_t d, float* kt, int64_t ldkt) {
+        kernels::keys_t_f16_avx2(as_f16(k), n, d, kt, ldkt);
     },
+    kernels::attention_scores_avx2,
     [](const float* p, int64_t nq, int64_t ldp, const void* v, int64_t n, int64_t d, float* out, int64_t ldo) {
         kernels::attention_values_f16_avx2(p, nq, ldp, as_f16(v), n, d, out, ldo);
     }};
 
 constexpr BlockKernels kGenericF32 = {
-    [](const float* q, int64_t nq, int64_t ldq, const void* k, int64_t n, int64_t d, float* y, int64_t ldy) {
-        kernels::tile_generic(q, nq, ldq, as_f32(k), n, d, d, y, ldy);
+    [](const void* k, int64_t n, int64_t d, float* kt, int64_t ldkt) {
+        kernels::keys_t_f32_generic(as_f32(k), n, d, kt, ldkt);
     },
+    kernels::attention_scores_generic,
     [](const float* p, int64_t nq, int64_t ldp, const void* v, int64_t n, int64_t d, float* out, int64_t ldo) {
         kernels::attention_values_generic(p, nq, ldp, as_f32(v), n, d, out, ldo);
     }};
 
 constexpr BlockKernels kGenericF16 = {
-    [](const float* q, int64_t nq, int64_t ldq, const void* k, int64_t n, int64_t d, float* y, int64_t ldy) {
-        kernels::tile_generic(q, nq, ldq, block_to_f32(k, n, d), n, d, d, y, ldy);
+    [](const void* k, int64_t n, int64_t d, float* kt, int64_t ldkt) {
+        kernels::keys_t_f16_generic(as_f16(k), n, d, kt, ldkt);
     },
+    kernels::attention_scores_generic,
     [](const float* p, int64_t nq, int64_t ldp, const void* v, int64_t n, int64_t d, float* out, int64_t ldo) {
         kernels::attention_values_generic(p, nq, ldp, block_to_f32(v, n, d), n, d, out, ldo);
     }};
@@ -81,44 +88,75 @@ const void* entry(const KvHeadData& kv, const void* rows, int32_t j) {
     return static_cast<const uint8_t*>(rows) + static_cast<size_t>(j) * static_cast<size_t>(kv.head_dim) * element_size(kv);
 }
 
-void check_args(int64_t nq, const KvHeadData& kv, int32_t n_vis, int64_t ldp) {
-    KVEC_CHECK(nq >= 0 && kv.head_dim > 0 && kv.keys != nullptr && n_vis >= 1 && ldp >= n_vis);
-}
+int32_t round_up8(int32_t n) { return (n + 7) / 8 * 8; }
 
-void probs(const float* q, int64_t nq, int64_t ldq, const KvHeadData& kv, int32_t n_vis, float scale, float* p,
-           int64_t ldp, const BlockKernels& k) {
-    const int64_t D = kv.head_dim;
-    for (int32_t j0 = 0; j0 < n_vis; j0 += kEntryBlock) {
-        const int32_t n = std::min(kEntryBlock, n_vis - j0);
-        k.scores(q, nq, ldq, entry(kv, kv.keys, j0), n, D, p + j0, ldp);
-    }
-    for (int64_t i = 0; i < nq; ++i) {
-        float* row = p + i * ldp;  // [n_vis]
-        for (int32_t j = 0; j < n_vis; ++j) row[j] *= scale;
-        ops::softmax(row, n_vis);
-    }
+void check_args(int64_t n_pos, int64_t nq, const KvHeadData& kv, int32_t n_vis, int64_t ldp, bool values) {
+    KVEC_CHECK(n_pos >= 1 && nq >= 0 && kv.head_dim > 0 && kv.keys != nullptr && n_vis >= 1 &&
+               ldp >= n_vis + n_pos - 1 && (!values || kv.values != nullptr));
 }
 
 }  // namespace
 
+void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq, const KvHeadData& kv, int32_t n_vis,
+                      float scale, float* p, int64_t ldp, float* out, RowLayout out_at) {
+    check_args(n_pos, nq, kv, n_vis, ldp, out != nullptr);
+    const BlockKernels& k = block_kernels(kv);
+    const int64_t D = kv.head_dim;
+    const auto n_last = static_cast<int32_t>(n_vis + n_pos - 1);  // entries the last position sees
+    auto vis = [&](int64_t t) { return static_cast<int32_t>(n_vis + t); };
+    auto p_row = [&](int64_t t, int64_t i) { return p + (t * nq + i) * ldp; };  // [vis(t)]
+    // The first position that sees entry j0 (position t sees the entries j < vis(t)).
+    auto first_pos = [&](int32_t j0) { return std::max<int64_t>(0, j0 - n_vis + 1); };
+
+    // Scores, block by block: the block's keys transposed once, then every position that sees
+    // some of them.
+    thread_local std::vector<float> kt, y;  // [D, kEntryBlock], [nq, kEntryBlock]
+    kt.resize(static_cast<size_t>(D * kEntryBlock));
+    y.resize(static_cast<size_t>(nq * kEntryBlock));
+    for (int32_t j0 = 0; j0 < n_last; j0 += kEntryBlock) {
+        const int32_t n = std::min(kEntryBlock, n_last - j0);
+        k.keys_t(entry(kv, kv.keys, j0), n, D, kt.data(), kEntryBlock);
+        for (int64_t t = first_pos(j0); t < n_pos; ++t) {
+            const int32_t n_t = std::min(n, vis(t) - j0);
+            k.scores(q + t * q_at.ld_pos, nq, q_at.ld_row, kt.data(), kEntryBlock, D, round_up8(n_t), y.data(),
+                     kEntryBlock);
+            for (int64_t i = 0; i < nq; ++i) {
+                std::copy_n(y.data() + i * kEntryBlock, n_t, p_row(t, i) + j0);
+            }
+        }
+    }
+    for (int64_t t = 0; t < n_pos; ++t) {
+        for (int64_t i = 0; i < nq; ++i) {
+            float* row = p_row(t, i);  // [vis(t)]
+            for (int32_t j = 0; j < vis(t); ++j) row[j] *= scale;
+            ops::softmax(row, vis(t));
+        }
+    }
+    if (out == nullptr) return;
+
+    for (int64_t t = 0; t < n_pos; ++t) {
+        for (int64_t i = 0; i < nq; ++i) {
+            float* o = out + t * out_at.ld_pos + i * out_at.ld_row;  // [D]
+            std::fill(o, o + D, 0.0f);
+        }
+    }
+    for (int32_t j0 = 0; j0 < n_last; j0 += kEntryBlock) {
+        for (int64_t t = first_pos(j0); t < n_pos; ++t) {
+            const int32_t n_t = std::min(kEntryBlock, vis(t) - j0);
+            k.values(p_row(t, 0) + j0, nq, ldp, entry(kv, kv.values, j0), n_t, D, out + t * out_at.ld_pos,
+                     out_at.ld_row);
+        }
+    }
+}
+
 void attention_probs(const float* q, int64_t nq, int64_t ldq, const KvHeadData& kv, int32_t n_vis, float scale,
                      float* p, int64_t ldp) {
-    check_args(nq, kv, n_vis, ldp);
-    probs(q, nq, ldq, kv, n_vis, scale, p, ldp, block_kernels(kv));
+    attention_causal(q, {0, ldq}, 1, nq, kv, n_vis, scale, p, ldp, nullptr, {});
 }
 
 void attention(const float* q, int64_t nq, int64_t ldq, const KvHeadData& kv, int32_t n_vis, float scale, float* p,
                int64_t ldp, float* out, int64_t ldo) {
-    check_args(nq, kv, n_vis, ldp);
-    KVEC_CHECK(kv.values != nullptr);
-    const BlockKernels& k = block_kernels(kv);
-    probs(q, nq, ldq, kv, n_vis, scale, p, ldp, k);
-    const int64_t D = kv.head_dim;
-    for (int64_t i = 0; i < nq; ++i) std::fill(out + i * ldo, out + i * ldo + D, 0.0f);
-    for (int32_t j0 = 0; j0 < n_vis; j0 += kEntryBlock) {
-        const int32_t n = std::min(kEntryBlock, n_vis - j0);
-        k.values(p + j0, nq, ldp, entry(kv, kv.values, j0), n, D, out, ldo);
-    }
+    attention_causal(q, {0, ldq}, 1, nq, kv, n_vis, scale, p, ldp, out, {0, ldo});
 }
 
 }  // namespace kvec

@@ -7,11 +7,12 @@
 // The probability rows p are returned to the caller (the engine derives the eviction policies'
 // observations from them: column sums, window means, last rows).
 //
-// Dispatch: the AVX2 kernels (kernels_avx2.cpp) read F16 keys and values in place and convert
-// them in registers (F16C) inside the dot-product and accumulation loops; the generic kernels
-// (kernels_generic.cpp) convert a block of kEntryBlock entries at a time into a small buffer.
-// Both walk the entries in blocks of kEntryBlock so that a block stays in L1 while every query
-// row passes over it. ref::attention (reference.h) is the scalar reference the tests use.
+// The entries are walked in blocks of kEntryBlock, so that a block stays in L1 while every query
+// row passes over it. Scores: the block's keys are transposed to float once (kernels::keys_t_*),
+// then each query row yields 8 entries' scores per vector (no horizontal sums). Values: the AVX2
+// kernel reads F16 values in place and converts them in registers (F16C); the generic one
+// converts the block into a small buffer. ref::attention (reference.h) is the scalar reference
+// the tests use.
 #pragma once
 
 #include <cstdint>
@@ -31,10 +32,27 @@ struct KvHeadData {
 // Entries per block of the kernels' walk over the cache (128 x 64 F16 keys = 16 KiB).
 constexpr int32_t kEntryBlock = 128;
 
-// p [nq, ldp] (columns < n_vis written) = the probability rows above for the query rows
-// q [nq, head_dim] (rows ldq apart); n_vis >= 1 entries of kv are visible to every row.
-void attention_probs(const float* q, int64_t nq, int64_t ldq, const KvHeadData& kv, int32_t n_vis,
-                     float scale, float* p, int64_t ldp);
+// Where the rows of a block of query positions lie: row i of position t at base + t * ld_pos +
+// i * ld_row (for one position, ld_pos is unused).
+struct RowLayout {
+    int64_t ld_pos = 0;
+    int64_t ld_row = 0;
+};
+
+// Causal attention of n_pos consecutive query positions, nq rows each (the query heads of one KV
+// head): position t sees n_vis + t entries. The keys of each block of entries are converted once
+// for every row of the block of positions, so a prefill chunk passes many positions at a time.
+//   q:   rows as laid out by q_at, head_dim each
+//   p:   [n_pos * nq, ldp], row t * nq + i = the probabilities of row i of position t (columns
+//        < n_vis + t written; ldp >= n_vis + n_pos - 1)
+//   out: rows as laid out by out_at, head_dim each (nullptr: probabilities only)
+void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq, const KvHeadData& kv, int32_t n_vis,
+                      float scale, float* p, int64_t ldp, float* out, RowLayout out_at);
+
+// One query position: p [nq, ldp] (columns < n_vis written) = the probability rows above for the
+// query rows q [nq, head_dim] (rows ldq apart); n_vis >= 1 entries of kv are visible to every row.
+void attention_probs(const float* q, int64_t nq, int64_t ldq, const KvHeadData& kv, int32_t n_vis, float scale,
+                     float* p, int64_t ldp);
 
 // attention_probs, then out [nq, head_dim] (rows ldo apart) = the weighted sums of the values.
 void attention(const float* q, int64_t nq, int64_t ldq, const KvHeadData& kv, int32_t n_vis, float scale,

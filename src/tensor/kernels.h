@@ -46,9 +46,22 @@ void matmul_f16_avx2(const float* x, int64_t nx, int64_t ldx, const uint16_t* w,
 void matmul_bf16_avx2(const float* x, int64_t nx, int64_t ldx, const uint16_t* w, int64_t ldw, int64_t nw,
                       int64_t k, float* y, int64_t ldy);
 
+// Attention scores over one block of n entries (tensor/attention.h), in two steps. First the
+// block's keys [n, d] are transposed to float, once for every query row that reads them:
+//   kt[e * ldkt + j] = k[j * d + e]   for j < n, e < d;  columns n .. round_up(n, 8) zero
+// then each query row is multiplied by kt with 8 entries' scores per vector, no horizontal sums:
+//   y[i * ldy + j] = sum_{e < d} q[i * ldq + e] * kt[e * ldkt + j]   for i < nq, j < n (n % 8 == 0)
+void keys_t_f32_generic(const float* k, int64_t n, int64_t d, float* kt, int64_t ldkt);
+void keys_t_f16_generic(const uint16_t* k, int64_t n, int64_t d, float* kt, int64_t ldkt);
+void keys_t_f32_avx2(const float* k, int64_t n, int64_t d, float* kt, int64_t ldkt);
+void keys_t_f16_avx2(const uint16_t* k, int64_t n, int64_t d, float* kt, int64_t ldkt);
+void attention_scores_generic(const float* q, int64_t nq, int64_t ldq, const float* kt, int64_t ldkt, int64_t d,
+                              int64_t n, float* y, int64_t ldy);
+void attention_scores_avx2(const float* q, int64_t nq, int64_t ldq, const float* kt, int64_t ldkt, int64_t d,
+                           int64_t n, float* y, int64_t ldy);
+
 // Attention values over one block of n entries (tensor/attention.h), accumulated:
 //   out[i * ldo + e] += sum_{j < n} p[i * ldp + j] * v[j * d + e]   for i < nq, e < d
-// (values [n, d]; the scores use the tile / matmul_f16 kernels above with keys as the weights).
 void attention_values_generic(const float* p, int64_t nq, int64_t ldp, const float* v, int64_t n, int64_t d,
                               float* out, int64_t ldo);
 void attention_values_f32_avx2(const float* p, int64_t nq, int64_t ldp, const float* v, int64_t n, int64_t d,

@@ -401,14 +401,16 @@ void matmul_bf16_avx2(const float* x, int64_t nx, int64_t ldx, const uint16_t* w
 // entries, read in place (F16 converted in registers). Register tiles of C query rows x DV
 // vectors of 8 dimensions: per entry DV value vectors are loaded (and converted) once and
 // multiplied by C broadcast probabilities; 4 x 2 tiles use 8 accumulators + 2 values + 1 broadcast.
+// The scores are the same product with the query rows as p and the transposed keys as v
+// (Acc = false: y is written, not accumulated).
 namespace {
-template <class L, int C, int DV, class E>
+template <class L, int C, int DV, bool Acc, class E>
 inline void values_tile(const float* p, int64_t ldp, const E* v, int64_t ldv, int64_t n, float* out, int64_t ldo) {
     __m256 acc[C][DV];
 #pragma GCC unroll 4
     for (int i = 0; i < C; ++i)
 #pragma GCC unroll 2
-        for (int d = 0; d < DV; ++d) acc[i][d] = _mm256_loadu_ps(out + i * ldo + 8 * d);
+        for (int d = 0; d < DV; ++d) acc[i][d] = Acc ? _mm256_loadu_ps(out + i * ldo + 8 * d) : _mm256_setzero_ps();
     for (int64_t j = 0; j < n; ++j) {
         __m256 vv[DV];
 #pragma GCC unroll 2
@@ -427,42 +429,86 @@ inline void values_tile(const float* p, int64_t ldp, const E* v, int64_t ldv, in
 }
 
 // C query rows, every dimension: 16-wide tiles, an 8-wide one, then the d % 8 tail in scalar code.
-template <class L, int C, class E>
-inline void values_rows(const float* p, int64_t ldp, const E* v, int64_t n, int64_t d, float* out, int64_t ldo) {
+template <class L, int C, bool Acc, class E>
+inline void values_rows(const float* p, int64_t ldp, const E* v, int64_t ldv, int64_t n, int64_t d, float* out,
+                        int64_t ldo) {
     int64_t e = 0;
-    for (; e + 16 <= d; e += 16) values_tile<L, C, 2>(p, ldp, v + e, d, n, out + e, ldo);
-    for (; e + 8 <= d; e += 8) values_tile<L, C, 1>(p, ldp, v + e, d, n, out + e, ldo);
+    for (; e + 16 <= d; e += 16) values_tile<L, C, 2, Acc>(p, ldp, v + e, ldv, n, out + e, ldo);
+    for (; e + 8 <= d; e += 8) values_tile<L, C, 1, Acc>(p, ldp, v + e, ldv, n, out + e, ldo);
     for (; e < d; ++e) {
         for (int i = 0; i < C; ++i) {
-            float s = out[i * ldo + e];
-            for (int64_t j = 0; j < n; ++j) s += p[i * ldp + j] * L::one(v[j * d + e]);
+            float s = Acc ? out[i * ldo + e] : 0.0f;
+            for (int64_t j = 0; j < n; ++j) s += p[i * ldp + j] * L::one(v[j * ldv + e]);
             out[i * ldo + e] = s;
         }
     }
 }
 
-template <class L, class E>
-void attention_values(const float* p, int64_t nq, int64_t ldp, const E* v, int64_t n, int64_t d, float* out,
-                      int64_t ldo) {
+template <class L, bool Acc, class E>
+void attention_values(const float* p, int64_t nq, int64_t ldp, const E* v, int64_t ldv, int64_t n, int64_t d,
+                      float* out, int64_t ldo) {
     int64_t i = 0;
-    for (; i + 4 <= nq; i += 4) values_rows<L, 4>(p + i * ldp, ldp, v, n, d, out + i * ldo, ldo);
+    for (; i + 4 <= nq; i += 4) values_rows<L, 4, Acc>(p + i * ldp, ldp, v, ldv, n, d, out + i * ldo, ldo);
     switch (nq - i) {
-        case 3: values_rows<L, 3>(p + i * ldp, ldp, v, n, d, out + i * ldo, ldo); break;
-        case 2: values_rows<L, 2>(p + i * ldp, ldp, v, n, d, out + i * ldo, ldo); break;
-        case 1: values_rows<L, 1>(p + i * ldp, ldp, v, n, d, out + i * ldo, ldo); break;
+        case 3: values_rows<L, 3, Acc>(p + i * ldp, ldp, v, ldv, n, d, out + i * ldo, ldo); break;
+        case 2: values_rows<L, 2, Acc>(p + i * ldp, ldp, v, ldv, n, d, out + i * ldo, ldo); break;
+        case 1: values_rows<L, 1, Acc>(p + i * ldp, ldp, v, ldv, n, d, out + i * ldo, ldo); break;
         default: break;
+    }
+}
+
+// 8 x 8 blocks transposed in registers (F16 converted on load); the d % 8 and n % 8 tails in
+// scalar code, the columns up to the multiple of 8 zeroed. The next block's keys (the n entries
+// after these, when the cache has them) are prefetched at the pace these are read, so that a
+// decode streaming a long cache from memory overlaps the fetch with this block's scores.
+template <class L, class E>
+void keys_t(const E* k, int64_t n, int64_t d, float* kt, int64_t ldkt) {
+    const int64_t n8 = n & ~int64_t{7}, d8 = d & ~int64_t{7};
+    const auto* ahead = reinterpret_cast<const char*>(k + n * d);
+    for (int64_t j = 0; j < n8; j += 8) {
+        for (int64_t b = 0; b < 8 * d * static_cast<int64_t>(sizeof(E)); b += 64) {
+            _mm_prefetch(ahead + j * d * static_cast<int64_t>(sizeof(E)) + b, _MM_HINT_T0);
+        }
+        for (int64_t e = 0; e < d8; e += 8) {
+            __m256 r[8];
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; ++i) r[i] = L::load8(k + (j + i) * d + e);
+            transpose8(r);
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; ++i) _mm256_storeu_ps(kt + (e + i) * ldkt + j, r[i]);
+        }
+        for (int64_t e = d8; e < d; ++e)
+            for (int64_t i = 0; i < 8; ++i) kt[e * ldkt + j + i] = L::one(k[(j + i) * d + e]);
+    }
+    if (n8 == n) return;
+    for (int64_t e = 0; e < d; ++e) {
+        for (int64_t j = n8; j < n8 + 8; ++j) kt[e * ldkt + j] = j < n ? L::one(k[j * d + e]) : 0.0f;
     }
 }
 }  // namespace
 
 void attention_values_f32_avx2(const float* p, int64_t nq, int64_t ldp, const float* v, int64_t n, int64_t d,
                                float* out, int64_t ldo) {
-    attention_values<F32Load>(p, nq, ldp, v, n, d, out, ldo);
+    attention_values<F32Load, true>(p, nq, ldp, v, d, n, d, out, ldo);
 }
 
 void attention_values_f16_avx2(const float* p, int64_t nq, int64_t ldp, const uint16_t* v, int64_t n, int64_t d,
                                float* out, int64_t ldo) {
-    attention_values<Fp16Load>(p, nq, ldp, v, n, d, out, ldo);
+    attention_values<Fp16Load, true>(p, nq, ldp, v, d, n, d, out, ldo);
+}
+
+void keys_t_f32_avx2(const float* k, int64_t n, int64_t d, float* kt, int64_t ldkt) {
+    keys_t<F32Load>(k, n, d, kt, ldkt);
+}
+
+void keys_t_f16_avx2(const uint16_t* k, int64_t n, int64_t d, float* kt, int64_t ldkt) {
+    keys_t<Fp16Load>(k, n, d, kt, ldkt);
+}
+
+void attention_scores_avx2(const float* q, int64_t nq, int64_t ldq, const float* kt, int64_t ldkt, int64_t d,
+                           int64_t n, float* y, int64_t ldy) {
+    KVEC_CHECK(n % 8 == 0);
+    attention_values<F32Load, false>(q, nq, ldq, kt, ldkt, d, n, y, ldy);
 }
 
 // exp over 8 lanes: x = n ln2 + r with |r| <= ln2 / 2 (ln2 split in two parts so that n ln2 is
@@ -784,6 +830,15 @@ void attention_values_f32_avx2(const float*, int64_t, int64_t, const float*, int
     KVEC_CHECK(false && "AVX2 kernel called in a build without AVX2");
 }
 void attention_values_f16_avx2(const float*, int64_t, int64_t, const uint16_t*, int64_t, int64_t, float*, int64_t) {
+    KVEC_CHECK(false && "AVX2 kernel called in a build without AVX2");
+}
+void keys_t_f32_avx2(const float*, int64_t, int64_t, float*, int64_t) {
+    KVEC_CHECK(false && "AVX2 kernel called in a build without AVX2");
+}
+void keys_t_f16_avx2(const uint16_t*, int64_t, int64_t, float*, int64_t) {
+    KVEC_CHECK(false && "AVX2 kernel called in a build without AVX2");
+}
+void attention_scores_avx2(const float*, int64_t, int64_t, const float*, int64_t, int64_t, int64_t, float*, int64_t) {
     KVEC_CHECK(false && "AVX2 kernel called in a build without AVX2");
 }
 }  // namespace kvec::kernels

@@ -35,6 +35,40 @@ void pack_rows6(const float* x, int64_t nx, int64_t ldx, int64_t k, float* xp) {
     }
 }
 
+namespace {
+template <class E, class ToFloat>
+void keys_t(const E* k, int64_t n, int64_t d, float* kt, int64_t ldkt, ToFloat to_float) {
+    const int64_t n_pad = (n + 7) / 8 * 8;
+    for (int64_t e = 0; e < d; ++e) {
+        float* row = kt + e * ldkt;  // [n_pad]
+        for (int64_t j = 0; j < n; ++j) row[j] = to_float(k[j * d + e]);
+        for (int64_t j = n; j < n_pad; ++j) row[j] = 0.0f;
+    }
+}
+}  // namespace
+
+void keys_t_f32_generic(const float* k, int64_t n, int64_t d, float* kt, int64_t ldkt) {
+    keys_t(k, n, d, kt, ldkt, [](float x) { return x; });
+}
+
+void keys_t_f16_generic(const uint16_t* k, int64_t n, int64_t d, float* kt, int64_t ldkt) {
+    keys_t(k, n, d, kt, ldkt, fp16_to_float);
+}
+
+void attention_scores_generic(const float* q, int64_t nq, int64_t ldq, const float* kt, int64_t ldkt, int64_t d,
+                              int64_t n, float* y, int64_t ldy) {
+    for (int64_t i = 0; i < nq; ++i) {
+        float* yi = y + i * ldy;  // [n]
+        for (int64_t j = 0; j < n; ++j) yi[j] = 0.0f;
+        for (int64_t e = 0; e < d; ++e) {
+            const float qe = q[i * ldq + e];
+            const float* row = kt + e * ldkt;  // [n]
+#pragma omp simd
+            for (int64_t j = 0; j < n; ++j) yi[j] += qe * row[j];
+        }
+    }
+}
+
 void attention_values_generic(const float* p, int64_t nq, int64_t ldp, const float* v, int64_t n, int64_t d,
                               float* out, int64_t ldo) {
     for (int64_t i = 0; i < nq; ++i) {

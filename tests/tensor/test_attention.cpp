@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tensor/attention.h"
+#include "tensor/kernels.h"
 #include "tensor/matmul.h"
 #include "tensor/reference.h"
 #include "util/error.h"
@@ -135,6 +136,120 @@ TEST_P(AttentionTypes, EveryKernelMatchesReferenceOnRandomShapes) {
 
 INSTANTIATE_TEST_SUITE_P(CacheTypes, AttentionTypes, ::testing::Values(GgmlType::F32, GgmlType::F16),
                          [](const auto& info) { return std::string(ggml_type_traits(info.param).name); });
+
+// attention_causal over a block of positions: position t, with n_vis + t entries, against
+// ref::attention of that position alone; the query and output rows at strides like the engine's
+// (positions ld_pos apart, heads ld_row apart), sentinels past every row's visible entries.
+void check_causal(GgmlType type, int nq, int d, int n_pos, int32_t n_vis, uint32_t seed) {
+    std::mt19937 rng(seed);
+    const int32_t n = n_vis + n_pos - 1;
+    const Cache c = make_cache(type, n, d, rng);
+    const RowLayout q_at{int64_t{nq} * (d + 1) + 5, d + 1}, o_at{int64_t{nq} * (d + 2) + 3, d + 2};
+    const int64_t ldp = n + 3;
+    std::normal_distribution<float> dist(0.0f, 1.5f);
+    std::vector<float> q(static_cast<size_t>(n_pos * q_at.ld_pos));  // [n_pos, ld_pos]
+    for (float& x : q) x = dist(rng);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    constexpr float kSentinel = -7.0f;
+    const KernelGuard guard;
+    for (CpuKernel k : {CpuKernel::Generic, CpuKernel::Avx2}) {
+        if (!cpu_kernel_supported(k)) continue;
+        set_cpu_kernel(k);
+        std::vector<float> p(static_cast<size_t>(n_pos * nq * ldp), kSentinel);   // [n_pos * nq, ldp]
+        std::vector<float> o(static_cast<size_t>(n_pos * o_at.ld_pos), kSentinel);  // [n_pos, ld_pos]
+        attention_causal(q.data(), q_at, n_pos, nq, c.view, n_vis, scale, p.data(), ldp, o.data(), o_at);
+        std::vector<float> p_only(p.size(), kSentinel);
+        attention_causal(q.data(), q_at, n_pos, nq, c.view, n_vis, scale, p_only.data(), ldp, nullptr, {});
+        ASSERT_EQ(p_only, p) << "probabilities only differ from attention_causal's";
+        for (int t = 0; t < n_pos; ++t) {
+            const int32_t vis = n_vis + t;
+            std::vector<float> p_ref(static_cast<size_t>(nq * vis)), o_ref(static_cast<size_t>(nq * d));
+            ref::attention(q.data() + t * q_at.ld_pos, nq, q_at.ld_row, c.view, vis, scale, p_ref.data(), vis,
+                           o_ref.data(), d);
+            const std::string where = std::string(cpu_kernel_name(k)) + " " + ggml_type_traits(type).name +
+                                      " nq=" + std::to_string(nq) + " d=" + std::to_string(d) + " n_pos=" +
+                                      std::to_string(n_pos) + " n_vis=" + std::to_string(n_vis) + " t=" +
+                                      std::to_string(t);
+            for (int i = 0; i < nq; ++i) {
+                const float* row = p.data() + (int64_t{t} * nq + i) * ldp;
+                for (int64_t j = 0; j < ldp; ++j) {
+                    if (j >= vis) {
+                        ASSERT_EQ(row[j], kSentinel) << where << " wrote past the visible entries";
+                        continue;
+                    }
+                    const float want = p_ref[static_cast<size_t>(i * vis + j)];
+                    ASSERT_NEAR(row[j], want, 1e-7f + 1e-5f * want) << where << " p[" << i << ", " << j << "]";
+                }
+                const float* out = o.data() + t * o_at.ld_pos + i * o_at.ld_row;
+                for (int64_t e = 0; e < o_at.ld_row; ++e) {
+                    if (e >= d) {
+                        ASSERT_EQ(out[e], kSentinel) << where << " wrote past the head";
+                        continue;
+                    }
+                    ASSERT_NEAR(out[e], o_ref[static_cast<size_t>(i * d + e)], 1e-5f)
+                        << where << " out[" << i << ", " << e << "]";
+                }
+            }
+        }
+    }
+}
+
+TEST_P(AttentionTypes, CausalBlocksOfPositionsMatchTheReferencePerPosition) {
+    const GgmlType type = GetParam();
+    // Block boundaries (kEntryBlock = 128) crossed inside the block of positions, a first
+    // position that sees one entry, head sizes with tails, one position (the decode case).
+    const struct { int nq, d, n_pos; int32_t n_vis; } edges[] = {
+        {8, 64, 16, 1}, {8, 64, 16, 120}, {8, 64, 1, 300}, {4, 64, 9, 128}, {3, 7, 5, 17}, {1, 130, 20, 250},
+        {2, 24, 33, 96},
+    };
+    uint32_t seed = 100;
+    for (const auto& e : edges) check_causal(type, e.nq, e.d, e.n_pos, e.n_vis, seed++);
+    std::mt19937 rng(7);
+    std::uniform_int_distribution<int> nq(1, 9), d(1, 100), n_pos(1, 20), n_vis(1, 400);
+    for (int r = 0; r < 12; ++r) check_causal(type, nq(rng), d(rng), n_pos(rng), n_vis(rng), seed++);
+}
+
+// The key transposition: exact (a transposition and an exact F16 -> float conversion), the columns
+// past n zero up to the multiple of 8, nothing written past them or past row d - 1; the AVX2
+// and generic versions agree with that for tails of 1..7 entries and elements.
+TEST(AttentionKernels, KeysTransposedExactlyWithZeroPadding) {
+    std::mt19937 rng(11);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    constexpr float kSentinel = -7.0f;
+    for (int n : {1, 7, 8, 9, 64, 127, 128}) {
+        for (int d : {1, 8, 13, 64, 70}) {
+            std::vector<float> k32(static_cast<size_t>(n * d));
+            for (float& x : k32) x = dist(rng);
+            std::vector<uint16_t> k16;
+            for (float x : k32) k16.push_back(float_to_fp16(x));
+            const int64_t ldkt = 136, n_pad = (n + 7) / 8 * 8;
+            for (int variant = 0; variant < 4; ++variant) {
+                const bool avx2 = variant >= 2, f16 = variant % 2 == 1;
+                if (avx2 && !cpu_kernel_supported(CpuKernel::Avx2)) continue;
+                std::vector<float> kt(static_cast<size_t>((d + 1) * ldkt), kSentinel);  // [d + 1, ldkt]
+                if (f16) {
+                    (avx2 ? kernels::keys_t_f16_avx2 : kernels::keys_t_f16_generic)(k16.data(), n, d, kt.data(), ldkt);
+                } else {
+                    (avx2 ? kernels::keys_t_f32_avx2 : kernels::keys_t_f32_generic)(k32.data(), n, d, kt.data(), ldkt);
+                }
+                for (int64_t e = 0; e <= d; ++e) {
+                    for (int64_t j = 0; j < ldkt; ++j) {
+                        const float got = kt[static_cast<size_t>(e * ldkt + j)];
+                        const size_t at = static_cast<size_t>(j * d + e);
+                        if (e == d || j >= n_pad) {
+                            ASSERT_EQ(got, kSentinel) << "variant " << variant << " n=" << n << " d=" << d;
+                        } else if (j >= n) {
+                            ASSERT_EQ(got, 0.0f) << "variant " << variant << " n=" << n << " d=" << d;
+                        } else {
+                            ASSERT_EQ(got, f16 ? fp16_to_float(k16[at]) : k32[at])
+                                << "variant " << variant << " n=" << n << " d=" << d << " e=" << e << " j=" << j;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
 
 // The entries past n_vis (later tokens of a chunk, causal masking) do not change anything, even
 // when they hold infinities.
