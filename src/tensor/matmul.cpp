@@ -289,6 +289,7 @@ std::string matmul_backend_description() {
     const bool avx2 = active_cpu_kernel() == CpuKernel::Avx2;
     std::string s = std::string(cpu_kernel_name(active_cpu_kernel())) + " float tiles";
     if (avx2) s += ", prefill: weights converted while packing";
+    if (avx2 && kernels::avx512_prefill_enabled()) s += " (avx512 tiles)";
     if (avx2 && matmul_precision() == MatmulPrecision::Fast) {
         s += ", quantised decode: int8 dot products on int8 activations";
     } else {

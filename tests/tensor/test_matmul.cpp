@@ -9,6 +9,7 @@
 #include "tensor/kernels.h"
 #include "tensor/matmul.h"
 #include "tensor/reference.h"
+#include "util/error.h"
 #include "util/fp16.h"
 
 namespace kvec {
@@ -41,6 +42,21 @@ std::vector<float> random_x(int64_t n, int64_t k, uint32_t seed) {
     for (float& v : x) v = dist(rng);
     return x;
 }
+
+// The prefill tile widths this CPU runs: 256-bit, and 512-bit where it has AVX-512F. Each test
+// below runs once per width; the guard restores the start-up choice.
+std::vector<bool> avx512_modes() {
+    if (kernels::avx512_prefill_supported()) return {false, true};
+    return {false};
+}
+class Avx512Guard {
+public:
+    Avx512Guard() : saved_(kernels::avx512_prefill_enabled()) {}
+    ~Avx512Guard() { kernels::set_avx512_prefill(saved_); }
+
+private:
+    bool saved_;
+};
 
 // Compares matmul() with the scalar reference; the tolerance is relative to the magnitude of
 // the products summed (float32 accumulation in a different order).
@@ -153,10 +169,14 @@ TEST(Kernels, PackRowsLayout) {
 
 TEST(Kernels, PrepackedTileMatchesGeneric) {
     if (!cpu_kernel_supported(CpuKernel::Avx2)) GTEST_SKIP() << "no AVX2 on this CPU";
-    // k over two 256-chunks (the second partial), 16-wide panels with a remainder, row groups of 6
-    // with a remainder; x rows padded (ldx > k) and y wider than nw (ldy > nw).
+    // k over two 256-chunks (the second partial), 16- and 32-wide panels with remainders (below
+    // and above 16), row groups of 6 with a remainder; x rows padded (ldx > k) and y wider than nw
+    // (ldy > nw).
+    const Avx512Guard guard;
+    for (bool wide : avx512_modes())
     for (int64_t nx : {1, 6, 31}) {
-        for (int64_t nw : {3, 16, 19}) {
+        kernels::set_avx512_prefill(wide);
+        for (int64_t nw : {3, 16, 19, 32, 45}) {
             const int64_t k = 300, ldx = 303, ldy = nw + 2;
             const auto x = random_x(nx, ldx, 3), w = random_x(nw, k, 4);
             std::vector<float> xp(static_cast<size_t>(kernels::packed_rows(nx) * k));
@@ -164,7 +184,8 @@ TEST(Kernels, PrepackedTileMatchesGeneric) {
             std::vector<float> a(static_cast<size_t>(nx * ldy), 7.0f), b = a;
             kernels::tile_generic(x.data(), nx, ldx, w.data(), nw, k, k, a.data(), ldy);
             kernels::tile_prepacked_avx2(xp.data(), nx, w.data(), nw, k, k, b.data(), ldy);
-            for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 2e-4f) << nx << "x" << nw << " at " << i;
+            for (size_t i = 0; i < a.size(); ++i)
+                ASSERT_NEAR(a[i], b[i], 2e-4f) << (wide ? "avx512 " : "avx2 ") << nx << "x" << nw << " at " << i;
         }
     }
 }
@@ -174,7 +195,10 @@ TEST(Kernels, PrepackedHalfTilesConvertWhilePacking) {
     // 16-bit rows padded (ldw > k), k with a tail past the last 8 (301), panels of 16 with a
     // remainder; the reference is the float tile on the same values converted by the scalar helpers.
     const int64_t nx = 13, k = 301, ldw = 305;
-    for (int64_t nw : {5, 16, 21}) {
+    const Avx512Guard guard;
+    for (bool wide : avx512_modes())
+    for (int64_t nw : {5, 16, 21, 40}) {
+        kernels::set_avx512_prefill(wide);
         const int64_t ldy = nw + 1;
         const auto x = random_x(nx, k, 5), wf = random_x(nw, ldw, 6);
         std::vector<float> xp(static_cast<size_t>(kernels::packed_rows(nx) * k));
@@ -191,7 +215,7 @@ TEST(Kernels, PrepackedHalfTilesConvertWhilePacking) {
             (bf16 ? kernels::tile_prepacked_bf16_avx2 : kernels::tile_prepacked_f16_avx2)(xp.data(), nx, h.data(), nw,
                                                                                         ldw, k, b.data(), ldy);
             for (size_t i = 0; i < a.size(); ++i)
-                ASSERT_NEAR(a[i], b[i], 2e-4f) << (bf16 ? "bf16 " : "f16 ") << nw << " at " << i;
+                ASSERT_NEAR(a[i], b[i], 2e-4f) << (wide ? "avx512 " : "avx2 ") << (bf16 ? "bf16 " : "f16 ") << nw << " at " << i;
         }
     }
 }
@@ -202,7 +226,10 @@ TEST(Kernels, PrepackedQ8_0TileDequantisesWhilePacking) {
     // the reference is the float tile on the rows dequantised by quant::dequantize_row.
     const int64_t nx = 13, k = 320;
     const size_t row_bytes = static_cast<size_t>(k / 32 * 34);
-    for (int64_t nw : {5, 16, 21}) {
+    const Avx512Guard guard;
+    for (bool wide : avx512_modes())
+    for (int64_t nw : {5, 16, 21, 37}) {
+        kernels::set_avx512_prefill(wide);
         const auto x = random_x(nx, k, 7), wf = random_x(nw, k, 8);
         std::vector<uint8_t> q(row_bytes * static_cast<size_t>(nw));
         std::vector<float> back(wf.size());
@@ -216,8 +243,14 @@ TEST(Kernels, PrepackedQ8_0TileDequantisesWhilePacking) {
         std::vector<float> a(static_cast<size_t>(nx * ldy), 5.0f), b = a;
         kernels::tile_generic(x.data(), nx, k, back.data(), nw, k, k, a.data(), ldy);
         kernels::tile_prepacked_q8_0_avx2(xp.data(), nx, q.data(), row_bytes, nw, k, b.data(), ldy);
-        for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 2e-4f) << nw << " at " << i;
+        for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 2e-4f) << (wide ? "avx512 " : "avx2 ") << nw << " at " << i;
     }
+}
+
+TEST(Kernels, Avx512PrefillRefusedWithoutTheCpu) {
+    if (kernels::avx512_prefill_supported()) GTEST_SKIP() << "this CPU has AVX-512F";
+    EXPECT_FALSE(kernels::avx512_prefill_enabled());
+    EXPECT_THROW(kernels::set_avx512_prefill(true), Error);
 }
 
 TEST(Kernels, Fp16ConversionMatchesScalar) {
