@@ -267,24 +267,15 @@ KVEC_AVX512 void micro_packed_512(const float* xg, int mi, const float* panel, i
         const __m512 b0 = _mm512_load_ps(panel + p * kNR512);
         const __m512 b1 = _mm512_load_ps(panel + p * kNR512 + 16);
         const float* a6 = xg + p * kPackRows;  // the 6 rows' element p
-        __m512 a = _mm512_set1_ps(a6[0]);
-        c00 = _mm512_fmadd_ps(a, b0, c00);
-        c01 = _mm512_fmadd_ps(a, b1, c01);
-        a = _mm512_set1_ps(a6[1]);
-        c10 = _mm512_fmadd_ps(a, b0, c10);
-        c11 = _mm512_fmadd_ps(a, b1, c11);
-        a = _mm512_set1_ps(a6[2]);
-        c20 = _mm512_fmadd_ps(a, b0, c20);
-        c21 = _mm512_fmadd_ps(a, b1, c21);
-        a = _mm512_set1_ps(a6[3]);
-        c30 = _mm512_fmadd_ps(a, b0, c30);
-        c31 = _mm512_fmadd_ps(a, b1, c31);
-        a = _mm512_set1_ps(a6[4]);
-        c40 = _mm512_fmadd_ps(a, b0, c40);
-        c41 = _mm512_fmadd_ps(a, b1, c41);
-        a = _mm512_set1_ps(a6[5]);
-        c50 = _mm512_fmadd_ps(a, b0, c50);
-        c51 = _mm512_fmadd_ps(a, b1, c51);
+        // Row r: one broadcast of its element p against the panel's two vectors.
+#define KVEC_ROW512(r)                                      \
+    {                                                       \
+        const __m512 a = _mm512_set1_ps(a6[r]);             \
+        c##r##0 = _mm512_fmadd_ps(a, b0, c##r##0);          \
+        c##r##1 = _mm512_fmadd_ps(a, b1, c##r##1);          \
+    }
+        KVEC_ROW512(0) KVEC_ROW512(1) KVEC_ROW512(2) KVEC_ROW512(3) KVEC_ROW512(4) KVEC_ROW512(5)
+#undef KVEC_ROW512
     }
     if (mi > 0) store_row_512(y, c00, c01, nj, accumulate);
     if (mi > 1) store_row_512(y + ldy, c10, c11, nj, accumulate);
