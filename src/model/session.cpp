@@ -367,7 +367,11 @@ void Session::attention(int layer, int32_t T, const int32_t* positions, Step ste
     const auto n_pos = static_cast<int32_t>(std::clamp<int64_t>(fit, 1, std::min<int64_t>(T, kPositionsPerCall)));
 #pragma omp parallel if (work >= (1 << 18))
     {
-        std::vector<float> s(sz(int64_t{n_pos} * split.width * n_max));  // [n_pos * width, n_max] probabilities
+        // [n_pos * width, n_max] probabilities; grow-only per thread (every column read is written
+        // first), so a prefill chunk does not allocate and zero it again for each layer.
+        thread_local std::vector<float> s;
+        const size_t need = sz(int64_t{n_pos} * split.width * n_max);
+        if (s.size() < need) s.resize(need);
 #pragma omp for schedule(dynamic, 1)
         for (int item = 0; item < split.items; ++item) {
             const auto [h, g0, ng] = split.item(item);

@@ -2,6 +2,8 @@
 // compiler: OpenMP simd reduction, 8 independent partial sums), attention values, fp16 decode.
 #include "tensor/kernels.h"
 
+#include <algorithm>
+
 #include "util/fp16.h"
 
 namespace kvec::kernels {
@@ -55,32 +57,34 @@ void keys_t_f16_generic(const uint16_t* k, int64_t n, int64_t d, float* kt, int6
     keys_t(k, n, d, kt, ldkt, fp16_to_float);
 }
 
-void attention_scores_generic(const float* q, int64_t nq, int64_t ldq, const float* kt, int64_t ldkt, int64_t d,
-                              int64_t n, float* y, int64_t ldy) {
-    for (int64_t i = 0; i < nq; ++i) {
-        float* yi = y + i * ldy;  // [n]
-        for (int64_t j = 0; j < n; ++j) yi[j] = 0.0f;
-        for (int64_t e = 0; e < d; ++e) {
-            const float qe = q[i * ldq + e];
-            const float* row = kt + e * ldkt;  // [n]
-#pragma omp simd
-            for (int64_t j = 0; j < n; ++j) yi[j] += qe * row[j];
-        }
-    }
-}
-
-void attention_values_generic(const float* p, int64_t nq, int64_t ldp, const float* v, int64_t n, int64_t d,
-                              float* out, int64_t ldo) {
+namespace {
+// out[i * ldo + e] += sum_{j < n} p[i * ldp + j] * v[j * ldv + e] for i < nq, e < d: the values'
+// product, and the scores' with the query rows as p and the transposed keys as v (as in the AVX2
+// kernels).
+void accumulate_rows(const float* p, int64_t nq, int64_t ldp, const float* v, int64_t ldv, int64_t n, int64_t d,
+                     float* out, int64_t ldo) {
     for (int64_t i = 0; i < nq; ++i) {
         const float* pi = p + i * ldp;  // [n]
         float* oi = out + i * ldo;      // [d]
         for (int64_t j = 0; j < n; ++j) {
             const float pj = pi[j];
-            const float* vj = v + j * d;  // [d]
+            const float* vj = v + j * ldv;  // [d]
 #pragma omp simd
             for (int64_t e = 0; e < d; ++e) oi[e] += pj * vj[e];
         }
     }
+}
+}  // namespace
+
+void attention_scores_generic(const float* q, int64_t nq, int64_t ldq, const float* kt, int64_t ldkt, int64_t d,
+                              int64_t n, float* y, int64_t ldy) {
+    for (int64_t i = 0; i < nq; ++i) std::fill_n(y + i * ldy, n, 0.0f);
+    accumulate_rows(q, nq, ldq, kt, ldkt, d, n, y, ldy);
+}
+
+void attention_values_generic(const float* p, int64_t nq, int64_t ldp, const float* v, int64_t n, int64_t d,
+                              float* out, int64_t ldo) {
+    accumulate_rows(p, nq, ldp, v, d, n, d, out, ldo);
 }
 
 void fp16_to_fp32_generic(const uint16_t* src, float* dst, int64_t n) {
