@@ -13,13 +13,16 @@
 namespace {
 
 // OpenMP threads that spin while waiting at a barrier steal the CPU from the thread they wait
-// for whenever the machine has more runnable threads than cores; on a shared 2-core machine
-// that made 2-thread decoding 4x slower than 1 thread. Passive waiting costs a few microseconds
-// per barrier on an idle machine. libgomp reads OMP_WAIT_POLICY when it is loaded, before
-// main(), so when the user has not chosen a policy we set it and start again.
-void prefer_passive_openmp_waiting(char** argv) {
-    if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
-    if (::setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+// for whenever the machine has more runnable threads than cores: on a shared 2-core machine
+// libgomp's default spin (300,000 rounds) made 2-thread decoding 4x slower than 1 thread. Never
+// spinning (OMP_WAIT_POLICY=passive) costs a futex wake-up per barrier instead: 13-15 % of decode
+// speed on a quiet Zen 5 (docs/performance.md). A short spin, GOMP_SPINCOUNT=10000 (tens of
+// microseconds, about one matmul's imbalance), keeps the quiet-machine speed and bounds what a
+// waiting thread takes from others. libgomp reads both variables when it is loaded, before main(),
+// so when the user has chosen neither we set the spin count and start again.
+void prefer_short_openmp_spinning(char** argv) {
+    if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr) return;
+    if (::setenv("GOMP_SPINCOUNT", "10000", 1) != 0) return;
     ::execv("/proc/self/exe", argv);
     // execv only returns on failure: carry on with the default policy.
 }
@@ -27,7 +30,7 @@ void prefer_passive_openmp_waiting(char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    prefer_passive_openmp_waiting(argv);
+    prefer_short_openmp_spinning(argv);
     CLI::App app{"kvec: CPU inference for GGUF Llama-family models with a KV cache held to a memory budget"};
     app.set_version_flag("--version", std::string("kvec ") + KVEC_VERSION);
     app.require_subcommand(1);

@@ -45,7 +45,7 @@ bool panel_has_min(GgmlType type) {
     }
 }
 
-void quantize_row_ref(const float* x, int64_t k, int8_t* q, float* d, float* hsum) {
+void quantize_row_ref(const float* x, int64_t k, int8_t* q, float* d, float* hsum, int32_t* qsum) {
     KVEC_CHECK(k % kBlock == 0);
     for (int64_t b = 0; b < k / kBlock; ++b) {
         const float* xb = x + b * kBlock;  // [32]
@@ -65,6 +65,10 @@ void quantize_row_ref(const float* x, int64_t k, int8_t* q, float* d, float* hsu
         d[b] = db;
         hsum[2 * b] = db * static_cast<float>(sums[0]);
         hsum[2 * b + 1] = db * static_cast<float>(sums[1]);
+        if (qsum != nullptr) {
+            qsum[2 * b] = sums[0];
+            qsum[2 * b + 1] = sums[1];
+        }
     }
 }
 

@@ -11,7 +11,8 @@
 // Q2_K, Q3_K, Q6_K (16-element sub-blocks: the two halves carry their own scale). A dot product
 // is then, per block and half,
 //     sum_e w[e] x[e] ~ d_x * (scale * sum_e q_w[e] q_x[e] + min * sum_e q_x[e])
-// with the integer sums computed exactly (AVX2: maddubs/madd). Q8_0 weights are also read in
+// with the integer sums computed exactly (AVX2: maddubs/madd; AVX-512 VNNI: vpdpbusd, used for
+// prefill where the CPU has it, see gemm_vnni below). Q8_0 weights are also read in
 // place (no panel) by the decode kernel. Using 32-element activation blocks for the k-quants too
 // (llama.cpp uses 256-element Q8_K there) is finer, so at least as accurate.
 //
@@ -35,6 +36,7 @@ struct QuantRows {
     const float* d = nullptr;      // [n, nb] block scales
     const float* hsum = nullptr;   // [n, nb, 2] d * sum of q over each half block
     int64_t k = 0;
+    const int32_t* qsum = nullptr; // [n, nb, 2] sum of q over each half block (the VNNI kernels)
 };
 
 // Unpacked weight rows (see the header comment).
@@ -50,8 +52,9 @@ bool has_panel_form(GgmlType type);
 // True when the type's panel needs the min term (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K).
 bool panel_has_min(GgmlType type);
 
-// Scalar reference of the activation quantisation of one row: q[k], d[k/32], hsum[k/32 * 2].
-void quantize_row_ref(const float* x, int64_t k, int8_t* q, float* d, float* hsum);
+// Scalar reference of the activation quantisation of one row: q[k], d[k/32], hsum[k/32 * 2] and,
+// unless null, the integer half-block sums qsum[k/32 * 2].
+void quantize_row_ref(const float* x, int64_t k, int8_t* q, float* d, float* hsum, int32_t* qsum = nullptr);
 
 // Unpacks rows [r0, r0 + n) of w into panel buffers (q [n, k], scale/min [n, nb, 2]; min may be
 // null when !panel_has_min). Scalar code; throws kvec::Error for a type without a panel form.
@@ -62,11 +65,29 @@ void unpack_rows(const WeightView& w, int64_t r0, int64_t n, int8_t* q, float* s
 void gemm_ref(const QuantRows& x, int64_t nx, const Panel& w, int64_t nw, float* y, int64_t ldy);
 
 // AVX2 kernels (kernels_avx2.cpp; only call when the CPU has AVX2+FMA+F16C).
-void quantize_rows_avx2(const float* x, int64_t n, int64_t k, int8_t* q, float* d, float* hsum);
+void quantize_rows_avx2(const float* x, int64_t n, int64_t k, int8_t* q, float* d, float* hsum,
+                        int32_t* qsum = nullptr);
 // Same contract as gemm_ref.
 void gemm_avx2(const QuantRows& x, int64_t nx, const Panel& w, int64_t nw, float* y, int64_t ldy);
 // Q8_0 weights in place: nw rows starting at w (row_bytes apart), same contract as gemm_ref.
 void gemm_q8_0_avx2(const QuantRows& x, int64_t nx, const uint8_t* w, size_t row_bytes, int64_t nw,
+                    float* y, int64_t ldy);
+// y[i * ldy + j] += sum over blocks and halves of min_w * hsum_x: the min term of panels with a
+// min (gemm_avx2 and gemm_vnni add it themselves).
+void add_min_term_avx2(const QuantRows& x, int64_t nx, const Panel& w, int64_t nw, float* y, int64_t ldy);
+
+// AVX-512 VNNI kernels for prefill (int8_vnni.cpp). vpdpbusd multiplies 64 unsigned x signed byte
+// pairs into 16 int32 lanes, four times the multiply-adds of a 512-bit float FMA. The weight rows
+// are repacked into 16-row panels, 4 consecutive elements of 16 rows per vector, each byte offset
+// by 128 to be unsigned (w ^ 0x80 = w + 128); one activation's 4 bytes are broadcast against it.
+// The offset is taken back exactly by starting each block's int32 sums at -128 * sum(q_x), so
+// the integer sums equal gemm_ref's. Same contract as gemm_ref; x.qsum must be set. Only call
+// when vnni_enabled().
+bool vnni_supported();  // the CPU has AVX-512F, BW and VNNI
+// Supported and AVX-512 not switched off (kernels::set_avx512_prefill, KVEC_AVX512=0).
+bool vnni_enabled();
+void gemm_vnni(const QuantRows& x, int64_t nx, const Panel& w, int64_t nw, float* y, int64_t ldy);
+void gemm_q8_0_vnni(const QuantRows& x, int64_t nx, const uint8_t* w, size_t row_bytes, int64_t nw,
                     float* y, int64_t ldy);
 
 }  // namespace kvec::int8

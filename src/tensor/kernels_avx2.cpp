@@ -810,7 +810,7 @@ void gemm_tiles(const QuantRows& x, int64_t nx, const Src& src, int64_t nw, int6
 
 }  // namespace
 
-void quantize_rows_avx2(const float* x, int64_t n, int64_t k, int8_t* q, float* d, float* hsum) {
+void quantize_rows_avx2(const float* x, int64_t n, int64_t k, int8_t* q, float* d, float* hsum, int32_t* qsum) {
     const int64_t nb = k / kBlock;
     const __m256 sign_mask = _mm256_set1_ps(-0.0f);
     const __m256 lim = _mm256_set1_ps(127.0f), nlim = _mm256_set1_ps(-127.0f);
@@ -834,8 +834,13 @@ void quantize_rows_avx2(const float* x, int64_t n, int64_t k, int8_t* q, float* 
             const __m256i p = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p01, p23), perm);
             _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + r * k + b * kBlock), p);
             d[r * nb + b] = db;
-            hsum[(r * nb + b) * 2] = db * static_cast<float>(hsum_epi32(_mm256_add_epi32(qi[0], qi[1])));
-            hsum[(r * nb + b) * 2 + 1] = db * static_cast<float>(hsum_epi32(_mm256_add_epi32(qi[2], qi[3])));
+            const int s0 = hsum_epi32(_mm256_add_epi32(qi[0], qi[1])), s1 = hsum_epi32(_mm256_add_epi32(qi[2], qi[3]));
+            hsum[(r * nb + b) * 2] = db * static_cast<float>(s0);
+            hsum[(r * nb + b) * 2 + 1] = db * static_cast<float>(s1);
+            if (qsum != nullptr) {
+                qsum[(r * nb + b) * 2] = s0;
+                qsum[(r * nb + b) * 2 + 1] = s1;
+            }
         }
     }
 }
@@ -843,8 +848,13 @@ void quantize_rows_avx2(const float* x, int64_t n, int64_t k, int8_t* q, float* 
 void gemm_avx2(const QuantRows& x, int64_t nx, const Panel& w, int64_t nw, float* y, int64_t ldy) {
     const int64_t nb = x.k / kBlock;
     gemm_tiles(x, nx, PanelSource{w.q, w.scale, w.k, nb}, nw, nb, y, ldy);
+    add_min_term_avx2(x, nx, w, nw, y, ldy);
+}
+
+void add_min_term_avx2(const QuantRows& x, int64_t nx, const Panel& w, int64_t nw, float* y, int64_t ldy) {
     if (w.min == nullptr) return;
-    // The min term: y[i, j] += sum over halves of min_w * (d_x * sum q_x).
+    const int64_t nb = x.k / kBlock;
+    // y[i, j] += sum over halves of min_w * (d_x * sum q_x).
     for (int64_t i = 0; i < nx; ++i) {
         const float* hs = x.hsum + i * nb * 2;  // [nb * 2]
         for (int64_t j = 0; j < nw; ++j) {
@@ -927,11 +937,17 @@ void attention_scores_avx2(const float*, int64_t, int64_t, const float*, int64_t
 }
 }  // namespace kvec::kernels
 namespace kvec::int8 {
-void quantize_rows_avx2(const float* x, int64_t n, int64_t k, int8_t* q, float* d, float* hsum) {
-    for (int64_t r = 0; r < n; ++r) quantize_row_ref(x + r * k, k, q + r * k, d + r * (k / kBlock), hsum + r * (k / kBlock) * 2);
+void quantize_rows_avx2(const float* x, int64_t n, int64_t k, int8_t* q, float* d, float* hsum, int32_t* qsum) {
+    const int64_t nb = k / kBlock;
+    for (int64_t r = 0; r < n; ++r) {
+        quantize_row_ref(x + r * k, k, q + r * k, d + r * nb, hsum + r * nb * 2, qsum != nullptr ? qsum + r * nb * 2 : nullptr);
+    }
 }
 void gemm_avx2(const QuantRows& x, int64_t nx, const Panel& w, int64_t nw, float* y, int64_t ldy) {
     gemm_ref(x, nx, w, nw, y, ldy);
+}
+void add_min_term_avx2(const QuantRows&, int64_t, const Panel&, int64_t, float*, int64_t) {
+    KVEC_CHECK(false && "AVX2 kernel called in a build without AVX2");
 }
 void gemm_q8_0_avx2(const QuantRows&, int64_t, const uint8_t*, size_t, int64_t, float*, int64_t) {
     KVEC_CHECK(false && "AVX2 kernel called in a build without AVX2");

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "tensor/bf16_gemm.h"
 #include "tensor/int8_gemm.h"
 #include "tensor/kernels.h"
 #include "tensor/ops.h"
@@ -25,6 +26,10 @@ constexpr int64_t kWeightBlock = 32;
 constexpr int64_t kPackedItemRows = 64;
 // Activation rows per block, at most: each weight block is dequantised once per activation block.
 constexpr int64_t kActBlock = 256;
+// The same for the bf16 prefill, whose tile walks k in chunks (its activations need not stay in
+// L2): each weight panel is converted and transposed once per 512-row prefill chunk
+// (docs/performance.md: pp512 F16 +2-8 % over 256).
+constexpr int64_t kBf16ActBlock = 512;
 
 bool cpu_has_avx2() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -54,6 +59,14 @@ T* grow(std::vector<T>& v, int64_t n) {
     return v.data();
 }
 
+// Rows per activation block of a prefill matmul: equal blocks of at most max_rows rows (512 rows
+// at most 256: 258 + 254, not 256 + 256 + a sliver that would cost another pass over the
+// weights), each a whole number of 6-row tiles.
+int64_t prefill_act_block(int64_t n, int64_t max_rows = kActBlock) {
+    const int64_t n_blocks = (n + max_rows - 1) / max_rows;
+    return kernels::packed_rows((n + n_blocks - 1) / n_blocks);
+}
+
 // The prepacked kernel on rows r0..r0+nw of F16 / BF16 / Q8_0 weights read in place.
 void tile_prepacked_direct(const float* xp, int64_t nx, const WeightView& w, int64_t r0, int64_t nw, float* y) {
     if (w.type == GgmlType::Q8_0) {
@@ -73,10 +86,8 @@ void tile_prepacked_direct(const float* xp, int64_t nx, const WeightView& w, int
 // Q8_0 rows are then read in place and converted as the kernel packs its weight panels.
 void matmul_blocked(const float* x, int64_t n, const WeightView& w, float* y) {
     const TileKernel tile = tile_kernel();
-    // Blocks of equal size (512 rows: 258 + 254, not 256 + 256 + a sliver that would cost a third
-    // dequantisation), each a multiple of kPackRows so that every block starts a packed group.
-    const int64_t n_blocks = (n + kActBlock - 1) / kActBlock;
-    const int64_t act_block = kernels::packed_rows((n + n_blocks - 1) / n_blocks);
+    // Every block a multiple of kPackRows, so that every block starts a packed group.
+    const int64_t act_block = prefill_act_block(n);
     const int64_t n_ab = (n + act_block - 1) / act_block;  // rounding up can leave fewer blocks
     const bool in_place = w.type == GgmlType::F32;
     const int64_t work = n * w.n_out * w.n_in;
@@ -148,9 +159,42 @@ void matmul_q8_0(const float* x, int64_t n, const WeightView& w, float* y) {
     }
 }
 
+// F16 / BF16 prefill in Fast precision with AVX-512 BF16 (bf16_gemm.h): activations converted to
+// bf16 once, work items of (activation block, kPackedItemRows weight rows) as in the float prefill.
+void matmul_bf16(const float* x, int64_t n, const WeightView& w, float* y) {
+    const int64_t k = w.n_in, ldx = bf16::padded(k);
+    thread_local std::vector<uint16_t> xbuf;  // [n, ldx] bf16 activations
+    uint16_t* xb = grow(xbuf, n * ldx);
+    const int64_t act_block = prefill_act_block(n, kBf16ActBlock);
+    const int64_t n_ab = (n + act_block - 1) / act_block;
+    const int64_t n_wb = (w.n_out + kPackedItemRows - 1) / kPackedItemRows;
+    const auto* h = reinterpret_cast<const uint16_t*>(w.data);
+    const auto ldw = static_cast<int64_t>(w.row_bytes / 2);
+    const bool is_f16 = w.type == GgmlType::F16;
+#pragma omp parallel
+    {
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < n; ++r) bf16::convert_rows(x + r * k, 1, k, xb + r * ldx);
+#pragma omp for schedule(dynamic, 1) collapse(2)
+        for (int64_t ab = 0; ab < n_ab; ++ab) {
+            for (int64_t wb = 0; wb < n_wb; ++wb) {
+                const int64_t a0 = ab * act_block, a1 = std::min(n, a0 + act_block);
+                const int64_t r0 = wb * kPackedItemRows, r1 = std::min(w.n_out, r0 + kPackedItemRows);
+                bf16::gemm(xb + a0 * ldx, a1 - a0, h + r0 * ldw, ldw, is_f16, r1 - r0, k, y + a0 * w.n_out + r0,
+                           w.n_out);
+            }
+        }
+    }
+}
+
 // F16 / BF16 with few activation rows (decode): weights converted in registers inside the dot
-// products, parallel over blocks of output rows; otherwise the blocked path (row conversion).
+// products, parallel over blocks of output rows. Prefill: bf16 dot products (Fast precision, CPU
+// with AVX-512 BF16), otherwise the blocked path (float tiles, weights converted while packing).
 void matmul_half(const float* x, int64_t n, const WeightView& w, float* y) {
+    if (n >= kernels::kPackedMinRows && matmul_precision() == MatmulPrecision::Fast && bf16::enabled()) {
+        matmul_bf16(x, n, w, y);
+        return;
+    }
     if (n > 4 || active_cpu_kernel() != CpuKernel::Avx2) {
         matmul_blocked(x, n, w, y);
         return;
@@ -168,46 +212,55 @@ void matmul_half(const float* x, int64_t n, const WeightView& w, float* y) {
 }
 
 // Quantised weights, fast precision (AVX2): activations quantised to int8 once (int8_gemm.h), then
-// int8 dot products. Work items are (activation block, block of kPanelRows weight rows); a
-// work item unpacks its rows into a thread-local panel (Q8_0 rows are read in place) and runs
-// the register tiles over the activation block. Activation blocks hold about 256 KiB of int8
-// activations, so they stay in L2 while the weight blocks pass.
+// int8 dot products. Work items are (activation block, block of weight rows); a work item unpacks
+// its rows into a thread-local panel (Q8_0 rows are read in place) and runs the register tiles
+// over the activation block. Decode and small batches use the AVX2 tiles on activation blocks of
+// about 256 KiB, which stay in L2 while the weight blocks pass; prefill with AVX-512 VNNI uses its
+// kernel (which repacks each item's rows) on activation blocks of at most 256 rows, as the float
+// prefill does.
 void matmul_int8(const float* x, int64_t n, const WeightView& w, float* y) {
     constexpr int64_t kPanelRows = 16;
     const int64_t k = w.n_in, nb = k / int8::kBlock;
-    thread_local std::vector<int8_t> aq;  // [n, k] quantised activations
-    thread_local std::vector<float> ad;   // [n, nb] their block scales
-    thread_local std::vector<float> ah;   // [n, nb, 2] their half-block sums (times the scale)
+    const bool vnni = n >= kernels::kPackedMinRows && int8::vnni_enabled();
+    thread_local std::vector<int8_t> aq;   // [n, k] quantised activations
+    thread_local std::vector<float> ad;    // [n, nb] their block scales
+    thread_local std::vector<float> ah;    // [n, nb, 2] their half-block sums (times the scale)
+    thread_local std::vector<int32_t> as;  // [n, nb, 2] their integer half-block sums (VNNI)
     int8::QuantRows xq;
     xq.q = grow(aq, n * k);
     xq.d = grow(ad, n * nb);
     xq.hsum = grow(ah, n * nb * 2);
+    xq.qsum = vnni ? grow(as, n * nb * 2) : nullptr;
     xq.k = k;
     int8_t* q_out = aq.data();
     float* d_out = ad.data();
     float* h_out = ah.data();
+    int32_t* s_out = vnni ? as.data() : nullptr;
     const bool in_place = w.type == GgmlType::Q8_0;
     const bool has_min = int8::panel_has_min(w.type);
-    const int64_t act_block = n <= 4 ? n : std::max<int64_t>(4, ((256 * 1024) / k) & ~int64_t{3});
+    const int64_t act_block = vnni ? prefill_act_block(n)
+                              : n <= 4 ? n
+                                       : std::max<int64_t>(4, ((256 * 1024) / k) & ~int64_t{3});
     const int64_t n_ab = (n + act_block - 1) / act_block;
     // Q8_0 decode reads rows in place and prefetches the next tile's rows: longer work items keep
-    // each thread on one contiguous stream.
-    const int64_t item_rows = in_place && n == 1 ? 4 * kPanelRows : kPanelRows;
+    // each thread on one contiguous stream. VNNI items: 64 rows, four of its 16-row panels.
+    const int64_t item_rows = vnni ? kPackedItemRows : in_place && n == 1 ? 4 * kPanelRows : kPanelRows;
     const int64_t n_wb = (w.n_out + item_rows - 1) / item_rows;
 #pragma omp parallel if (n * w.n_out * k >= (1 << 20))
     {
 #pragma omp for schedule(static)
         for (int64_t r = 0; r < n; ++r) {
-            int8::quantize_rows_avx2(x + r * k, 1, k, q_out + r * k, d_out + r * nb, h_out + r * nb * 2);
+            int8::quantize_rows_avx2(x + r * k, 1, k, q_out + r * k, d_out + r * nb, h_out + r * nb * 2,
+                                     s_out != nullptr ? s_out + r * nb * 2 : nullptr);
         }
-        thread_local std::vector<int8_t> pq;  // [kPanelRows, k] unpacked weights
-        thread_local std::vector<float> ps;   // [kPanelRows, nb, 2] scales
-        thread_local std::vector<float> pm;   // [kPanelRows, nb, 2] mins (types with a min)
+        thread_local std::vector<int8_t> pq;  // [item_rows, k] unpacked weights
+        thread_local std::vector<float> ps;   // [item_rows, nb, 2] scales
+        thread_local std::vector<float> pm;   // [item_rows, nb, 2] mins (types with a min)
         int8::Panel panel;
         if (!in_place) {
-            panel.q = grow(pq, kPanelRows * k);
-            panel.scale = grow(ps, kPanelRows * nb * 2);
-            panel.min = has_min ? grow(pm, kPanelRows * nb * 2) : nullptr;
+            panel.q = grow(pq, item_rows * k);
+            panel.scale = grow(ps, item_rows * nb * 2);
+            panel.min = has_min ? grow(pm, item_rows * nb * 2) : nullptr;
             panel.k = k;
         }
 #pragma omp for schedule(dynamic, 1) collapse(2)
@@ -219,11 +272,14 @@ void matmul_int8(const float* x, int64_t n, const WeightView& w, float* y) {
                 xb.q += a0 * k;
                 xb.d += a0 * nb;
                 xb.hsum += a0 * nb * 2;
+                if (xb.qsum != nullptr) xb.qsum += a0 * nb * 2;
+                float* yb = y + a0 * w.n_out + r0;
                 if (in_place) {
-                    int8::gemm_q8_0_avx2(xb, a1 - a0, w.row(r0), w.row_bytes, r1 - r0, y + a0 * w.n_out + r0, w.n_out);
+                    (vnni ? int8::gemm_q8_0_vnni : int8::gemm_q8_0_avx2)(xb, a1 - a0, w.row(r0), w.row_bytes, r1 - r0,
+                                                                         yb, w.n_out);
                 } else {
                     int8::unpack_rows(w, r0, r1 - r0, pq.data(), ps.data(), has_min ? pm.data() : nullptr);
-                    int8::gemm_avx2(xb, a1 - a0, panel, r1 - r0, y + a0 * w.n_out + r0, w.n_out);
+                    (vnni ? int8::gemm_vnni : int8::gemm_avx2)(xb, a1 - a0, panel, r1 - r0, yb, w.n_out);
                 }
             }
         }
@@ -291,6 +347,10 @@ std::string matmul_backend_description() {
     if (avx2) s += ", prefill: weights converted while packing";
     if (avx2 && kernels::avx512_prefill_enabled()) s += " (avx512 tiles)";
     if (avx2 && matmul_precision() == MatmulPrecision::Fast) {
+        if (int8::vnni_enabled()) s += ", quantised prefill: avx512-vnni int8 dot products";
+        if (bf16::enabled()) s += ", f16/bf16 prefill: avx512-bf16 dot products";
+    }
+    if (avx2 && matmul_precision() == MatmulPrecision::Fast) {
         s += ", quantised decode: int8 dot products on int8 activations";
     } else {
         s += ", quantised decode: dequantised per block (exact)";
@@ -319,8 +379,9 @@ void matmul(const float* x, int64_t n, const WeightView& w, float* y) {
     if (n <= 0) return;
     // Prefill (many rows): the packed float tiles on dequantised weights beat the int8 tiles on
     // AVX2 without VNNI (pp512 Q4_K 1.6x, Q8_0 1.15x) and need no activation quantisation, so
-    // int8 dot products serve decode and small batches only.
-    if (use_int8(w) && n < kernels::kPackedMinRows) {
+    // there int8 dot products serve decode and small batches only; with AVX-512 VNNI they serve
+    // prefill too.
+    if (use_int8(w) && (n < kernels::kPackedMinRows || int8::vnni_enabled())) {
         matmul_int8(x, n, w, y);
         return;
     }

@@ -9,10 +9,13 @@
 
 #include "gguf/ggml_type.h"
 #include "quant/quant.h"
+#include "random.h"
 #include "tensor/int8_gemm.h"
 #include "tensor/matmul.h"
 #include "tensor/reference.h"
 #include "util/error.h"
+#include "util/fp16.h"
+#include "quant/blocks.h"
 
 namespace kvec {
 namespace {
@@ -23,13 +26,7 @@ const std::vector<GgmlType> kQuantTypes = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlT
 
 bool have_avx2() { return cpu_kernel_supported(CpuKernel::Avx2); }
 
-std::vector<float> gaussian(int64_t n, uint32_t seed, float sigma = 1.0f) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> dist(0.0f, sigma);
-    std::vector<float> v(static_cast<size_t>(n));
-    for (float& x : v) x = dist(rng);
-    return v;
-}
+using test::gaussian;
 
 struct Quantised {
     std::vector<uint8_t> bytes;  // [n_out rows of the type]
@@ -49,7 +46,8 @@ struct Acts {
     std::vector<int8_t> q;   // [n, k]
     std::vector<float> d;    // [n, k/32]
     std::vector<float> h;    // [n, k/32, 2]
-    int8::QuantRows view(int64_t k) const { return {q.data(), d.data(), h.data(), k}; }
+    std::vector<int32_t> s;  // [n, k/32, 2]
+    int8::QuantRows view(int64_t k) const { return {q.data(), d.data(), h.data(), k, s.data()}; }
 };
 
 Acts quantise_acts_ref(const std::vector<float>& x, int64_t n, int64_t k) {
@@ -57,10 +55,40 @@ Acts quantise_acts_ref(const std::vector<float>& x, int64_t n, int64_t k) {
     a.q.resize(static_cast<size_t>(n * k));
     a.d.resize(static_cast<size_t>(n * k / 32));
     a.h.resize(static_cast<size_t>(n * k / 16));
+    a.s.resize(static_cast<size_t>(n * k / 16));
     for (int64_t r = 0; r < n; ++r) {
-        int8::quantize_row_ref(x.data() + r * k, k, a.q.data() + r * k, a.d.data() + r * k / 32, a.h.data() + r * k / 16);
+        int8::quantize_row_ref(x.data() + r * k, k, a.q.data() + r * k, a.d.data() + r * k / 32, a.h.data() + r * k / 16,
+                               a.s.data() + r * k / 16);
     }
     return a;
+}
+
+// A quantised weight matrix in panel form (unpack_rows).
+struct PanelForm {
+    std::vector<int8_t> q;  // [nw, k]
+    std::vector<float> s;   // [nw, k/32, 2]
+    std::vector<float> m;   // [nw, k/32, 2], empty without a min
+    int8::Panel view(int64_t k) const { return {q.data(), s.data(), m.empty() ? nullptr : m.data(), k}; }
+};
+
+PanelForm panel_form(const WeightView& w) {
+    PanelForm p;
+    p.q.resize(static_cast<size_t>(w.n_out * w.n_in));
+    p.s.resize(static_cast<size_t>(w.n_out * w.n_in / 16));
+    if (int8::panel_has_min(w.type)) p.m.resize(p.s.size());
+    int8::unpack_rows(w, 0, w.n_out, p.q.data(), p.s.data(), p.m.empty() ? nullptr : p.m.data());
+    return p;
+}
+
+// Sum of |terms| of output (i, j): the scale of the float rounding in a kernel's result.
+double magnitude(const Acts& a, const PanelForm& p, int64_t k, int64_t i, int64_t j) {
+    double mag = 0.0;
+    for (int64_t e = 0; e < k; ++e) {
+        const size_t half = static_cast<size_t>((j * k + e) / 16);
+        mag += std::fabs(a.d[static_cast<size_t>((i * k + e) / 32)] * a.q[static_cast<size_t>(i * k + e)] *
+                         (p.s[half] * p.q[static_cast<size_t>(j * k + e)] + (p.m.empty() ? 0.0f : p.m[half])));
+    }
+    return mag;
 }
 
 TEST(Int8, ActivationQuantisationReference) {
@@ -100,10 +128,16 @@ TEST(Int8, Avx2QuantisationMatchesReferenceExactly) {
     got.q.resize(want.q.size());
     got.d.resize(want.d.size());
     got.h.resize(want.h.size());
-    int8::quantize_rows_avx2(x.data(), n, k, got.q.data(), got.d.data(), got.h.data());
+    got.s.resize(want.s.size());
+    int8::quantize_rows_avx2(x.data(), n, k, got.q.data(), got.d.data(), got.h.data(), got.s.data());
     EXPECT_EQ(got.q, want.q);
     EXPECT_EQ(got.d, want.d);
     EXPECT_EQ(got.h, want.h);
+    EXPECT_EQ(got.s, want.s);
+    for (size_t b = 0; b < want.d.size(); ++b) {  // the integer sums are the float sums' integers
+        EXPECT_EQ(want.h[2 * b], want.d[b] * static_cast<float>(want.s[2 * b]));
+        EXPECT_EQ(want.h[2 * b + 1], want.d[b] * static_cast<float>(want.s[2 * b + 1]));
+    }
 }
 
 class Int8Types : public ::testing::TestWithParam<GgmlType> {};
@@ -136,27 +170,17 @@ TEST_P(Int8Types, Avx2KernelMatchesScalarReference) {
     const GgmlType type = GetParam();
     const int64_t k = 768, nw = 11;
     const Quantised w = quantise(type, gaussian(k * nw, 21, 0.5f), k, nw);
-    std::vector<int8_t> q(static_cast<size_t>(nw * k));
-    std::vector<float> s(static_cast<size_t>(nw * k / 16)), m(s.size());
-    const bool has_min = int8::panel_has_min(type);
-    int8::unpack_rows(w.view, 0, nw, q.data(), s.data(), has_min ? m.data() : nullptr);
-    const int8::Panel panel{q.data(), s.data(), has_min ? m.data() : nullptr, k};
+    const PanelForm p = panel_form(w.view);
     for (int64_t nx : {1, 3, 4, 9}) {
         const auto x = gaussian(nx * k, 30 + static_cast<uint32_t>(nx));
         const Acts a = quantise_acts_ref(x, nx, k);
         std::vector<float> want(static_cast<size_t>(nx * nw)), got(want.size(), -7.0f);
-        int8::gemm_ref(a.view(k), nx, panel, nw, want.data(), nw);
-        int8::gemm_avx2(a.view(k), nx, panel, nw, got.data(), nw);
+        int8::gemm_ref(a.view(k), nx, p.view(k), nw, want.data(), nw);
+        int8::gemm_avx2(a.view(k), nx, p.view(k), nw, got.data(), nw);
         for (int64_t i = 0; i < nx; ++i) {
             for (int64_t j = 0; j < nw; ++j) {
-                double mag = 0.0;  // sum of |terms|
-                for (int64_t e = 0; e < k; ++e) {
-                    const size_t half = static_cast<size_t>((j * k + e) / 16);
-                    mag += std::fabs(a.d[static_cast<size_t>((i * k + e) / 32)] * a.q[static_cast<size_t>(i * k + e)] *
-                                     (s[half] * q[static_cast<size_t>(j * k + e)] + (has_min ? m[half] : 0.0f)));
-                }
                 const size_t o = static_cast<size_t>(i * nw + j);
-                ASSERT_NEAR(got[o], want[o], 1e-5 * mag + 1e-6) << "nx " << nx << " (" << i << ", " << j << ")";
+                ASSERT_NEAR(got[o], want[o], 1e-5 * magnitude(a, p, k, i, j) + 1e-6) << "nx " << nx << " (" << i << ", " << j << ")";
             }
         }
         if (type == GgmlType::Q8_0) {
@@ -164,6 +188,42 @@ TEST_P(Int8Types, Avx2KernelMatchesScalarReference) {
             std::vector<float> in_place(want.size());
             int8::gemm_q8_0_avx2(a.view(k), nx, w.view.data, w.view.row_bytes, nw, in_place.data(), nw);
             EXPECT_EQ(in_place, got);
+        }
+    }
+}
+
+// The AVX-512 VNNI kernel against the scalar reference: weight counts that fill two 16-row panels,
+// part of a second one, and one part panel (nw = 37 = 32 + 5, 20); activation rows that leave
+// every tile height's remainder. Outputs are written into rows of ldy = nw + 3 floats: the three
+// past nw must keep their sentinel.
+TEST_P(Int8Types, VnniKernelMatchesScalarReference) {
+    if (!int8::vnni_supported()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+    const GgmlType type = GetParam();
+    const int64_t k = 512;
+    for (int64_t nw : {37, 20}) {
+        const Quantised w = quantise(type, gaussian(k * nw, 23, 0.5f), k, nw);
+        const PanelForm p = panel_form(w.view);
+        const int64_t ldy = nw + 3;
+        for (int64_t nx : {1, 5, 6, 11, 25}) {
+            const auto x = gaussian(nx * k, 70 + static_cast<uint32_t>(nx));
+            const Acts a = quantise_acts_ref(x, nx, k);
+            std::vector<float> want(static_cast<size_t>(nx * ldy)), got(want.size(), -7.0f);
+            int8::gemm_ref(a.view(k), nx, p.view(k), nw, want.data(), ldy);
+            int8::gemm_vnni(a.view(k), nx, p.view(k), nw, got.data(), ldy);
+            for (int64_t i = 0; i < nx; ++i) {
+                for (int64_t j = 0; j < nw; ++j) {
+                    const size_t o = static_cast<size_t>(i * ldy + j);
+                    ASSERT_NEAR(got[o], want[o], 1e-5 * magnitude(a, p, k, i, j) + 1e-6)
+                        << "nw " << nw << " nx " << nx << " (" << i << ", " << j << ")";
+                }
+                for (int64_t j = nw; j < ldy; ++j) ASSERT_EQ(got[static_cast<size_t>(i * ldy + j)], -7.0f);
+            }
+            if (type == GgmlType::Q8_0) {
+                // Read in place: the same scales and bytes as the panel, so equal bits.
+                std::vector<float> in_place(got.size(), -7.0f);
+                int8::gemm_q8_0_vnni(a.view(k), nx, w.view.data, w.view.row_bytes, nw, in_place.data(), ldy);
+                EXPECT_EQ(in_place, got);
+            }
         }
     }
 }
@@ -210,6 +270,29 @@ TEST(Int8, NonQuantisedTypesHaveNoPanelForm) {
     std::vector<int8_t> q(64);
     std::vector<float> s(4);
     EXPECT_THROW(int8::unpack_rows(v, 0, 2, q.data(), s.data(), nullptr), Error);
+}
+
+// The VNNI kernel's unsigned offset (w ^ 0x80) and its correction are exact at the extremes of
+// both operands: weights -128 and 127 (a Q8_0 file may hold -128), activations -127 and 127.
+TEST(Int8, VnniExactAtExtremeBytes) {
+    if (!int8::vnni_supported()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+    const int64_t k = 64, nw = 3, nx = 2;
+    std::vector<quant::BlockQ8_0> blocks(static_cast<size_t>(nw * k / 32));  // [nw, 2]
+    for (size_t b = 0; b < blocks.size(); ++b) {
+        blocks[b].d = float_to_fp16(b % 2 == 0 ? 1.0f : 0.5f);
+        for (int e = 0; e < 32; ++e) blocks[b].qs[e] = static_cast<int8_t>((e + b) % 3 == 0 ? -128 : (e % 2 ? 127 : -1));
+    }
+    std::vector<float> x(static_cast<size_t>(nx * k));
+    for (size_t e = 0; e < x.size(); ++e) x[e] = e % 5 == 0 ? -127.0f : 127.0f;  // scale 1, quants -127 / 127
+    const Acts a = quantise_acts_ref(x, nx, k);
+    for (int8_t q : a.q) ASSERT_EQ(std::abs(q), 127);
+    const auto* bytes = reinterpret_cast<const uint8_t*>(blocks.data());
+    const WeightView view = make_weight_view("w", GgmlType::Q8_0, bytes, k, nw);
+    const PanelForm p = panel_form(view);
+    std::vector<float> want(static_cast<size_t>(nx * nw)), got(want.size());
+    int8::gemm_ref(a.view(k), nx, p.view(k), nw, want.data(), nw);
+    int8::gemm_q8_0_vnni(a.view(k), nx, bytes, view.row_bytes, nw, got.data(), nw);
+    EXPECT_EQ(got, want);  // every sum is an integer times a power of two: no rounding anywhere
 }
 
 // Results do not depend on how the rows are split into calls (prefill chunks vs decode steps):

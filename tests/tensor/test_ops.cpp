@@ -4,6 +4,7 @@
 #include <random>
 #include <vector>
 
+#include "random.h"
 #include "tensor/matmul.h"
 #include "tensor/ops.h"
 #include "tensor/reference.h"
@@ -13,11 +14,7 @@ namespace kvec {
 namespace {
 
 std::vector<float> random_vec(size_t n, uint32_t seed, float scale = 1.0f) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> dist(0.0f, scale);
-    std::vector<float> v(n);
-    for (float& x : v) x = dist(rng);
-    return v;
+    return test::gaussian(static_cast<int64_t>(n), seed, scale);
 }
 
 void expect_close(const std::vector<float>& a, const std::vector<float>& b, float tol) {

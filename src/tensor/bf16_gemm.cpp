@@ -1,0 +1,246 @@
+// AVX-512 BF16 prefill kernel (see bf16_gemm.h) and its scalar reference. Every function that uses
+// AVX-512 carries the target attribute and is called only after supported(); the rest of the file
+// is baseline code.
+//
+// Register tile: R activation rows x NP panels (16 NP weight rows), R x NP float accumulators.
+// Per pair index: NP panel vectors are loaded, each activation row's pair is broadcast, R x NP
+// vdpbf16ps. The pairs are walked in chunks of kChunk, so that the chunk of the panels (32 KiB
+// for 4 panels) stays in L1 while every activation row passes; partial sums are added into y.
+#include "tensor/bf16_gemm.h"
+
+#include <cstring>
+#include <vector>
+
+#include "tensor/kernels.h"
+#include "util/error.h"
+#include "util/fp16.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+// GCC 12 warns inside its own AVX-512 intrinsics (their intentionally undefined pass-through
+// operands).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+namespace kvec::bf16 {
+
+void gemm_ref(const uint16_t* xb, int64_t nx, const uint16_t* w, int64_t ldw, bool w_is_f16, int64_t nw, int64_t k,
+              float* y, int64_t ldy) {
+    const int64_t ldx = padded(k);
+    for (int64_t i = 0; i < nx; ++i) {
+        for (int64_t j = 0; j < nw; ++j) {
+            double acc = 0.0;
+            for (int64_t e = 0; e < k; ++e) {
+                const uint16_t h = w[j * ldw + e];
+                const float wj = bf16_to_float(w_is_f16 ? float_to_bf16(fp16_to_float(h)) : h);
+                acc += static_cast<double>(bf16_to_float(xb[i * ldx + e])) * wj;
+            }
+            y[i * ldy + j] = static_cast<float>(acc);
+        }
+    }
+}
+
+#if defined(__x86_64__)
+
+namespace {
+
+constexpr int kPanelRows = 16;
+constexpr int kMaxPanels = 4;   // 64 weight rows per group, the matmul's work item
+constexpr int64_t kChunk = 1024;   // pairs per chunk of the tiles (k = 2048 in one)
+constexpr int64_t kPrefetch = 256;  // elements ahead that pack_panel prefetches (8 lines of F16)
+
+#define KVEC_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
+
+// 32 weights (16 pairs) of one row from element e0 (n <= 32 of them, zeros past), as bf16.
+KVEC_BF16 inline __m512i load_pairs(const uint16_t* row, int64_t e0, int n, bool is_f16) {
+    const __mmask32 m = n >= 32 ? ~__mmask32(0) : (__mmask32(1) << n) - 1;
+    const __m512i raw = _mm512_maskz_loadu_epi16(m, row + e0);
+    if (!is_f16) return raw;
+    const __m512 lo = _mm512_cvtph_ps(_mm512_castsi512_si256(raw));
+    const __m512 hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(raw, 1));
+    return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+}
+
+// 16 x 16 dword transpose: on return v[p] lane r = (input) v[r] lane p.
+KVEC_BF16 inline void transpose16(__m512i v[16]) {
+    __m512i a[16], b[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+        a[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+        a[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+    }
+    // b[4i + q], 128-bit lane L: rows 4i..4i+3 of dword 4L + q.
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+        b[4 * i] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
+        b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
+        b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
+        b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
+    }
+    // Transpose the 128-bit lanes of b[q], b[4 + q], b[8 + q], b[12 + q].
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) {
+        const __m512i c0 = _mm512_shuffle_i32x4(b[q], b[4 + q], 0x44), c1 = _mm512_shuffle_i32x4(b[q], b[4 + q], 0xEE);
+        const __m512i c2 = _mm512_shuffle_i32x4(b[8 + q], b[12 + q], 0x44);
+        const __m512i c3 = _mm512_shuffle_i32x4(b[8 + q], b[12 + q], 0xEE);
+        v[q] = _mm512_shuffle_i32x4(c0, c2, 0x88);
+        v[4 + q] = _mm512_shuffle_i32x4(c0, c2, 0xDD);
+        v[8 + q] = _mm512_shuffle_i32x4(c1, c3, 0x88);
+        v[12 + q] = _mm512_shuffle_i32x4(c1, c3, 0xDD);
+    }
+}
+
+// Rows [0, nj) (nj <= 16) of w into one panel of pairs_pad (a multiple of 16) pairs; rows past
+// nj and pairs past k are zero.
+KVEC_BF16 void pack_panel(const uint16_t* w, int64_t ldw, bool is_f16, int nj, int64_t k, int64_t pairs_pad,
+                          uint32_t* panel) {
+    for (int64_t p0 = 0; p0 < pairs_pad; p0 += 16) {
+        const int64_t e0 = 2 * p0;
+        const int n = static_cast<int>(k - e0 >= 32 ? 32 : (k > e0 ? k - e0 : 0));
+        __m512i v[16];
+#pragma GCC unroll 16
+        for (int r = 0; r < kPanelRows; ++r) {
+            if (r >= nj) {
+                v[r] = _mm512_setzero_si512();
+                continue;
+            }
+            // 16 rows are 16 streams from memory (each weight is read once per prefill): fetch
+            // each row kPrefetch elements ahead, past the row's end harmlessly.
+            _mm_prefetch(reinterpret_cast<const char*>(w + r * ldw + e0 + kPrefetch), _MM_HINT_T0);
+            v[r] = load_pairs(w + r * ldw, e0, n, is_f16);
+        }
+        transpose16(v);
+#pragma GCC unroll 16
+        for (int p = 0; p < 16; ++p) _mm512_storeu_si512(panel + (p0 + p) * kPanelRows, v[p]);
+    }
+}
+
+template <int NP>
+KVEC_BF16 inline void store_row(float* yi, const __m512* acc, int nj, bool accumulate) {
+#pragma GCC unroll 4
+    for (int p = 0; p < NP; ++p) {
+        const int left = nj - kPanelRows * p;
+        if (left <= 0) return;
+        const __mmask16 m = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
+        __m512 v = acc[p];
+        if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, yi + kPanelRows * p));
+        _mm512_mask_storeu_ps(yi + kPanelRows * p, m, v);
+    }
+}
+
+// y[i, j] (+)= over pairs [c0, c1) for i < R rows of xb (ldx apart), j < nj from NP panels.
+template <int R, int NP>
+KVEC_BF16 void tile(const uint16_t* xb, int64_t ldx, const uint32_t* panels, int64_t panel_dwords, int64_t c0,
+                    int64_t c1, float* y, int64_t ldy, int nj, bool accumulate) {
+    __m512 acc[R][NP];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+        for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_setzero_ps();
+    for (int64_t q = c0; q < c1; ++q) {
+        __m512bh wv[NP];
+#pragma GCC unroll 4
+        for (int p = 0; p < NP; ++p) {
+            wv[p] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(panels + p * panel_dwords + q * kPanelRows));
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < R; ++i) {
+            uint32_t pair;
+            std::memcpy(&pair, xb + i * ldx + 2 * q, 4);
+            const __m512bh xv = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(pair)));
+#pragma GCC unroll 4
+            for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_dpbf16_ps(acc[i][p], wv[p], xv);
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) store_row<NP>(y + i * ldy, acc[i], nj, accumulate);
+}
+
+template <int NP>
+KVEC_BF16 void tile_rows(const uint16_t* xb, int64_t nx, int64_t ldx, const uint32_t* panels, int64_t panel_dwords,
+                         int64_t pairs, float* y, int64_t ldy, int nj) {
+    constexpr int R = NP >= 3 ? 6 : 8;  // R x NP accumulators + NP panel vectors within 32 registers
+    for (int64_t c0 = 0; c0 < pairs; c0 += kChunk) {
+        const int64_t c1 = pairs - c0 < kChunk ? pairs : c0 + kChunk;
+        const bool accumulate = c0 > 0;
+        int64_t i = 0;
+        for (; i + R <= nx; i += R) {
+            tile<R, NP>(xb + i * ldx, ldx, panels, panel_dwords, c0, c1, y + i * ldy, ldy, nj, accumulate);
+        }
+        for (; i < nx; ++i) tile<1, NP>(xb + i * ldx, ldx, panels, panel_dwords, c0, c1, y + i * ldy, ldy, nj, accumulate);
+    }
+}
+
+}  // namespace
+
+bool supported() {
+    static const bool yes = [] {
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16") &&
+               __builtin_cpu_supports("f16c");
+    }();
+    return yes;
+}
+
+bool enabled() { return supported() && kernels::avx512_prefill_enabled(); }
+
+KVEC_BF16 void convert_rows(const float* x, int64_t n, int64_t k, uint16_t* xb) {
+    KVEC_CHECK(supported());
+    const int64_t ldx = padded(k);
+    for (int64_t r = 0; r < n; ++r) {
+        const float* xr = x + r * k;
+        uint16_t* out = xb + r * ldx;
+        for (int64_t e = 0; e < ldx; e += 32) {
+            const int64_t left = k - e;  // 0 when the chunk holds only the pad element
+            const __mmask16 m0 = left >= 16 ? __mmask16(0xFFFF) : left > 0 ? __mmask16((1u << left) - 1) : 0;
+            const __mmask16 m1 = left >= 32 ? __mmask16(0xFFFF) : left > 16 ? __mmask16((1u << (left - 16)) - 1) : 0;
+            const __m512 lo = _mm512_maskz_loadu_ps(m0, xr + e), hi = _mm512_maskz_loadu_ps(m1, xr + e + 16);
+            const __m512i v = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+            const int64_t out_left = ldx - e;
+            const __mmask32 mo = out_left >= 32 ? ~__mmask32(0) : (__mmask32(1) << out_left) - 1;
+            _mm512_mask_storeu_epi16(out + e, mo, v);
+        }
+    }
+}
+
+void gemm(const uint16_t* xb, int64_t nx, const uint16_t* w, int64_t ldw, bool w_is_f16, int64_t nw, int64_t k,
+          float* y, int64_t ldy) {
+    KVEC_CHECK(supported() && k > 0);
+    const int64_t ldx = padded(k), pairs = ldx / 2;
+    const int64_t pairs_pad = (pairs + 15) / 16 * 16;
+    thread_local std::vector<uint32_t> buf;  // [kMaxPanels, pairs_pad, 16] packed weight pairs
+    if (buf.size() < static_cast<size_t>(kMaxPanels * pairs_pad * kPanelRows)) {
+        buf.resize(static_cast<size_t>(kMaxPanels * pairs_pad * kPanelRows));
+    }
+    const int64_t panel_dwords = pairs_pad * kPanelRows;
+    for (int64_t j0 = 0; j0 < nw; j0 += kMaxPanels * kPanelRows) {
+        const int nj = static_cast<int>(nw - j0 < kMaxPanels * kPanelRows ? nw - j0 : kMaxPanels * kPanelRows);
+        const int np = (nj + kPanelRows - 1) / kPanelRows;
+        for (int p = 0; p < np; ++p) {
+            const int rows = nj - p * kPanelRows < kPanelRows ? nj - p * kPanelRows : kPanelRows;
+            pack_panel(w + (j0 + p * kPanelRows) * ldw, ldw, w_is_f16, rows, k, pairs_pad, buf.data() + p * panel_dwords);
+        }
+        float* yj = y + j0;
+        switch (np) {
+            case 4: tile_rows<4>(xb, nx, ldx, buf.data(), panel_dwords, pairs, yj, ldy, nj); break;
+            case 3: tile_rows<3>(xb, nx, ldx, buf.data(), panel_dwords, pairs, yj, ldy, nj); break;
+            case 2: tile_rows<2>(xb, nx, ldx, buf.data(), panel_dwords, pairs, yj, ldy, nj); break;
+            default: tile_rows<1>(xb, nx, ldx, buf.data(), panel_dwords, pairs, yj, ldy, nj); break;
+        }
+    }
+}
+
+#else  // not x86-64
+
+bool supported() { return false; }
+bool enabled() { return false; }
+void convert_rows(const float*, int64_t, int64_t, uint16_t*) { fail("this build has no AVX-512 BF16 kernels"); }
+void gemm(const uint16_t*, int64_t, const uint16_t*, int64_t, bool, int64_t, int64_t, float*, int64_t) {
+    fail("this build has no AVX-512 BF16 kernels");
+}
+
+#endif
+
+}  // namespace kvec::bf16

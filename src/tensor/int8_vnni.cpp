@@ -1,0 +1,245 @@
+// AVX-512 VNNI int8 kernels for prefill (see int8_gemm.h). Every function that uses AVX-512 carries
+// the target attribute and is called only after vnni_supported(); the rest of the file is baseline
+// code, so nothing here runs AVX-512 instructions on a CPU without them.
+//
+// Panel layout (16 weight rows per panel, one int32 lane per row), for block b of 32 elements:
+//   qp[(b * 8 + g) * 64 + 4 * r + t] = w[r][32 b + 4 g + t] ^ 0x80     [nb, 8, 16, 4] unsigned bytes
+//   sp[(b * 2 + h) * 16 + r]         = scale of half h of block b of row r   [nb, 2, 16]
+// Rows past the last weight row are zero bytes with scale 0.
+//
+// Register tile: R activation rows x NP panels (16 NP weight rows). Per block and group g of 4
+// elements: NP panel vectors are loaded, each activation row's 4 bytes are broadcast, and R x NP
+// vpdpbusd add them into int32 sums that started at -128 * sum(q_x) (per half where the panel's
+// halves have their own scales). After the block: y += float(sum) * (scale_w * d_x), one
+// conversion, one multiply and one FMA per 32 x 16 multiply-adds.
+#include <cstring>
+#include <vector>
+
+#include "quant/blocks.h"
+#include "tensor/int8_gemm.h"
+#include "tensor/kernels.h"
+#include "util/error.h"
+#include "util/fp16.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+// GCC 12 warns inside its own _mm512_cvtepi32_ps (an intentionally undefined pass-through operand).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace kvec::int8 {
+
+#if defined(__x86_64__)
+
+namespace {
+
+constexpr int kPanelRows = 16;
+constexpr int64_t kPanelBlockBytes = kBlock * kPanelRows;  // 512 bytes: one block of 16 rows
+
+#define KVEC_VNNI __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma,f16c")))
+
+// Weight rows as signed bytes and per-half scales: a Panel, or Q8_0 blocks in place.
+struct PanelRows {
+    const Panel& w;
+    int64_t nb;
+    const int8_t* block(int64_t j, int64_t b) const { return w.q + j * w.k + b * kBlock; }
+    float scale(int64_t j, int64_t b, int h) const { return w.scale[(j * nb + b) * 2 + h]; }
+};
+
+struct Q80Rows {
+    const uint8_t* w;
+    size_t row_bytes;
+    const quant::BlockQ8_0& blk(int64_t j, int64_t b) const {
+        return reinterpret_cast<const quant::BlockQ8_0*>(w + static_cast<size_t>(j) * row_bytes)[b];
+    }
+    const int8_t* block(int64_t j, int64_t b) const { return blk(j, b).qs; }
+    float scale(int64_t j, int64_t b, int) const { return fp16_to_float(blk(j, b).d); }
+};
+
+// Rows [j0, j0 + nj) (nj <= 16) of nb blocks into one panel (layout above). Returns whether any
+// block's two halves have different scales (then the tile keeps a sum per half).
+template <class Rows>
+bool pack_panel(const Rows& rows, int64_t j0, int nj, int64_t nb, uint8_t* qp, float* sp) {
+    bool halves = false;
+    for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* qb = qp + b * kPanelBlockBytes;  // [8, 16, 4]
+        float* sb = sp + b * 2 * kPanelRows;      // [2, 16]
+        for (int r = 0; r < kPanelRows; ++r) {
+            if (r >= nj) {
+                for (int g = 0; g < 8; ++g) std::memset(qb + g * 64 + 4 * r, 0, 4);
+                sb[r] = sb[kPanelRows + r] = 0.0f;
+                continue;
+            }
+            uint32_t words[8];  // the row's 32 bytes
+            std::memcpy(words, rows.block(j0 + r, b), kBlock);
+            for (int g = 0; g < 8; ++g) {
+                const uint32_t u = words[g] ^ 0x80808080u;  // each byte + 128
+                std::memcpy(qb + g * 64 + 4 * r, &u, 4);
+            }
+            sb[r] = rows.scale(j0 + r, b, 0);
+            sb[kPanelRows + r] = rows.scale(j0 + r, b, 1);
+            halves |= sb[r] != sb[kPanelRows + r];
+        }
+    }
+    return halves;
+}
+
+// Stores NP x 16 lanes of acc (the first nj valid) into one output row.
+template <int NP>
+KVEC_VNNI inline void store_row(float* yi, const __m512* acc, int nj) {
+#pragma GCC unroll 4
+    for (int p = 0; p < NP; ++p) {
+        const int left = nj - kPanelRows * p;
+        if (left <= 0) return;
+        const __mmask16 m = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
+        _mm512_mask_storeu_ps(yi + kPanelRows * p, m, acc[p]);
+    }
+}
+
+// y[i0 + i, j] for i < R, j < nj <= 16 NP, from NP consecutive panels (panel_bytes apart).
+// H = 2 keeps an int32 sum per half block (panels whose halves have their own scales).
+template <int R, int NP, int H>
+KVEC_VNNI void tile(const QuantRows& x, int64_t i0, const uint8_t* qp, const float* sp, int64_t nb, float* y,
+                    int64_t ldy, int nj) {
+    const int64_t panel_bytes = nb * kPanelBlockBytes, panel_floats = nb * 2 * kPanelRows;
+    const int8_t* xr[R];   // activation rows
+    const float* dr[R];    // their block scales [nb]
+    const int32_t* sr[R];  // their half sums [nb, 2]
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) {
+        xr[i] = x.q + (i0 + i) * x.k;
+        dr[i] = x.d + (i0 + i) * nb;
+        sr[i] = x.qsum + (i0 + i) * nb * 2;
+    }
+    __m512 acc[R][NP];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+        for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        __m512i sum[R][NP][H];
+#pragma GCC unroll 8
+        for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 2
+            for (int h = 0; h < H; ++h) {
+                const int32_t q = H == 2 ? sr[i][2 * b + h] : sr[i][2 * b] + sr[i][2 * b + 1];
+                const __m512i start = _mm512_set1_epi32(-128 * q);
+#pragma GCC unroll 4
+                for (int p = 0; p < NP; ++p) sum[i][p][h] = start;
+            }
+        }
+        const uint8_t* qb = qp + b * kPanelBlockBytes;
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; ++g) {
+            const int h = H == 2 ? g / 4 : 0;
+            __m512i wv[NP];
+#pragma GCC unroll 4
+            for (int p = 0; p < NP; ++p) wv[p] = _mm512_loadu_si512(qb + p * panel_bytes + g * 64);
+#pragma GCC unroll 8
+            for (int i = 0; i < R; ++i) {
+                int32_t four;
+                std::memcpy(&four, xr[i] + b * kBlock + 4 * g, 4);
+                const __m512i xv = _mm512_set1_epi32(four);
+#pragma GCC unroll 4
+                for (int p = 0; p < NP; ++p) sum[i][p][h] = _mm512_dpbusd_epi32(sum[i][p][h], wv[p], xv);
+            }
+        }
+#pragma GCC unroll 4
+        for (int p = 0; p < NP; ++p) {
+            const float* sb = sp + p * panel_floats + b * 2 * kPanelRows;
+            __m512 sw[H];
+#pragma GCC unroll 2
+            for (int h = 0; h < H; ++h) sw[h] = _mm512_loadu_ps(sb + h * kPanelRows);
+#pragma GCC unroll 8
+            for (int i = 0; i < R; ++i) {
+                const __m512 dx = _mm512_set1_ps(dr[i][b]);
+#pragma GCC unroll 2
+                for (int h = 0; h < H; ++h) {
+                    acc[i][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[i][p][h]), _mm512_mul_ps(sw[h], dx), acc[i][p]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) store_row<NP>(y + (i0 + i) * ldy, acc[i], nj);
+}
+
+// Every activation row against panels p0.. (nj rows in all), in tiles of R rows, then one row
+// at a time.
+template <int R, int NP, int H>
+KVEC_VNNI void tile_rows(const QuantRows& x, int64_t nx, const uint8_t* qp, const float* sp, int64_t nb, float* y,
+                         int64_t ldy, int nj) {
+    int64_t i = 0;
+    for (; i + R <= nx; i += R) tile<R, NP, H>(x, i, qp, sp, nb, y, ldy, nj);
+    for (; i < nx; ++i) tile<1, NP, H>(x, i, qp, sp, nb, y, ldy, nj);
+}
+
+// Packs each run of up to NP panels (32 rows) and runs every activation row against it; the
+// packed rows (32 x k bytes, 64 KiB at k = 2048) stay in L1/L2 while the activation rows pass.
+template <class Rows>
+void gemm_rows(const QuantRows& x, int64_t nx, const Rows& rows, int64_t nw, float* y, int64_t ldy) {
+    KVEC_CHECK(x.qsum != nullptr && x.k % kBlock == 0);
+    constexpr int NP = 2;
+    const int64_t nb = x.k / kBlock;
+    thread_local std::vector<uint8_t> qbuf;  // [NP, nb, 8, 16, 4] packed weight bytes
+    thread_local std::vector<float> sbuf;    // [NP, nb, 2, 16] their scales
+    if (qbuf.size() < static_cast<size_t>(NP * nb * kPanelBlockBytes)) qbuf.resize(NP * nb * kPanelBlockBytes);
+    if (sbuf.size() < static_cast<size_t>(NP * nb * 2 * kPanelRows)) sbuf.resize(NP * nb * 2 * kPanelRows);
+    for (int64_t j0 = 0; j0 < nw; j0 += NP * kPanelRows) {
+        const int nj = static_cast<int>(nw - j0 < NP * kPanelRows ? nw - j0 : NP * kPanelRows);
+        bool halves = false;
+        for (int p = 0; p * kPanelRows < nj; ++p) {
+            const int rows_p = nj - p * kPanelRows < kPanelRows ? nj - p * kPanelRows : kPanelRows;
+            halves |= pack_panel(rows, j0 + p * kPanelRows, rows_p, nb, qbuf.data() + p * nb * kPanelBlockBytes,
+                                 sbuf.data() + p * nb * 2 * kPanelRows);
+        }
+        float* yj = y + j0;
+        if (nj > kPanelRows) {
+            if (halves) tile_rows<4, 2, 2>(x, nx, qbuf.data(), sbuf.data(), nb, yj, ldy, nj);
+            else tile_rows<6, 2, 1>(x, nx, qbuf.data(), sbuf.data(), nb, yj, ldy, nj);
+        } else {
+            if (halves) tile_rows<6, 1, 2>(x, nx, qbuf.data(), sbuf.data(), nb, yj, ldy, nj);
+            else tile_rows<8, 1, 1>(x, nx, qbuf.data(), sbuf.data(), nb, yj, ldy, nj);
+        }
+    }
+}
+
+}  // namespace
+
+bool vnni_supported() {
+    static const bool yes = [] {
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vnni");
+    }();
+    return yes;
+}
+
+bool vnni_enabled() { return vnni_supported() && kernels::avx512_prefill_enabled(); }
+
+void gemm_vnni(const QuantRows& x, int64_t nx, const Panel& w, int64_t nw, float* y, int64_t ldy) {
+    KVEC_CHECK(vnni_supported() && w.k == x.k);
+    gemm_rows(x, nx, PanelRows{w, x.k / kBlock}, nw, y, ldy);
+    add_min_term_avx2(x, nx, w, nw, y, ldy);
+}
+
+void gemm_q8_0_vnni(const QuantRows& x, int64_t nx, const uint8_t* w, size_t row_bytes, int64_t nw, float* y,
+                    int64_t ldy) {
+    KVEC_CHECK(vnni_supported());
+    gemm_rows(x, nx, Q80Rows{w, row_bytes}, nw, y, ldy);
+}
+
+#else  // not x86-64
+
+bool vnni_supported() { return false; }
+bool vnni_enabled() { return false; }
+void gemm_vnni(const QuantRows&, int64_t, const Panel&, int64_t, float*, int64_t) {
+    fail("this build has no AVX-512 VNNI kernels");
+}
+void gemm_q8_0_vnni(const QuantRows&, int64_t, const uint8_t*, size_t, int64_t, float*, int64_t) {
+    fail("this build has no AVX-512 VNNI kernels");
+}
+
+#endif
+
+}  // namespace kvec::int8
