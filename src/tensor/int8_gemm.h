@@ -72,17 +72,14 @@ void gemm_avx2(const QuantRows& x, int64_t nx, const Panel& w, int64_t nw, float
 // Q8_0 weights in place: nw rows starting at w (row_bytes apart), same contract as gemm_ref.
 void gemm_q8_0_avx2(const QuantRows& x, int64_t nx, const uint8_t* w, size_t row_bytes, int64_t nw,
                     float* y, int64_t ldy);
-// y[i * ldy + j] += sum over blocks and halves of min_w * hsum_x: the min term of panels with a
-// min (gemm_avx2 and gemm_vnni add it themselves).
-void add_min_term_avx2(const QuantRows& x, int64_t nx, const Panel& w, int64_t nw, float* y, int64_t ldy);
 
 // AVX-512 VNNI kernels for prefill (int8_vnni.cpp). vpdpbusd multiplies 64 unsigned x signed byte
 // pairs into 16 int32 lanes, four times the multiply-adds of a 512-bit float FMA. The weight rows
 // are repacked into 16-row panels, 4 consecutive elements of 16 rows per vector, each byte offset
 // by 128 to be unsigned (w ^ 0x80 = w + 128); one activation's 4 bytes are broadcast against it.
 // The offset is taken back exactly by starting each block's int32 sums at -128 * sum(q_x), so
-// the integer sums equal gemm_ref's. Same contract as gemm_ref; x.qsum must be set. Only call
-// when vnni_enabled().
+// the integer sums equal gemm_ref's; the min term is one more FMA per block. Same contract as
+// gemm_ref; x.qsum must be set. Only call when vnni_supported().
 bool vnni_supported();  // the CPU has AVX-512F, BW and VNNI
 // Supported and AVX-512 not switched off (kernels::set_avx512_prefill, KVEC_AVX512=0).
 bool vnni_enabled();

@@ -5,13 +5,15 @@
 // Panel layout (16 weight rows per panel, one int32 lane per row), for block b of 32 elements:
 //   qp[(b * 8 + g) * 64 + 4 * r + t] = w[r][32 b + 4 g + t] ^ 0x80     [nb, 8, 16, 4] unsigned bytes
 //   sp[(b * 2 + h) * 16 + r]         = scale of half h of block b of row r   [nb, 2, 16]
-// Rows past the last weight row are zero bytes with scale 0.
+//   mp[(b * 2 + h) * 16 + r]         = its min, for the types with one      [nb, 2, 16]
+// Rows past the last weight row are zero bytes with scale and min 0.
 //
 // Register tile: R activation rows x NP panels (16 NP weight rows). Per block and group g of 4
 // elements: NP panel vectors are loaded, each activation row's 4 bytes are broadcast, and R x NP
 // vpdpbusd add them into int32 sums that started at -128 * sum(q_x) (per half where the panel's
 // halves have their own scales). After the block: y += float(sum) * (scale_w * d_x), one
-// conversion, one multiply and one FMA per 32 x 16 multiply-adds.
+// conversion, one multiply and one FMA per 32 x 16 multiply-adds, and for the types with a min
+// one more FMA, y += min_w * (d_x * sum(q_x)).
 #include <cstring>
 #include <vector>
 
@@ -44,6 +46,8 @@ struct PanelRows {
     int64_t nb;
     const int8_t* block(int64_t j, int64_t b) const { return w.q + j * w.k + b * kBlock; }
     float scale(int64_t j, int64_t b, int h) const { return w.scale[(j * nb + b) * 2 + h]; }
+    bool has_min() const { return w.min != nullptr; }
+    float min(int64_t j, int64_t b, int h) const { return w.min[(j * nb + b) * 2 + h]; }
 };
 
 struct Q80Rows {
@@ -54,20 +58,25 @@ struct Q80Rows {
     }
     const int8_t* block(int64_t j, int64_t b) const { return blk(j, b).qs; }
     float scale(int64_t j, int64_t b, int) const { return fp16_to_float(blk(j, b).d); }
+    static bool has_min() { return false; }
+    static float min(int64_t, int64_t, int) { return 0.0f; }
 };
 
-// Rows [j0, j0 + nj) (nj <= 16) of nb blocks into one panel (layout above). Returns whether any
-// block's two halves have different scales (then the tile keeps a sum per half).
+// Rows [j0, j0 + nj) (nj <= 16) of nb blocks into one panel (layout above; mp only when the rows
+// have a min). Returns whether any block's two halves have different scales or mins (then the
+// tile keeps a sum per half).
 template <class Rows>
-bool pack_panel(const Rows& rows, int64_t j0, int nj, int64_t nb, uint8_t* qp, float* sp) {
+bool pack_panel(const Rows& rows, int64_t j0, int nj, int64_t nb, uint8_t* qp, float* sp, float* mp) {
     bool halves = false;
     for (int64_t b = 0; b < nb; ++b) {
         uint8_t* qb = qp + b * kPanelBlockBytes;  // [8, 16, 4]
         float* sb = sp + b * 2 * kPanelRows;      // [2, 16]
+        float* mb = rows.has_min() ? mp + b * 2 * kPanelRows : nullptr;  // [2, 16]
         for (int r = 0; r < kPanelRows; ++r) {
             if (r >= nj) {
                 for (int g = 0; g < 8; ++g) std::memset(qb + g * 64 + 4 * r, 0, 4);
                 sb[r] = sb[kPanelRows + r] = 0.0f;
+                if (mb != nullptr) mb[r] = mb[kPanelRows + r] = 0.0f;
                 continue;
             }
             uint32_t words[8];  // the row's 32 bytes
@@ -79,6 +88,11 @@ bool pack_panel(const Rows& rows, int64_t j0, int nj, int64_t nb, uint8_t* qp, f
             sb[r] = rows.scale(j0 + r, b, 0);
             sb[kPanelRows + r] = rows.scale(j0 + r, b, 1);
             halves |= sb[r] != sb[kPanelRows + r];
+            if (mb != nullptr) {
+                mb[r] = rows.min(j0 + r, b, 0);
+                mb[kPanelRows + r] = rows.min(j0 + r, b, 1);
+                halves |= mb[r] != mb[kPanelRows + r];
+            }
         }
     }
     return halves;
@@ -97,19 +111,22 @@ KVEC_VNNI inline void store_row(float* yi, const __m512* acc, int nj) {
 }
 
 // y[i0 + i, j] for i < R, j < nj <= 16 NP, from NP consecutive panels (panel_bytes apart).
-// H = 2 keeps an int32 sum per half block (panels whose halves have their own scales).
-template <int R, int NP, int H>
-KVEC_VNNI void tile(const QuantRows& x, int64_t i0, const uint8_t* qp, const float* sp, int64_t nb, float* y,
-                    int64_t ldy, int nj) {
+// H = 2 keeps an int32 sum per half block (panels whose halves have their own scales); M adds
+// the min term from mp.
+template <int R, int NP, int H, bool M>
+KVEC_VNNI void tile(const QuantRows& x, int64_t i0, const uint8_t* qp, const float* sp, const float* mp, int64_t nb,
+                    float* y, int64_t ldy, int nj) {
     const int64_t panel_bytes = nb * kPanelBlockBytes, panel_floats = nb * 2 * kPanelRows;
     const int8_t* xr[R];   // activation rows
     const float* dr[R];    // their block scales [nb]
     const int32_t* sr[R];  // their half sums [nb, 2]
+    const float* hr[R];    // the same times d_x [nb, 2] (the min term)
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i) {
         xr[i] = x.q + (i0 + i) * x.k;
         dr[i] = x.d + (i0 + i) * nb;
         sr[i] = x.qsum + (i0 + i) * nb * 2;
+        hr[i] = x.hsum + (i0 + i) * nb * 2;
     }
     __m512 acc[R][NP];
 #pragma GCC unroll 8
@@ -146,16 +163,23 @@ KVEC_VNNI void tile(const QuantRows& x, int64_t i0, const uint8_t* qp, const flo
         }
 #pragma GCC unroll 4
         for (int p = 0; p < NP; ++p) {
-            const float* sb = sp + p * panel_floats + b * 2 * kPanelRows;
-            __m512 sw[H];
+            const int64_t at = p * panel_floats + b * 2 * kPanelRows;  // this block's [2, 16]
+            __m512 sw[H], mw[H];
 #pragma GCC unroll 2
-            for (int h = 0; h < H; ++h) sw[h] = _mm512_loadu_ps(sb + h * kPanelRows);
+            for (int h = 0; h < H; ++h) {
+                sw[h] = _mm512_loadu_ps(sp + at + h * kPanelRows);
+                if constexpr (M) mw[h] = _mm512_loadu_ps(mp + at + h * kPanelRows);
+            }
 #pragma GCC unroll 8
             for (int i = 0; i < R; ++i) {
                 const __m512 dx = _mm512_set1_ps(dr[i][b]);
 #pragma GCC unroll 2
                 for (int h = 0; h < H; ++h) {
                     acc[i][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[i][p][h]), _mm512_mul_ps(sw[h], dx), acc[i][p]);
+                    if constexpr (M) {  // one min for the block when H = 1 (pack_panel checks)
+                        const float hs = H == 2 ? hr[i][2 * b + h] : hr[i][2 * b] + hr[i][2 * b + 1];
+                        acc[i][p] = _mm512_fmadd_ps(mw[h], _mm512_set1_ps(hs), acc[i][p]);
+                    }
                 }
             }
         }
@@ -166,12 +190,25 @@ KVEC_VNNI void tile(const QuantRows& x, int64_t i0, const uint8_t* qp, const flo
 
 // Every activation row against panels p0.. (nj rows in all), in tiles of R rows, then one row
 // at a time.
-template <int R, int NP, int H>
-KVEC_VNNI void tile_rows(const QuantRows& x, int64_t nx, const uint8_t* qp, const float* sp, int64_t nb, float* y,
-                         int64_t ldy, int nj) {
+template <int R, int NP, int H, bool M>
+KVEC_VNNI void tile_rows(const QuantRows& x, int64_t nx, const uint8_t* qp, const float* sp, const float* mp,
+                         int64_t nb, float* y, int64_t ldy, int nj) {
     int64_t i = 0;
-    for (; i + R <= nx; i += R) tile<R, NP, H>(x, i, qp, sp, nb, y, ldy, nj);
-    for (; i < nx; ++i) tile<1, NP, H>(x, i, qp, sp, nb, y, ldy, nj);
+    for (; i + R <= nx; i += R) tile<R, NP, H, M>(x, i, qp, sp, mp, nb, y, ldy, nj);
+    for (; i < nx; ++i) tile<1, NP, H, M>(x, i, qp, sp, mp, nb, y, ldy, nj);
+}
+
+// The tile for the panels' shape: two panels or one, sums per half or per block.
+template <bool M>
+void tile_panels(const QuantRows& x, int64_t nx, const uint8_t* qp, const float* sp, const float* mp, int64_t nb,
+                 float* y, int64_t ldy, int nj, bool halves) {
+    if (nj > kPanelRows) {
+        if (halves) tile_rows<4, 2, 2, M>(x, nx, qp, sp, mp, nb, y, ldy, nj);
+        else tile_rows<6, 2, 1, M>(x, nx, qp, sp, mp, nb, y, ldy, nj);
+    } else {
+        if (halves) tile_rows<6, 1, 2, M>(x, nx, qp, sp, mp, nb, y, ldy, nj);
+        else tile_rows<8, 1, 1, M>(x, nx, qp, sp, mp, nb, y, ldy, nj);
+    }
 }
 
 // Packs each run of up to NP panels (32 rows) and runs every activation row against it; the
@@ -181,25 +218,26 @@ void gemm_rows(const QuantRows& x, int64_t nx, const Rows& rows, int64_t nw, flo
     KVEC_CHECK(x.qsum != nullptr && x.k % kBlock == 0);
     constexpr int NP = 2;
     const int64_t nb = x.k / kBlock;
+    const int64_t panel_floats = nb * 2 * kPanelRows;
     thread_local std::vector<uint8_t> qbuf;  // [NP, nb, 8, 16, 4] packed weight bytes
     thread_local std::vector<float> sbuf;    // [NP, nb, 2, 16] their scales
+    thread_local std::vector<float> mbuf;    // [NP, nb, 2, 16] their mins (types with a min)
     if (qbuf.size() < static_cast<size_t>(NP * nb * kPanelBlockBytes)) qbuf.resize(NP * nb * kPanelBlockBytes);
-    if (sbuf.size() < static_cast<size_t>(NP * nb * 2 * kPanelRows)) sbuf.resize(NP * nb * 2 * kPanelRows);
+    if (sbuf.size() < static_cast<size_t>(NP * panel_floats)) sbuf.resize(NP * panel_floats);
+    if (rows.has_min() && mbuf.size() < static_cast<size_t>(NP * panel_floats)) mbuf.resize(NP * panel_floats);
     for (int64_t j0 = 0; j0 < nw; j0 += NP * kPanelRows) {
         const int nj = static_cast<int>(nw - j0 < NP * kPanelRows ? nw - j0 : NP * kPanelRows);
         bool halves = false;
         for (int p = 0; p * kPanelRows < nj; ++p) {
             const int rows_p = nj - p * kPanelRows < kPanelRows ? nj - p * kPanelRows : kPanelRows;
             halves |= pack_panel(rows, j0 + p * kPanelRows, rows_p, nb, qbuf.data() + p * nb * kPanelBlockBytes,
-                                 sbuf.data() + p * nb * 2 * kPanelRows);
+                                 sbuf.data() + p * panel_floats,
+                                 rows.has_min() ? mbuf.data() + p * panel_floats : nullptr);
         }
-        float* yj = y + j0;
-        if (nj > kPanelRows) {
-            if (halves) tile_rows<4, 2, 2>(x, nx, qbuf.data(), sbuf.data(), nb, yj, ldy, nj);
-            else tile_rows<6, 2, 1>(x, nx, qbuf.data(), sbuf.data(), nb, yj, ldy, nj);
+        if (rows.has_min()) {
+            tile_panels<true>(x, nx, qbuf.data(), sbuf.data(), mbuf.data(), nb, y + j0, ldy, nj, halves);
         } else {
-            if (halves) tile_rows<6, 1, 2>(x, nx, qbuf.data(), sbuf.data(), nb, yj, ldy, nj);
-            else tile_rows<8, 1, 1>(x, nx, qbuf.data(), sbuf.data(), nb, yj, ldy, nj);
+            tile_panels<false>(x, nx, qbuf.data(), sbuf.data(), nullptr, nb, y + j0, ldy, nj, halves);
         }
     }
 }
@@ -220,7 +258,6 @@ bool vnni_enabled() { return vnni_supported() && kernels::avx512_prefill_enabled
 void gemm_vnni(const QuantRows& x, int64_t nx, const Panel& w, int64_t nw, float* y, int64_t ldy) {
     KVEC_CHECK(vnni_supported() && w.k == x.k);
     gemm_rows(x, nx, PanelRows{w, x.k / kBlock}, nw, y, ldy);
-    add_min_term_avx2(x, nx, w, nw, y, ldy);
 }
 
 void gemm_q8_0_vnni(const QuantRows& x, int64_t nx, const uint8_t* w, size_t row_bytes, int64_t nw, float* y,

@@ -848,13 +848,8 @@ void quantize_rows_avx2(const float* x, int64_t n, int64_t k, int8_t* q, float* 
 void gemm_avx2(const QuantRows& x, int64_t nx, const Panel& w, int64_t nw, float* y, int64_t ldy) {
     const int64_t nb = x.k / kBlock;
     gemm_tiles(x, nx, PanelSource{w.q, w.scale, w.k, nb}, nw, nb, y, ldy);
-    add_min_term_avx2(x, nx, w, nw, y, ldy);
-}
-
-void add_min_term_avx2(const QuantRows& x, int64_t nx, const Panel& w, int64_t nw, float* y, int64_t ldy) {
     if (w.min == nullptr) return;
-    const int64_t nb = x.k / kBlock;
-    // y[i, j] += sum over halves of min_w * (d_x * sum q_x).
+    // The min term: y[i, j] += sum over halves of min_w * (d_x * sum q_x).
     for (int64_t i = 0; i < nx; ++i) {
         const float* hs = x.hsum + i * nb * 2;  // [nb * 2]
         for (int64_t j = 0; j < nw; ++j) {
@@ -945,9 +940,6 @@ void quantize_rows_avx2(const float* x, int64_t n, int64_t k, int8_t* q, float* 
 }
 void gemm_avx2(const QuantRows& x, int64_t nx, const Panel& w, int64_t nw, float* y, int64_t ldy) {
     gemm_ref(x, nx, w, nw, y, ldy);
-}
-void add_min_term_avx2(const QuantRows&, int64_t, const Panel&, int64_t, float*, int64_t) {
-    KVEC_CHECK(false && "AVX2 kernel called in a build without AVX2");
 }
 void gemm_q8_0_avx2(const QuantRows&, int64_t, const uint8_t*, size_t, int64_t, float*, int64_t) {
     KVEC_CHECK(false && "AVX2 kernel called in a build without AVX2");

@@ -272,6 +272,36 @@ TEST(Int8, NonQuantisedTypesHaveNoPanelForm) {
     EXPECT_THROW(int8::unpack_rows(v, 0, 2, q.data(), s.data(), nullptr), Error);
 }
 
+// A panel whose halves share their scale but not their min (no block type has one today) must
+// still get a min per half: the VNNI kernel's choice of per-half sums looks at both.
+TEST(Int8, VnniMinPerHalfWithOneScale) {
+    if (!int8::vnni_supported()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+    const int64_t k = 128, nw = 19, nx = 7, nb = k / 32;
+    std::mt19937 rng(5);
+    std::uniform_int_distribution<int> byte(-128, 127);
+    std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+    PanelForm p;
+    p.q.resize(static_cast<size_t>(nw * k));
+    for (int8_t& v : p.q) v = static_cast<int8_t>(byte(rng));
+    p.s.resize(static_cast<size_t>(nw * nb * 2));
+    p.m.resize(p.s.size());
+    for (size_t h = 0; h < p.s.size(); h += 2) {
+        p.s[h] = p.s[h + 1] = 0.01f * (1.0f + unit(rng));
+        p.m[h] = unit(rng);
+        p.m[h + 1] = unit(rng);
+    }
+    const Acts a = quantise_acts_ref(gaussian(nx * k, 6), nx, k);
+    std::vector<float> want(static_cast<size_t>(nx * nw)), got(want.size());
+    int8::gemm_ref(a.view(k), nx, p.view(k), nw, want.data(), nw);
+    int8::gemm_vnni(a.view(k), nx, p.view(k), nw, got.data(), nw);
+    for (int64_t i = 0; i < nx; ++i) {
+        for (int64_t j = 0; j < nw; ++j) {
+            const size_t o = static_cast<size_t>(i * nw + j);
+            ASSERT_NEAR(got[o], want[o], 1e-5 * magnitude(a, p, k, i, j) + 1e-6) << "(" << i << ", " << j << ")";
+        }
+    }
+}
+
 // The VNNI kernel's unsigned offset (w ^ 0x80) and its correction are exact at the extremes of
 // both operands: weights -128 and 127 (a Q8_0 file may hold -128), activations -127 and 127.
 TEST(Int8, VnniExactAtExtremeBytes) {
