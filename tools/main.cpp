@@ -15,11 +15,11 @@ namespace {
 // OpenMP threads that spin while waiting at a barrier steal the CPU from the thread they wait
 // for whenever the machine has more runnable threads than cores: on a shared 2-core machine
 // libgomp's default spin (300,000 rounds) made 2-thread decoding 4x slower than 1 thread. Never
-// spinning (OMP_WAIT_POLICY=passive) costs a futex wake-up per barrier instead: 13-15 % of decode
-// speed on a quiet Zen 5 (docs/performance.md). A short spin, GOMP_SPINCOUNT=10000 (tens of
-// microseconds, about one matmul's imbalance), keeps the quiet-machine speed and bounds what a
-// waiting thread takes from others. libgomp reads both variables when it is loaded, before main(),
-// so when the user has chosen neither we set the spin count and start again.
+// spinning (OMP_WAIT_POLICY=passive) costs a futex wake-up per barrier instead: 13-18 % of decode
+// speed on a quiet Zen 5 (docs/performance.md). A spin 30 times shorter than libgomp's default,
+// GOMP_SPINCOUNT=10000, keeps the quiet-machine speed and bounds what a waiting thread takes from
+// the others. libgomp reads both variables when it is loaded, before main(), so when the user has
+// chosen neither we set the spin count and start again.
 void prefer_short_openmp_spinning(char** argv) {
     if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr) return;
     if (::setenv("GOMP_SPINCOUNT", "10000", 1) != 0) return;

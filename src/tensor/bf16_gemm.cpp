@@ -4,8 +4,9 @@
 //
 // Register tile: R activation rows x NP panels (16 NP weight rows), R x NP float accumulators.
 // Per pair index: NP panel vectors are loaded, each activation row's pair is broadcast, R x NP
-// vdpbf16ps. The pairs are walked in chunks of kChunk, so that the chunk of the panels (32 KiB
-// for 4 panels) stays in L1 while every activation row passes; partial sums are added into y.
+// vdpbf16ps. The pairs are walked in chunks of kChunk (4 panels x 1024 pairs = 256 KiB, in L2),
+// partial sums added into y between chunks; chunks of 128 pairs (32 KiB, in L1) gave 6-22 % less
+// pp512 (docs/performance.md).
 #include "tensor/bf16_gemm.h"
 
 #include <cstring>
