@@ -187,11 +187,11 @@ void matmul_bf16(const float* x, int64_t n, const WeightView& w, float* y) {
     }
 }
 
-// F16 / BF16 with few activation rows (decode): weights converted in registers inside the dot
-// products, parallel over blocks of output rows. Prefill: bf16 dot products (Fast precision, CPU
-// with AVX-512 BF16), otherwise the blocked path (float tiles, weights converted while packing).
+// F16 / BF16 with up to 4 activation rows (decode): weights converted in registers inside the dot
+// products, parallel over blocks of output rows. More rows: bf16 dot products (Fast precision, CPU
+// with AVX-512 BF16; pp16 2.1-2.4x the blocked path), otherwise the blocked path (float tiles).
 void matmul_half(const float* x, int64_t n, const WeightView& w, float* y) {
-    if (n >= kernels::kPackedMinRows && matmul_precision() == MatmulPrecision::Fast && bf16::enabled()) {
+    if (n > 4 && matmul_precision() == MatmulPrecision::Fast && bf16::enabled()) {
         matmul_bf16(x, n, w, y);
         return;
     }
@@ -215,13 +215,13 @@ void matmul_half(const float* x, int64_t n, const WeightView& w, float* y) {
 // int8 dot products. Work items are (activation block, block of weight rows); a work item unpacks
 // its rows into a thread-local panel (Q8_0 rows are read in place) and runs the register tiles
 // over the activation block. Decode and small batches use the AVX2 tiles on activation blocks of
-// about 256 KiB, which stay in L2 while the weight blocks pass; prefill with AVX-512 VNNI uses its
-// kernel (which repacks each item's rows) on activation blocks of at most 256 rows, as the float
-// prefill does.
+// about 256 KiB, which stay in L2 while the weight blocks pass; with AVX-512 VNNI, batches of 5
+// rows or more use its kernel (which repacks each item's rows; Q8_0 pp16 1.5x the AVX2 tiles) on
+// activation blocks of at most 256 rows, as the float prefill does.
 void matmul_int8(const float* x, int64_t n, const WeightView& w, float* y) {
     constexpr int64_t kPanelRows = 16;
     const int64_t k = w.n_in, nb = k / int8::kBlock;
-    const bool vnni = n >= kernels::kPackedMinRows && int8::vnni_enabled();
+    const bool vnni = n > 4 && int8::vnni_enabled();
     thread_local std::vector<int8_t> aq;   // [n, k] quantised activations
     thread_local std::vector<float> ad;    // [n, nb] their block scales
     thread_local std::vector<float> ah;    // [n, nb, 2] their half-block sums (times the scale)

@@ -3,8 +3,8 @@
 //
 // Dispatch point. matmul() picks an implementation per weight type and precision; the kernels
 // are chosen at start-up according to the CPU (AVX2+FMA+F16C or generic; AVX-512 where present):
-//   prefill, Fast precision, CPU with AVX-512 VNNI / BF16: quantised types by int8 dot products
-//       (int8_gemm.h, gemm_vnni), F16/BF16 by bf16 dot products (bf16_gemm.h);
+//   more than 4 rows (prefill), Fast precision, CPU with AVX-512 VNNI / BF16: quantised types by
+//       int8 dot products (int8_gemm.h, gemm_vnni), F16/BF16 by bf16 dot products (bf16_gemm.h);
 //   prefill (kernels::kPackedMinRows rows or more, AVX2), otherwise: activations packed once,
 //       weights converted to float by the packed tile kernel as it packs them (F16, BF16, Q8_0,
 //       F32 read in place) or dequantised per block of rows first (other types);
@@ -46,9 +46,10 @@ void set_cpu_kernel(CpuKernel kernel);
 //   Fast:  with fewer than kernels::kPackedMinRows rows (decode), activations are quantised to
 //          int8 (blocks of 32, one float scale each) and multiplied with int8 dot products (as
 //          llama.cpp does; see int8_gemm.h for the error bound). Prefill is float32, except on
-//          CPUs with AVX-512 VNNI (quantised types: int8 as in decode) and AVX-512 BF16 (F16 and
-//          BF16 weights: both operands rounded to bf16, bf16_gemm.h), so results there differ
-//          slightly from other CPUs'. The default on CPUs with AVX2; elsewhere matmul() is exact.
+//          CPUs with AVX-512 VNNI (quantised types: int8 as in decode, from 5 rows on) and
+//          AVX-512 BF16 (F16 and BF16 weights from 5 rows on: both operands rounded to bf16,
+//          bf16_gemm.h), so results there differ slightly from other CPUs'. The default on CPUs
+//          with AVX2; elsewhere matmul() is exact.
 //   Exact: weights dequantised to float and multiplied in float32 (what the PyTorch reference
 //          computes; the parity tests use it), on every CPU.
 // The initial value comes from the environment: KVEC_MATMUL=exact selects Exact.

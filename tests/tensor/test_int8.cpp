@@ -325,19 +325,31 @@ TEST(Int8, VnniExactAtExtremeBytes) {
     EXPECT_EQ(got, want);  // every sum is an integer times a power of two: no rounding anywhere
 }
 
-// Results do not depend on how the rows are split into calls (prefill chunks vs decode steps):
-// every output is computed by the same operations whatever tile it falls in.
+// A row's result does not depend on the other rows of its call, as long as the call takes the
+// same kernel: every output is computed by the same operations whatever tile it falls in. Decode
+// kernels (up to 4 rows): 3 rows or 4 against one at a time. Batches of more rows (prefill; with
+// AVX-512 VNNI from 5 rows on, otherwise from kernels::kPackedMinRows): 9 of 30 against all 30.
 TEST(Int8, RowsIndependentOfBatching) {
-    const int64_t k = 2048, n_out = 40, n = 9;
+    const int64_t k = 2048, n_out = 40, n = 30;
+    set_matmul_precision(MatmulPrecision::Fast);
     for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_K}) {
         const Quantised w = quantise(type, gaussian(k * n_out, 61, 0.5f), k, n_out);
         const auto x = gaussian(n * k, 62);
-        std::vector<float> all(static_cast<size_t>(n * n_out)), one(static_cast<size_t>(n_out));
-        set_matmul_precision(MatmulPrecision::Fast);
+        std::vector<float> all(static_cast<size_t>(n * n_out)), part(all.size()), one(static_cast<size_t>(n_out));
+        for (int64_t batch : {3, 4}) {
+            matmul(x.data(), batch, w.view, part.data());
+            for (int64_t i = 0; i < batch; ++i) {
+                matmul(x.data() + i * k, 1, w.view, one.data());
+                for (int64_t j = 0; j < n_out; ++j) {
+                    ASSERT_EQ(one[static_cast<size_t>(j)], part[static_cast<size_t>(i * n_out + j)]) << batch;
+                }
+            }
+        }
+        if (!int8::vnni_enabled()) continue;  // 9 rows take the AVX2 int8 tiles, 30 the float prefill
         matmul(x.data(), n, w.view, all.data());
-        for (int64_t i = 0; i < n; ++i) {
-            matmul(x.data() + i * k, 1, w.view, one.data());
-            for (int64_t j = 0; j < n_out; ++j) ASSERT_EQ(one[static_cast<size_t>(j)], all[static_cast<size_t>(i * n_out + j)]);
+        matmul(x.data() + 7 * k, 9, w.view, part.data());
+        for (int64_t i = 0; i < 9 * n_out; ++i) {
+            ASSERT_EQ(part[static_cast<size_t>(i)], all[static_cast<size_t>(7 * n_out + i)]) << ggml_type_name(type);
         }
     }
 }
