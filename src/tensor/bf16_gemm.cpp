@@ -12,6 +12,7 @@
 #include <cstring>
 #include <vector>
 
+#include "tensor/avx512.h"
 #include "tensor/kernels.h"
 #include "util/error.h"
 #include "util/fp16.h"
@@ -53,10 +54,10 @@ constexpr int64_t kPrefetch = 256;  // elements ahead that pack_panel prefetches
 
 #define KVEC_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
 
-// 32 weights (16 pairs) of one row from element e0 (n <= 32 of them, zeros past), as bf16.
-KVEC_BF16 inline __m512i load_pairs(const uint16_t* row, int64_t e0, int n, bool is_f16) {
-    const __mmask32 m = n >= 32 ? ~__mmask32(0) : (__mmask32(1) << n) - 1;
-    const __m512i raw = _mm512_maskz_loadu_epi16(m, row + e0);
+// 32 weights (16 pairs) of one row from element e0 as bf16: the first `left` of them (all when 32
+// or more), zeros past.
+KVEC_BF16 inline __m512i load_pairs(const uint16_t* row, int64_t e0, int64_t left, bool is_f16) {
+    const __m512i raw = _mm512_maskz_loadu_epi16(avx512::first32(left), row + e0);
     if (!is_f16) return raw;
     const __m512 lo = _mm512_cvtph_ps(_mm512_castsi512_si256(raw));
     const __m512 hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(raw, 1));
@@ -98,7 +99,6 @@ KVEC_BF16 void pack_panel(const uint16_t* w, int64_t ldw, bool is_f16, int nj, i
                           uint32_t* panel) {
     for (int64_t p0 = 0; p0 < pairs_pad; p0 += 16) {
         const int64_t e0 = 2 * p0;
-        const int n = static_cast<int>(k - e0 >= 32 ? 32 : (k > e0 ? k - e0 : 0));
         __m512i v[16];
 #pragma GCC unroll 16
         for (int r = 0; r < kPanelRows; ++r) {
@@ -109,24 +109,11 @@ KVEC_BF16 void pack_panel(const uint16_t* w, int64_t ldw, bool is_f16, int nj, i
             // 16 rows are 16 streams from memory (each weight is read once per prefill): fetch
             // each row kPrefetch elements ahead, past the row's end harmlessly.
             _mm_prefetch(reinterpret_cast<const char*>(w + r * ldw + e0 + kPrefetch), _MM_HINT_T0);
-            v[r] = load_pairs(w + r * ldw, e0, n, is_f16);
+            v[r] = load_pairs(w + r * ldw, e0, k - e0, is_f16);
         }
         transpose16(v);
 #pragma GCC unroll 16
         for (int p = 0; p < 16; ++p) _mm512_storeu_si512(panel + (p0 + p) * kPanelRows, v[p]);
-    }
-}
-
-template <int NP>
-KVEC_BF16 inline void store_row(float* yi, const __m512* acc, int nj, bool accumulate) {
-#pragma GCC unroll 4
-    for (int p = 0; p < NP; ++p) {
-        const int left = nj - kPanelRows * p;
-        if (left <= 0) return;
-        const __mmask16 m = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
-        __m512 v = acc[p];
-        if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, yi + kPanelRows * p));
-        _mm512_mask_storeu_ps(yi + kPanelRows * p, m, v);
     }
 }
 
@@ -155,7 +142,7 @@ KVEC_BF16 void tile(const uint16_t* xb, int64_t ldx, const uint32_t* panels, int
         }
     }
 #pragma GCC unroll 8
-    for (int i = 0; i < R; ++i) store_row<NP>(y + i * ldy, acc[i], nj, accumulate);
+    for (int i = 0; i < R; ++i) avx512::store_row<NP>(y + i * ldy, acc[i], nj, accumulate);
 }
 
 template <int NP>
@@ -195,13 +182,10 @@ KVEC_BF16 void convert_rows(const float* x, int64_t n, int64_t k, uint16_t* xb) 
         uint16_t* out = xb + r * ldx;
         for (int64_t e = 0; e < ldx; e += 32) {
             const int64_t left = k - e;  // 0 when the chunk holds only the pad element
-            const __mmask16 m0 = left >= 16 ? __mmask16(0xFFFF) : left > 0 ? __mmask16((1u << left) - 1) : 0;
-            const __mmask16 m1 = left >= 32 ? __mmask16(0xFFFF) : left > 16 ? __mmask16((1u << (left - 16)) - 1) : 0;
-            const __m512 lo = _mm512_maskz_loadu_ps(m0, xr + e), hi = _mm512_maskz_loadu_ps(m1, xr + e + 16);
+            const __m512 lo = _mm512_maskz_loadu_ps(avx512::first16(left), xr + e);
+            const __m512 hi = _mm512_maskz_loadu_ps(avx512::first16(left - 16), xr + e + 16);
             const __m512i v = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
-            const int64_t out_left = ldx - e;
-            const __mmask32 mo = out_left >= 32 ? ~__mmask32(0) : (__mmask32(1) << out_left) - 1;
-            _mm512_mask_storeu_epi16(out + e, mo, v);
+            _mm512_mask_storeu_epi16(out + e, avx512::first32(ldx - e), v);
         }
     }
 }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "quant/blocks.h"
+#include "tensor/avx512.h"
 #include "tensor/int8_gemm.h"
 #include "tensor/kernels.h"
 #include "util/error.h"
@@ -98,18 +99,6 @@ bool pack_panel(const Rows& rows, int64_t j0, int nj, int64_t nb, uint8_t* qp, f
     return halves;
 }
 
-// Stores NP x 16 lanes of acc (the first nj valid) into one output row.
-template <int NP>
-KVEC_VNNI inline void store_row(float* yi, const __m512* acc, int nj) {
-#pragma GCC unroll 4
-    for (int p = 0; p < NP; ++p) {
-        const int left = nj - kPanelRows * p;
-        if (left <= 0) return;
-        const __mmask16 m = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
-        _mm512_mask_storeu_ps(yi + kPanelRows * p, m, acc[p]);
-    }
-}
-
 // y[i0 + i, j] for i < R, j < nj <= 16 NP, from NP consecutive panels (panel_bytes apart).
 // H = 2 keeps an int32 sum per half block (panels whose halves have their own scales); M adds
 // the min term from mp.
@@ -185,7 +174,7 @@ KVEC_VNNI void tile(const QuantRows& x, int64_t i0, const uint8_t* qp, const flo
         }
     }
 #pragma GCC unroll 8
-    for (int i = 0; i < R; ++i) store_row<NP>(y + (i0 + i) * ldy, acc[i], nj);
+    for (int i = 0; i < R; ++i) avx512::store_row<NP>(y + (i0 + i) * ldy, acc[i], nj, false);
 }
 
 // Every activation row against panels p0.. (nj rows in all), in tiles of R rows, then one row

@@ -20,6 +20,8 @@
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 
+#include "tensor/avx512.h"
+
 namespace kvec::kernels {
 
 namespace {
@@ -249,14 +251,8 @@ constexpr int kNR512 = 32;
 #define KVEC_AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
 
 KVEC_AVX512 inline void store_row_512(float* yi, __m512 lo, __m512 hi, int nj, bool accumulate) {
-    const __mmask16 m0 = nj >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << nj) - 1);
-    const __mmask16 m1 = nj >= 32 ? __mmask16(0xFFFF) : nj > 16 ? __mmask16((1u << (nj - 16)) - 1) : __mmask16(0);
-    if (accumulate) {
-        lo = _mm512_add_ps(lo, _mm512_maskz_loadu_ps(m0, yi));
-        hi = _mm512_add_ps(hi, _mm512_maskz_loadu_ps(m1, yi + 16));
-    }
-    _mm512_mask_storeu_ps(yi, m0, lo);
-    _mm512_mask_storeu_ps(yi + 16, m1, hi);
+    const __m512 acc[2] = {lo, hi};
+    avx512::store_row<2>(yi, acc, nj, accumulate);
 }
 
 KVEC_AVX512 void micro_packed_512(const float* xg, int mi, const float* panel, int64_t kc, float* y, int64_t ldy,

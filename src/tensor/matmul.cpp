@@ -349,8 +349,6 @@ std::string matmul_backend_description() {
     if (avx2 && matmul_precision() == MatmulPrecision::Fast) {
         if (int8::vnni_enabled()) s += ", quantised prefill: avx512-vnni int8 dot products";
         if (bf16::enabled()) s += ", f16/bf16 prefill: avx512-bf16 dot products";
-    }
-    if (avx2 && matmul_precision() == MatmulPrecision::Fast) {
         s += ", quantised decode: int8 dot products on int8 activations";
     } else {
         s += ", quantised decode: dequantised per block (exact)";
