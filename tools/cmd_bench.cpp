@@ -43,6 +43,7 @@ namespace {
 
 struct BenchOptions {
     std::vector<std::string> models;
+    LoadMode load = LoadMode::Auto;
     std::vector<int> n_prompt = {512};
     std::vector<int> n_gen = {128};
     std::vector<int> depth = {0};
@@ -414,7 +415,7 @@ int bench(const BenchOptions& o) {
     std::vector<BenchResult> results;
     double last_bandwidth = 0;
     for (const std::string& path : o.models) {
-        auto model = Model::load(path);
+        auto model = Model::load(path, o.load);
         for (int threads : o.threads) {
             set_num_threads(threads);
             std::unique_ptr<BandwidthProbe> probe;
@@ -452,6 +453,7 @@ int bench(const BenchOptions& o) {
                 }
             }
         }
+        fmt::print(stderr, "weights: {}\n", model->residency());  // after the tests: what they touched
     }
     if (o.output == "csv") {
         print_csv(results);
@@ -475,6 +477,7 @@ void add_bench_command(CLI::App& app, Action& action) {
     CLI::App* cmd = app.add_subcommand(
         "bench", "measure prompt-processing and generation speed (like llama-bench); every list flag takes a comma list");
     cmd->add_option("-m,--model", raw->models, "model file(s) (GGUF), comma-separated")->required();
+    add_load_flags(cmd, o->load);
     cmd->add_option("-p,--n-prompt", raw->p, "prompt tokens per pp test; 0 = skip")->capture_default_str();
     cmd->add_option("-n,--n-gen", raw->n, "generated tokens per tg test; 0 = skip")->capture_default_str();
     cmd->add_option("-d,--depth", raw->d, "tokens already in the KV cache before each test")->capture_default_str();

@@ -36,6 +36,7 @@ namespace fs = std::filesystem;
 
 struct EvalOptions {
     std::string model;
+    LoadMode load = LoadMode::Auto;
     std::string suite;
     std::string data;
     std::string policies = "full,streamingllm,h2o,snapkv,pyramidkv,adakv,kvec";
@@ -196,7 +197,7 @@ int run_eval(const EvalOptions& o) {
     if (fidelity) check_readable_file(o.fidelity, "fidelity text file");
 
     set_num_threads(o.threads);
-    auto model = Model::load(o.model);
+    auto model = Model::load(o.model, o.load);
     const Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
     SessionOptions so;
     so.n_ctx = o.ctx;
@@ -417,6 +418,7 @@ void add_eval_command(CLI::App& app, Action& action) {
     CLI::App* cmd = app.add_subcommand(
         "eval", "evaluate eviction policies x KV budgets: synthetic suite, LongBench files, or fidelity to the full cache");
     cmd->add_option("-m,--model", o->model, "model file (GGUF)")->required();
+    add_load_flags(cmd, o->load);
     cmd->add_option("--suite", o->suite, "synthetic suite: synthetic-1k|2k|4k|8k|16k|32k");
     cmd->add_option("--data", o->data, "LongBench JSONL file(s), comma-separated (named <dataset>.jsonl)");
     cmd->add_option("--fidelity", o->fidelity, "text file: KL divergence and top-1 agreement with the full cache");

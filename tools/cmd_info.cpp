@@ -77,7 +77,7 @@ int info(const InfoOptions& o) {
     }
     fmt::print("\nmodel: ");
     try {
-        auto model = Model::load(o.model);
+        auto model = Model::load(o.model, LoadMode::Map);  // read the header only
         const ModelConfig& c = model->config();
         fmt::print("{}\n", model->summary());
         fmt::print("  params {}, context {}, rope {} (base {}, dims {}, scaling {}{}), rms eps {}, {} output\n",

@@ -24,6 +24,7 @@ namespace {
 
 struct PerplexityCmdOptions {
     std::string model;
+    LoadMode load = LoadMode::Auto;
     std::string file;
     int ctx = 512;
     int chunks = -1;
@@ -57,7 +58,7 @@ int run_perplexity(const PerplexityCmdOptions& o) {
     }
 
     set_num_threads(o.threads);
-    auto model = Model::load(o.model);
+    auto model = Model::load(o.model, o.load);
     const Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
     SessionOptions so;
     so.n_ctx = o.ctx;
@@ -105,6 +106,7 @@ void add_perplexity_command(CLI::App& app, Action& action) {
     CLI::App* cmd = app.add_subcommand(
         "perplexity", "perplexity of a text file as llama.cpp computes it, optionally under an eviction policy");
     cmd->add_option("-m,--model", o->model, "model file (GGUF)")->required();
+    add_load_flags(cmd, o->load);
     cmd->add_option("-f,--file", o->file, "text file")->required();
     cmd->add_option("-c,--ctx-size", o->ctx, "chunk size in tokens (the second half of each chunk is scored)")
         ->capture_default_str();

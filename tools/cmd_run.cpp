@@ -26,6 +26,7 @@ namespace {
 
 struct RunOptions {
     std::string model;
+    LoadMode load = LoadMode::Auto;
     std::string prompt;
     std::string file;
     int n_predict = 128;
@@ -188,7 +189,7 @@ int run(const RunOptions& o) {
     }
 
     set_num_threads(o.threads);
-    auto model = Model::load(o.model);
+    auto model = Model::load(o.model, o.load);
     const Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
     SessionOptions so;
     so.n_ctx = o.ctx;
@@ -250,6 +251,7 @@ int run(const RunOptions& o) {
                s.n_decoded, s.decode_seconds, s.decode_tokens_per_second());
     fmt::print(stderr, "kv cache:   {} ({} bytes, {} entries), peak {} ({} bytes)\n", format_bytes(s.kv_bytes),
                s.kv_bytes, s.kv_entries, format_bytes(s.kv_peak_bytes), s.kv_peak_bytes);
+    fmt::print(stderr, "weights:    {}\n", model->residency());
     if (evictor) print_eviction_report(session, *evictor, *probe, s);
     fmt::print(stderr, "stopped:    {}\n", stop_reason_name(s.stop_reason));
     return 0;
@@ -261,6 +263,7 @@ void add_run_command(CLI::App& app, Action& action) {
     auto o = std::make_shared<RunOptions>();
     CLI::App* cmd = app.add_subcommand("run", "generate text from a prompt (streams it, then prints speed and KV-cache bytes)");
     cmd->add_option("-m,--model", o->model, "model file (GGUF)")->required();
+    add_load_flags(cmd, o->load);
     cmd->add_option("-p,--prompt", o->prompt, "prompt text");
     cmd->add_option("-f,--file", o->file, "read the prompt from a file");
     cmd->add_option("-n,--n-predict", o->n_predict, "tokens to generate; -1 = until end of generation or a full context")

@@ -30,4 +30,15 @@ void check_readable_file(const std::string& path, const char* what) {
     if (!std::filesystem::is_regular_file(status)) fail("{} '{}' is not a regular file", what, path);
 }
 
+void add_load_flags(CLI::App* cmd, LoadMode& mode) {
+    CLI::Option* map = cmd->add_flag_callback(
+        "--mmap", [&mode] { mode = LoadMode::Map; },
+        "map the weights file instead of copying it into 2 MiB pages: less private memory, slower decode");
+    CLI::Option* copy = cmd->add_flag_callback(
+        "--no-mmap", [&mode] { mode = LoadMode::Copy; },
+        "copy the weights into anonymous memory advised for 2 MiB pages even if the model takes more than "
+        "half of the available memory (the default copies where transparent huge pages are on and it fits)");
+    map->excludes(copy);
+}
+
 }  // namespace kvec::tools

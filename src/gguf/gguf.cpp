@@ -363,8 +363,8 @@ Value Value::from_f32s(const std::vector<float>& v) {
 // ---------------------------------------------------------------------------------------------
 // Reader
 
-std::unique_ptr<File> File::open(const std::string& path) {
-    std::unique_ptr<File> f(new File(MappedFile(path)));
+std::unique_ptr<File> File::open(const std::string& path, LoadMode mode) {
+    std::unique_ptr<File> f(new File(MappedFile(path, mode)));
     f->parse();
     return f;
 }

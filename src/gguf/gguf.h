@@ -92,10 +92,11 @@ struct TensorInfo {
 
 class File {
 public:
-    // Maps and validates the file. Throws kvec::Error.
-    static std::unique_ptr<File> open(const std::string& path);
+    // Maps (or copies, see LoadMode) and validates the file. Throws kvec::Error.
+    static std::unique_ptr<File> open(const std::string& path, LoadMode mode = LoadMode::Map);
 
     const std::string& path() const { return map_.path(); }
+    const MappedFile& bytes() const { return map_; }
     uint32_t version() const { return version_; }
     uint64_t alignment() const { return alignment_; }
     size_t file_size() const { return map_.size(); }

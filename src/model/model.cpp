@@ -122,8 +122,16 @@ Model::Model(std::unique_ptr<gguf::File> file) : file_(std::move(file)) {
     b.finish(c.arch_name);
 }
 
-std::unique_ptr<Model> Model::load(const std::string& path) {
-    return std::unique_ptr<Model>(new Model(gguf::File::open(path)));
+std::unique_ptr<Model> Model::load(const std::string& path, LoadMode mode) {
+    return std::unique_ptr<Model>(new Model(gguf::File::open(path, mode)));
+}
+
+std::string Model::residency() const {
+    const MappedFile& bytes = file_->bytes();
+    constexpr double kMiB = 1 << 20;
+    return fmt::format("{}, {:.0f} of {:.0f} MiB in 2 MiB pages",
+                       bytes.copied() ? "copied into anonymous memory" : "mapped from the file",
+                       static_cast<double>(bytes.huge_page_bytes()) / kMiB, static_cast<double>(bytes.size()) / kMiB);
 }
 
 int64_t Model::n_params() const {

@@ -43,8 +43,10 @@ struct ModelWeights {
 
 class Model {
 public:
-    // Opens, validates and maps the file. Throws kvec::Error.
-    static std::unique_ptr<Model> load(const std::string& path);
+    // Opens and validates the file, and maps it or copies it into huge pages (LoadMode; Auto
+    // copies where transparent huge pages are on and the model takes at most half of the
+    // available memory). Throws kvec::Error.
+    static std::unique_ptr<Model> load(const std::string& path, LoadMode mode = LoadMode::Auto);
 
     const ModelConfig& config() const { return config_; }
     const ModelWeights& weights() const { return weights_; }
@@ -57,6 +59,10 @@ public:
     std::string weight_type_name() const;
     // One line: "llama 22 layers, 2048 embd, 32/4 heads, ff 5632, vocab 32000, q8_0, 1.09 GiB".
     std::string summary() const;
+    // How the weights are held, and how much of them is in 2 MiB pages now: "copied into
+    // anonymous memory, 2099 of 2099 MiB in 2 MiB pages", "mapped from the file, 1108 of 2099 MiB
+    // in 2 MiB pages" (a mapping's pages come as they are first read).
+    std::string residency() const;
 
 private:
     explicit Model(std::unique_ptr<gguf::File> file);

@@ -172,7 +172,7 @@ bool supported() {
     return yes;
 }
 
-bool enabled() { return supported() && kernels::avx512_prefill_enabled(); }
+bool enabled() { return supported() && kernels::avx512_enabled(); }
 
 KVEC_BF16 void convert_rows(const float* x, int64_t n, int64_t k, uint16_t* xb) {
     KVEC_CHECK(supported());

@@ -20,7 +20,7 @@ namespace kvec::bf16 {
 
 // The CPU has AVX-512F, BW, VL and BF16.
 bool supported();
-// Supported and AVX-512 not switched off (kernels::set_avx512_prefill, KVEC_AVX512=0).
+// Supported and AVX-512 not switched off (kernels::set_avx512, KVEC_AVX512=0).
 bool enabled();
 
 // Elements per converted activation row: k rounded up to whole pairs.

@@ -81,7 +81,7 @@ void gemm_q8_0_avx2(const QuantRows& x, int64_t nx, const uint8_t* w, size_t row
 // the integer sums equal gemm_ref's; the min term is one more FMA per block. Same contract as
 // gemm_ref; x.qsum must be set. Only call when vnni_supported().
 bool vnni_supported();  // the CPU has AVX-512F, BW and VNNI
-// Supported and AVX-512 not switched off (kernels::set_avx512_prefill, KVEC_AVX512=0).
+// Supported and AVX-512 not switched off (kernels::set_avx512, KVEC_AVX512=0).
 bool vnni_enabled();
 void gemm_vnni(const QuantRows& x, int64_t nx, const Panel& w, int64_t nw, float* y, int64_t ldy);
 void gemm_q8_0_vnni(const QuantRows& x, int64_t nx, const uint8_t* w, size_t row_bytes, int64_t nw,

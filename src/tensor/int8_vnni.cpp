@@ -242,7 +242,7 @@ bool vnni_supported() {
     return yes;
 }
 
-bool vnni_enabled() { return vnni_supported() && kernels::avx512_prefill_enabled(); }
+bool vnni_enabled() { return vnni_supported() && kernels::avx512_enabled(); }
 
 void gemm_vnni(const QuantRows& x, int64_t nx, const Panel& w, int64_t nw, float* y, int64_t ldy) {
     KVEC_CHECK(vnni_supported() && w.k == x.k);

@@ -345,7 +345,7 @@ std::string matmul_backend_description() {
     const bool avx2 = active_cpu_kernel() == CpuKernel::Avx2;
     std::string s = std::string(cpu_kernel_name(active_cpu_kernel())) + " float tiles";
     if (avx2) s += ", prefill: weights converted while packing";
-    if (avx2 && kernels::avx512_prefill_enabled()) s += " (avx512 tiles)";
+    if (avx2 && kernels::avx512_enabled()) s += " (avx512 tiles)";
     if (avx2 && matmul_precision() == MatmulPrecision::Fast) {
         if (int8::vnni_enabled()) s += ", quantised prefill: avx512-vnni int8 dot products";
         if (bf16::enabled()) s += ", f16/bf16 prefill: avx512-bf16 dot products";

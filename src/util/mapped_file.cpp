@@ -6,37 +6,110 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cinttypes>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <utility>
 
 #include "util/error.h"
 
 namespace kvec {
 
-MappedFile::MappedFile(const std::string& path) : path_(path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) fail("cannot open '{}': {}", path, std::strerror(errno));
+namespace {
+
+constexpr size_t kHugePage = size_t{2} << 20;
+
+// Closes the descriptor when the constructor leaves, by return or by throw.
+struct Fd {
+    int fd;
+    ~Fd() { ::close(fd); }
+};
+
+// Anonymous memory for `size` bytes starting on a 2 MiB boundary, advised for huge pages; nullptr
+// if it cannot be allocated. `region` / `region_size` receive what munmap must release.
+uint8_t* map_huge_region(size_t size, void*& region, size_t& region_size) {
+    const size_t rounded = (size + kHugePage - 1) / kHugePage * kHugePage;
+    const size_t span = rounded + kHugePage;  // room to move the start to a 2 MiB boundary
+    void* p = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return nullptr;
+    const auto base = reinterpret_cast<uintptr_t>(p);
+    const uintptr_t start = (base + kHugePage - 1) & ~(uintptr_t{kHugePage} - 1);
+    if (start > base) ::munmap(p, start - base);
+    const uintptr_t end = base + span;
+    if (end > start + rounded) ::munmap(reinterpret_cast<void*>(start + rounded), end - (start + rounded));
+    region = reinterpret_cast<void*>(start);
+    region_size = rounded;
+    ::madvise(region, rounded, MADV_HUGEPAGE);  // advice only: ignored where THP is off
+    return reinterpret_cast<uint8_t*>(start);
+}
+
+void read_all(int fd, uint8_t* dst, size_t size, const std::string& path) {
+    size_t done = 0;
+    while (done < size) {
+        const size_t chunk = std::min<size_t>(size - done, size_t{1} << 30);
+        const ssize_t r = ::pread(fd, dst + done, chunk, static_cast<off_t>(done));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) fail("cannot read '{}': {}", path, std::strerror(errno));
+        if (r == 0) fail("cannot read '{}': the file shrank while it was read", path);
+        done += static_cast<size_t>(r);
+    }
+}
+
+}  // namespace
+
+bool transparent_huge_pages_available() {
+    std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+    std::string line;
+    if (!std::getline(f, line)) return false;
+    return line.find("[always]") != std::string::npos || line.find("[madvise]") != std::string::npos;
+}
+
+size_t available_memory_bytes() {
+    std::ifstream f("/proc/meminfo");
+    std::string key;
+    size_t kib = 0;
+    std::string unit;
+    while (f >> key >> kib >> unit) {
+        if (key == "MemAvailable:") return kib * 1024;
+    }
+    return 0;
+}
+
+MappedFile::MappedFile(const std::string& path, LoadMode mode) : path_(path) {
+    const Fd fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+    if (fd.fd < 0) fail("cannot open '{}': {}", path, std::strerror(errno));
     struct stat st {};
-    if (::fstat(fd, &st) != 0) {
-        int err = errno;
-        ::close(fd);
-        fail("cannot stat '{}': {}", path, std::strerror(err));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        ::close(fd);
-        fail("'{}' is not a regular file", path);
-    }
+    if (::fstat(fd.fd, &st) != 0) fail("cannot stat '{}': {}", path, std::strerror(errno));
+    if (!S_ISREG(st.st_mode)) fail("'{}' is not a regular file", path);
     size_ = static_cast<size_t>(st.st_size);
-    if (size_ > 0) {
-        void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (p == MAP_FAILED) {
-            int err = errno;
-            ::close(fd);
-            fail("cannot map '{}': {}", path, std::strerror(err));
-        }
-        data_ = static_cast<const uint8_t*>(p);
+    if (size_ == 0) return;
+    const bool copy = mode == LoadMode::Copy ||
+                      (mode == LoadMode::Auto && transparent_huge_pages_available() &&
+                       size_ <= available_memory_bytes() / 2);
+    uint8_t* p = copy ? map_huge_region(size_, region_, region_size_) : nullptr;
+    if (copy && p == nullptr && mode == LoadMode::Copy) {
+        fail("cannot allocate {} bytes to copy '{}' into: {} (--mmap maps it instead)", size_, path,
+             std::strerror(errno));
     }
-    ::close(fd);
+    if (p != nullptr) {
+        try {
+            read_all(fd.fd, p, size_, path);
+        } catch (...) {
+            release();
+            throw;
+        }
+        ::mprotect(region_, region_size_, PROT_READ);  // the weights are read-only from here on
+        data_ = p;
+        copied_ = true;
+        return;
+    }
+    void* m = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd.fd, 0);
+    if (m == MAP_FAILED) fail("cannot map '{}': {}", path, std::strerror(errno));
+    ::madvise(m, size_, MADV_HUGEPAGE);  // pages read from here on come in 2 MiB folios where they can
+    region_ = m;
+    region_size_ = size_;
+    data_ = static_cast<const uint8_t*>(m);
 }
 
 MappedFile::~MappedFile() { release(); }
@@ -44,7 +117,10 @@ MappedFile::~MappedFile() { release(); }
 MappedFile::MappedFile(MappedFile&& other) noexcept
     : path_(std::move(other.path_)),
       data_(std::exchange(other.data_, nullptr)),
-      size_(std::exchange(other.size_, 0)) {}
+      size_(std::exchange(other.size_, 0)),
+      region_(std::exchange(other.region_, nullptr)),
+      region_size_(std::exchange(other.region_size_, 0)),
+      copied_(std::exchange(other.copied_, false)) {}
 
 MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
     if (this != &other) {
@@ -52,14 +128,42 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
         path_ = std::move(other.path_);
         data_ = std::exchange(other.data_, nullptr);
         size_ = std::exchange(other.size_, 0);
+        region_ = std::exchange(other.region_, nullptr);
+        region_size_ = std::exchange(other.region_size_, 0);
+        copied_ = std::exchange(other.copied_, false);
     }
     return *this;
 }
 
+size_t MappedFile::huge_page_bytes() const {
+    if (region_ == nullptr) return 0;
+    const auto lo = reinterpret_cast<uintptr_t>(region_), hi = lo + region_size_;
+    std::ifstream f("/proc/self/smaps");
+    std::string line;
+    bool inside = false;
+    size_t kib = 0;
+    while (std::getline(f, line)) {
+        uintptr_t a = 0, b = 0;
+        if (std::sscanf(line.c_str(), "%" SCNxPTR "-%" SCNxPTR " ", &a, &b) == 2) {
+            inside = a < hi && b > lo;  // a mapping's header line: "start-end perms offset ..."
+            continue;
+        }
+        size_t v = 0;
+        if (inside && (std::sscanf(line.c_str(), "AnonHugePages: %zu kB", &v) == 1 ||
+                       std::sscanf(line.c_str(), "FilePmdMapped: %zu kB", &v) == 1)) {
+            kib += v;
+        }
+    }
+    return std::min(kib * 1024, size_);
+}
+
 void MappedFile::release() {
-    if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+    if (region_ != nullptr) ::munmap(region_, region_size_);
+    region_ = nullptr;
+    region_size_ = 0;
     data_ = nullptr;
     size_ = 0;
+    copied_ = false;
 }
 
 }  // namespace kvec

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <vector>
 
@@ -82,6 +83,22 @@ TEST(Session, DecodeMatchesPrefillOfTheWholeSequence) {
     EXPECT_EQ(s.n_past(), 15);
     EXPECT_EQ(s.n_decoded(), 5);
     EXPECT_EQ(s.tokens(), tokens);
+}
+
+// The weights copied into huge pages are the mapped file's bytes: the same logits, bit for bit.
+TEST(Session, CopiedAndMappedWeightsGiveTheSameLogits) {
+    const std::string path = write_model(tiny_spec(), "session-load-modes.gguf");
+    const auto mapped = Model::load(path, LoadMode::Map);
+    const auto copied = Model::load(path, LoadMode::Copy);
+    EXPECT_TRUE(copied->file().bytes().copied());
+    EXPECT_FALSE(mapped->file().bytes().copied());
+    const auto tokens = some_tokens(9);
+    Session a(*mapped, f32_options()), b(*copied, f32_options());
+    const auto la = a.prefill(tokens);
+    const std::vector<float> first(la.begin(), la.end());
+    const auto lb = b.prefill(tokens);
+    ASSERT_EQ(first.size(), lb.size());
+    EXPECT_EQ(std::memcmp(first.data(), lb.data(), first.size() * sizeof(float)), 0);
 }
 
 TEST(Session, F16CacheIsCloseToF32) {

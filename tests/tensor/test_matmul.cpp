@@ -46,13 +46,13 @@ std::vector<float> random_x(int64_t n, int64_t k, uint32_t seed) {
 // The prefill tile widths this CPU runs: 256-bit, and 512-bit where it has AVX-512F. Each test
 // below runs once per width; the guard restores the start-up choice.
 std::vector<bool> avx512_modes() {
-    if (kernels::avx512_prefill_supported()) return {false, true};
+    if (kernels::avx512_supported()) return {false, true};
     return {false};
 }
 class Avx512Guard {
 public:
-    Avx512Guard() : saved_(kernels::avx512_prefill_enabled()) {}
-    ~Avx512Guard() { kernels::set_avx512_prefill(saved_); }
+    Avx512Guard() : saved_(kernels::avx512_enabled()) {}
+    ~Avx512Guard() { kernels::set_avx512(saved_); }
 
 private:
     bool saved_;
@@ -123,10 +123,17 @@ TEST(Matmul, OddShapesAndManyRows) {
         // F16 prefill: two activation blocks (252 + 5 rows), the second ending in a partial group.
         check(make_weights(GgmlType::F16, 300, 37, 14), 257);
         // 16-bit weights read in place for decode (<= 4 rows): k tail past the last 8, rows past
-        // the last 4-row tile.
-        for (int64_t n : {1, 3}) {
-            check(make_weights(GgmlType::F16, 35, 9, 12), n);
-            check(make_weights(GgmlType::BF16, 35, 9, 13), n);
+        // the last 4-row tile; one row with AVX-512 reads 64 per step (k 200: three steps and a
+        // tail of 8; k 35: the tail only).
+        const Avx512Guard guard;
+        for (bool wide : avx512_modes()) {
+            if (k == CpuKernel::Avx2) kernels::set_avx512(wide);
+            for (int64_t n : {1, 3}) {
+                for (int64_t n_in : {35, 200}) {
+                    check(make_weights(GgmlType::F16, n_in, 9, 12), n);
+                    check(make_weights(GgmlType::BF16, n_in, 9, 13), n);
+                }
+            }
         }
     }
     set_cpu_kernel(cpu_kernel_supported(CpuKernel::Avx2) ? CpuKernel::Avx2 : CpuKernel::Generic);
@@ -175,7 +182,7 @@ TEST(Kernels, PrepackedTileMatchesGeneric) {
     const Avx512Guard guard;
     for (bool wide : avx512_modes())
     for (int64_t nx : {1, 6, 31}) {
-        kernels::set_avx512_prefill(wide);
+        kernels::set_avx512(wide);
         for (int64_t nw : {3, 16, 19, 32, 45}) {
             const int64_t k = 300, ldx = 303, ldy = nw + 2;
             const auto x = random_x(nx, ldx, 3), w = random_x(nw, k, 4);
@@ -198,7 +205,7 @@ TEST(Kernels, PrepackedHalfTilesConvertWhilePacking) {
     const Avx512Guard guard;
     for (bool wide : avx512_modes())
     for (int64_t nw : {5, 16, 21, 40}) {
-        kernels::set_avx512_prefill(wide);
+        kernels::set_avx512(wide);
         const int64_t ldy = nw + 1;
         const auto x = random_x(nx, k, 5), wf = random_x(nw, ldw, 6);
         std::vector<float> xp(static_cast<size_t>(kernels::packed_rows(nx) * k));
@@ -229,7 +236,7 @@ TEST(Kernels, PrepackedQ8_0TileDequantisesWhilePacking) {
     const Avx512Guard guard;
     for (bool wide : avx512_modes())
     for (int64_t nw : {5, 16, 21, 37}) {
-        kernels::set_avx512_prefill(wide);
+        kernels::set_avx512(wide);
         const auto x = random_x(nx, k, 7), wf = random_x(nw, k, 8);
         std::vector<uint8_t> q(row_bytes * static_cast<size_t>(nw));
         std::vector<float> back(wf.size());
@@ -247,10 +254,10 @@ TEST(Kernels, PrepackedQ8_0TileDequantisesWhilePacking) {
     }
 }
 
-TEST(Kernels, Avx512PrefillRefusedWithoutTheCpu) {
-    if (kernels::avx512_prefill_supported()) GTEST_SKIP() << "this CPU has AVX-512F";
-    EXPECT_FALSE(kernels::avx512_prefill_enabled());
-    EXPECT_THROW(kernels::set_avx512_prefill(true), Error);
+TEST(Kernels, Avx512RefusedWithoutTheCpu) {
+    if (kernels::avx512_supported()) GTEST_SKIP() << "this CPU has AVX-512F";
+    EXPECT_FALSE(kernels::avx512_enabled());
+    EXPECT_THROW(kernels::set_avx512(true), Error);
 }
 
 TEST(Kernels, Fp16ConversionMatchesScalar) {
