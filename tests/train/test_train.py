@@ -114,6 +114,24 @@ class TestTraining(unittest.TestCase):
         for k, v in full["model"].items():
             torch.testing.assert_close(split["model"][k], v, rtol=1e-5, atol=1e-6, msg=k)
 
+    def test_autocast_follows_the_option(self):
+        saved = dict(train.AUTOCAST)
+        try:
+            cpu, gpu = torch.device("cpu"), torch.device("cuda")
+            train.AUTOCAST["mode"] = "off"
+            self.assertFalse(train.autocast_on(cpu) or train.autocast_on(gpu))
+            self.assertIsInstance(train.autocast(cpu), contextlib.nullcontext)
+            train.AUTOCAST["mode"] = "bf16"
+            self.assertTrue(train.autocast_on(cpu))
+            with train.autocast(cpu):
+                y = torch.nn.functional.linear(torch.ones(2, 4), torch.ones(3, 4))
+            self.assertEqual(y.dtype, torch.bfloat16)
+            train.AUTOCAST["mode"] = "auto"
+            self.assertTrue(train.autocast_on(gpu))
+            self.assertEqual(train.autocast_on(cpu), train.cpu_has_bf16())
+        finally:
+            train.AUTOCAST.update(saved)
+
     def test_existing_run_needs_resume(self):
         with self.assertRaises(SystemExit):
             run_cli("train", "--config", str(self.cfg_path), "--run", str(self.runs["full"]))
