@@ -199,7 +199,7 @@ void matmul_half(const float* x, int64_t n, const WeightView& w, float* y) {
         matmul_blocked(x, n, w, y);
         return;
     }
-    constexpr int64_t kRows = 64;  // one work item: the kernel prefetches within it
+    constexpr int64_t kRows = 64;  // one work item (the 4-row tiles prefetch within it)
     const int64_t n_blocks = (w.n_out + kRows - 1) / kRows;
     const auto* h = reinterpret_cast<const uint16_t*>(w.data);
     const int64_t ldw = static_cast<int64_t>(w.row_bytes / 2);
