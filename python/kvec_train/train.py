@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import math
 import os
@@ -558,6 +559,7 @@ def set_seq_len(model, cfg: dict, seq_len: int) -> None:
 # Execution: device, batch prefetching, time budget
 
 
+@functools.lru_cache(maxsize=None)  # autocast() asks at every step; the CPU does not change
 def cpu_has_bf16() -> bool:
     """Whether this CPU multiplies bfloat16 in hardware (AVX-512 BF16 or AMX). There, torch's
     bfloat16 matmul is several times faster than float32 (645 against 82 GFLOP/s for a 2048 x 256
