@@ -449,11 +449,12 @@ def _vt_question(chain: List[str], value: str) -> Tuple[str, str, str]:
             ", ".join(chain))
 
 
-def gen_vt(ctx: TaskContext, rng: np.random.Generator, n: int, dense: bool = False) -> Seq:
+def gen_vt(ctx: TaskContext, rng: np.random.Generator, n: int, dense: bool = False,
+           filler: bool = True) -> Seq:
     """Chains of variable assignments in natural text; questions about every chain. dense: 2-4
     chains and at most a quarter of the haystack room filled, so that most of the sequence is
     statements and answers (the backward hop "which variable holds this value?" gets many
-    examples per token)."""
+    examples per token). filler False: no text between the statements at all."""
     n_chains = int(rng.integers(2, 5)) if dense else int(rng.integers(1, 5))
     hops = int(rng.integers(1, 5))  # the suite uses 4 (5 variables a chain)
     chains, vals, flat = _vt_chains(ctx, rng, n_chains, hops)
@@ -461,7 +462,9 @@ def gen_vt(ctx: TaskContext, rng: np.random.Generator, n: int, dense: bool = Fal
     qa_cost = sum(len(ctx.tok.encode(f"\n\n{q}\n{c} {a}.")) for q, c, a in questions)
     st_cost = sum(len(ctx.tok.encode(" " + s)) for s in flat)
     room = n - 1 - len(ctx.tok.encode(VT_INSTR + "\n\n")) - qa_cost - st_cost - 2
-    if dense and room > 0:
+    if not filler:
+        room = 0
+    elif dense and room > 0:
         room = int(rng.integers(0, room // 4 + 1))
     b = Builder(ctx.tok)
     b.add(VT_INSTR + "\n\n", 0.0)
@@ -473,6 +476,11 @@ def gen_vt(ctx: TaskContext, rng: np.random.Generator, n: int, dense: bool = Fal
 
 def gen_vt_dense(ctx: TaskContext, rng: np.random.Generator, n: int) -> Seq:
     return gen_vt(ctx, rng, n, dense=True)
+
+
+def gen_vt_short(ctx: TaskContext, rng: np.random.Generator, n: int) -> Seq:
+    """Dense chains with no text between the statements: the hop at the shortest distances."""
+    return gen_vt(ctx, rng, n, dense=True, filler=False)
 
 
 class SynthFile:
@@ -520,6 +528,7 @@ GENERATORS = {
     "niah": gen_niah,
     "vt": gen_vt,
     "vt_dense": gen_vt_dense,
+    "vt_short": gen_vt_short,
 }
 
 

@@ -38,6 +38,7 @@ import torch.nn.functional as F
 
 from . import data as kdata
 from . import tasks as ktasks
+from .attn_sup import AttentionSupervision, check_tokenizer
 from .bpe import BpeTokenizer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -277,7 +278,7 @@ def copy_accuracy(model, prep: Prepared, length: int, samples: int = 8, span: in
 
 
 @torch.no_grad()
-def evaluate(model, cfg: dict, prep: Prepared) -> Dict[str, float]:
+def evaluate(model, cfg: dict, prep: Prepared, sup: Optional[AttentionSupervision] = None) -> Dict[str, float]:
     ev = cfg.get("eval", {})
     model.eval()
     res: Dict[str, float] = {}
@@ -308,19 +309,31 @@ def evaluate(model, cfg: dict, prep: Prepared) -> Dict[str, float]:
             hits += ktasks.string_match_all(tok.decode(out), inst.answers)
         res[f"niah_single_{length}"] = hits / max(1, n)
     # Variable tracking on held-out instances: string_match_all, and the share of answers whose
-    # first name is the chain's first variable (the first backward hop).
+    # first name is the chain's first variable (the first backward hop); with attention
+    # supervision, also each supervised head's hit rate on the prompt with its answer.
     for length in ev.get("vt_lengths", []):
         rng = np.random.default_rng([int(cfg["seed"]), 555, int(length)])
         n = int(ev.get("vt_samples", 10))
         score, first = 0.0, 0
+        hits: Dict[str, List[int]] = {}
         for _ in range(n):
             inst = ktasks.eval_vt(prep.eval_ctx, rng, int(length))
             pred = tok.decode(greedy(model, tok.encode(inst.prompt, add_bos=True), inst.max_new_tokens,
                                      newline_ids))
             score += ktasks.string_match_all(pred, inst.answers)
             first += pred.strip().startswith(inst.answers[0])
+            if sup is not None:
+                ids = torch.tensor([tok.encode(inst.prompt + " " + ", ".join(inst.answers) + ".", add_bos=True)],
+                                   device=next(model.parameters()).device)
+                model.hidden(ids)
+                for role, (h, m) in sup.hit_rates(sup.targets(ids)).items():
+                    hits.setdefault(role, [0, 0])
+                    hits[role][0] += h
+                    hits[role][1] += m
         res[f"vt_{length}"] = score / max(1, n)
         res[f"vt_first_{length}"] = first / max(1, n)
+        for role, (h, m) in hits.items():
+            res[f"attn_{role}_{length}"] = h / max(1, m)
     model.train()
     return res
 
@@ -735,6 +748,10 @@ def cmd_train(args) -> int:
         stream.cfg = cfg
     opt = make_optimizer(cfg, model)
     frozen = FrozenHeads(cfg, model)
+    sup = None
+    if cfg.get("attn_supervision"):
+        check_tokenizer(prep.tok)
+        sup = AttentionSupervision(model, prep.tok, cfg["attn_supervision"])
     if ckpt is not None:
         opt.load_state_dict(ckpt["optim"])
         step, tokens_seen, elapsed = ckpt["step"], ckpt["tokens_seen"], ckpt["elapsed"]
@@ -775,6 +792,12 @@ def cmd_train(args) -> int:
             x, w = x.to(device, non_blocking=True), w.to(device, non_blocking=True)
             with autocast(device):
                 loss, per_seq = weighted_loss_sparse(model, model.hidden(x[:, :-1]), x[:, 1:], w)
+                if sup is not None:
+                    aux, parts = sup.loss(sup.targets(x[:, :-1]), x)
+                    if aux is not None:
+                        loss = loss + aux
+                    for role, v in parts.items():
+                        acc.setdefault(f"attn_{role}", []).append(v)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             gnorm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["optim"].get("grad_clip", 1.0)))
@@ -802,7 +825,7 @@ def cmd_train(args) -> int:
                 acc, tok_window, t_window = {}, 0, time.time()
             if eval_every and step % eval_every == 0:
                 t_eval = time.time()
-                res = evaluate(model, cfg, prep)
+                res = evaluate(model, cfg, prep, sup)
                 write_log({"kind": "eval", "step": step, "tokens": tokens_seen,
                            "elapsed_h": round(elapsed / 3600, 4), **res, "eval_s": round(time.time() - t_eval, 1)})
                 log("eval " + " ".join(f"{k}={v:.3f}" for k, v in res.items()))
@@ -881,7 +904,8 @@ def cmd_eval(args) -> int:
     run = Path(args.run)
     model, mc, cfg, tok, ckpt = load_trained(run)
     prep = prepare(cfg, run)
-    res = evaluate(model, cfg, prep)
+    sup = AttentionSupervision(model, tok, cfg["attn_supervision"]) if cfg.get("attn_supervision") else None
+    res = evaluate(model, cfg, prep, sup)
     print(json.dumps({"step": ckpt["step"], "tokens": ckpt["tokens_seen"], **res}, indent=2))
     return 0
 

@@ -99,6 +99,14 @@ class TestGenerators(unittest.TestCase):
             haystack = statement.sub("", body).strip()
             self.assertLessEqual(len(self.tok.encode(haystack)), 2048 // 4)
 
+    def test_short_vt_has_nothing_between_the_statements(self):
+        for seed in range(4):
+            seq = tasks.gen_vt_short(self.ctx, np.random.default_rng(seed), 2048)
+            body = self.tok.decode(seq.ids).split("\n\n")[1]
+            statement = re.compile(r"VAR [A-Z]{5} = (?:VAR [A-Z]{5}|\d{5})\.")
+            self.assertGreaterEqual(len(statement.findall(body)), 2)
+            self.assertEqual(statement.sub("", body).strip(), "")
+
     def test_eval_vt_is_the_suite_instance(self):
         inst = tasks.eval_vt(self.eval_ctx, np.random.default_rng(2), 1024)
         n = len(self.tok.encode(inst.prompt, add_bos=True))

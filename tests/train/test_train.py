@@ -189,21 +189,31 @@ class TestTraining(unittest.TestCase):
         self.assertAlmostEqual(s_large[0] / s_large[1], 12 / 8, delta=0.05 * 12 / 8)
         self.assertEqual([st["steps"] for st in cfg["stages"]], [12, 8])  # the input is not changed
 
+    def refused(self, cfg: dict, name: str, *extra) -> str:
+        """Trains recipe cfg in run directory `name` (made with the smoke corpus on first use),
+        expecting a refusal; returns its message."""
+        run = Path(self.tmp.name) / name
+        if not run.exists():
+            run.mkdir()
+            make_corpus(run / "corpus.jsonl")
+        (run / "recipe.json").write_text(json.dumps(cfg))
+        with self.assertRaises(SystemExit) as cm:
+            run_cli("train", "--config", str(run / "recipe.json"), "--run", str(run), "--threads", "1", *extra)
+        return str(cm.exception)
+
     def test_vt_circuit_on_a_model_without_room_is_refused(self):
         cfg = json.loads(json.dumps(CONFIG))
         cfg["init"] = {"vt_circuit": {}}  # the smoke model has 2 layers of width 32
-        run = Path(self.tmp.name) / "vt"
-        run.mkdir()
-        make_corpus(run / "corpus.jsonl")
-        (run / "recipe.json").write_text(json.dumps(cfg))
-        with self.assertRaises(SystemExit) as cm:
-            run_cli("train", "--config", str(run / "recipe.json"), "--run", str(run), "--threads", "1")
-        self.assertIn("init.vt_circuit", str(cm.exception))
+        self.assertIn("init.vt_circuit", self.refused(cfg, "vt"))
         cfg["init"] = {"vt_circuit": {"gain": 2}}  # not an option
-        (run / "recipe.json").write_text(json.dumps(cfg))
-        with self.assertRaises(SystemExit) as cm:
-            run_cli("train", "--config", str(run / "recipe.json"), "--run", str(run), "--threads", "1", "--resume")
-        self.assertIn("unknown option(s) gain", str(cm.exception))
+        self.assertIn("unknown option(s) gain", self.refused(cfg, "vt", "--resume"))
+
+    def test_attention_supervision_refuses_a_tokenizer_it_cannot_read(self):
+        # The smoke corpus's 400-token vocabulary splits "VAR" into bytes: no targets, so an error
+        # rather than a run that silently supervises nothing.
+        cfg = dict(CONFIG, attn_supervision={"weight": 0.5, "heads": {
+            "gather": [0, 2], "mover": [0, 3], "first": [1, 3], "hop": [1, 2], "copy": [1, 0]}})
+        self.assertIn("attn_supervision: this tokenizer", self.refused(cfg, "sup"))
 
     def test_init_from_gguf_starts_from_its_weights(self):
         src = Path(self.tmp.name) / "init-src.gguf"
