@@ -27,8 +27,9 @@ struct Fd {
 };
 
 // Anonymous memory for `size` bytes starting on a 2 MiB boundary, advised for huge pages; nullptr
-// if it cannot be allocated. `region` / `region_size` receive what munmap must release.
-uint8_t* map_huge_region(size_t size, void*& region, size_t& region_size) {
+// if it cannot be allocated. `region_size` receives its length (size rounded up to 2 MiB pages),
+// what munmap must release from the start.
+uint8_t* map_huge_region(size_t size, size_t& region_size) {
     const size_t rounded = (size + kHugePage - 1) / kHugePage * kHugePage;
     const size_t span = rounded + kHugePage;  // room to move the start to a 2 MiB boundary
     void* p = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -38,9 +39,8 @@ uint8_t* map_huge_region(size_t size, void*& region, size_t& region_size) {
     if (start > base) ::munmap(p, start - base);
     const uintptr_t end = base + span;
     if (end > start + rounded) ::munmap(reinterpret_cast<void*>(start + rounded), end - (start + rounded));
-    region = reinterpret_cast<void*>(start);
     region_size = rounded;
-    ::madvise(region, rounded, MADV_HUGEPAGE);  // advice only: ignored where THP is off
+    ::madvise(reinterpret_cast<void*>(start), rounded, MADV_HUGEPAGE);  // advice only: ignored where THP is off
     return reinterpret_cast<uint8_t*>(start);
 }
 
@@ -87,27 +87,26 @@ MappedFile::MappedFile(const std::string& path, LoadMode mode) : path_(path) {
     const bool copy = mode == LoadMode::Copy ||
                       (mode == LoadMode::Auto && transparent_huge_pages_available() &&
                        size_ <= available_memory_bytes() / 2);
-    uint8_t* p = copy ? map_huge_region(size_, region_, region_size_) : nullptr;
+    uint8_t* p = copy ? map_huge_region(size_, region_size_) : nullptr;
     if (copy && p == nullptr && mode == LoadMode::Copy) {
         fail("cannot allocate {} bytes to copy '{}' into: {} (--mmap maps it instead)", size_, path,
              std::strerror(errno));
     }
     if (p != nullptr) {
+        data_ = p;
         try {
             read_all(fd.fd, p, size_, path);
         } catch (...) {
             release();
             throw;
         }
-        ::mprotect(region_, region_size_, PROT_READ);  // the weights are read-only from here on
-        data_ = p;
+        ::mprotect(p, region_size_, PROT_READ);  // the weights are read-only from here on
         copied_ = true;
         return;
     }
     void* m = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd.fd, 0);
     if (m == MAP_FAILED) fail("cannot map '{}': {}", path, std::strerror(errno));
     ::madvise(m, size_, MADV_HUGEPAGE);  // pages read from here on come in 2 MiB folios where they can
-    region_ = m;
     region_size_ = size_;
     data_ = static_cast<const uint8_t*>(m);
 }
@@ -118,7 +117,6 @@ MappedFile::MappedFile(MappedFile&& other) noexcept
     : path_(std::move(other.path_)),
       data_(std::exchange(other.data_, nullptr)),
       size_(std::exchange(other.size_, 0)),
-      region_(std::exchange(other.region_, nullptr)),
       region_size_(std::exchange(other.region_size_, 0)),
       copied_(std::exchange(other.copied_, false)) {}
 
@@ -128,7 +126,6 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
         path_ = std::move(other.path_);
         data_ = std::exchange(other.data_, nullptr);
         size_ = std::exchange(other.size_, 0);
-        region_ = std::exchange(other.region_, nullptr);
         region_size_ = std::exchange(other.region_size_, 0);
         copied_ = std::exchange(other.copied_, false);
     }
@@ -136,8 +133,8 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
 }
 
 size_t MappedFile::huge_page_bytes() const {
-    if (region_ == nullptr) return 0;
-    const auto lo = reinterpret_cast<uintptr_t>(region_), hi = lo + region_size_;
+    if (data_ == nullptr) return 0;
+    const auto lo = reinterpret_cast<uintptr_t>(data_), hi = lo + region_size_;
     std::ifstream f("/proc/self/smaps");
     std::string line;
     bool inside = false;
@@ -158,8 +155,7 @@ size_t MappedFile::huge_page_bytes() const {
 }
 
 void MappedFile::release() {
-    if (region_ != nullptr) ::munmap(region_, region_size_);
-    region_ = nullptr;
+    if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), region_size_);
     region_size_ = 0;
     data_ = nullptr;
     size_ = 0;

@@ -50,8 +50,7 @@ private:
     std::string path_;
     const uint8_t* data_ = nullptr;
     size_t size_ = 0;
-    void* region_ = nullptr;  // what munmap releases: the mapping, or the copy's aligned region
-    size_t region_size_ = 0;
+    size_t region_size_ = 0;  // bytes munmap releases from data_: size_, or the copy's whole 2 MiB pages
     bool copied_ = false;
 };
 
