@@ -167,6 +167,14 @@ def check_tokenizer(tok) -> None:
                          "' V' 'AR' NAME '=' ...)")
 
 
+def from_config(cfg: dict, model, tok) -> Optional["AttentionSupervision"]:
+    """The recipe's `attn_supervision` on `model` (its tokenizer checked first), or None."""
+    if not cfg.get("attn_supervision"):
+        return None
+    check_tokenizer(tok)
+    return AttentionSupervision(model, tok, cfg["attn_supervision"])
+
+
 class AttentionSupervision:
     """Captures the normalised inputs of the supervised layers during the model's forward pass
     and computes the auxiliary loss from them (and hit rates, for evaluation).

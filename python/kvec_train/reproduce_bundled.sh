@@ -20,14 +20,15 @@ configs=python/kvec_train/configs
 limit=()
 [ -n "${KVEC_REPRO_MAX_STEPS:-}" ] && limit=(--max-steps "$KVEC_REPRO_MAX_STEPS")
 trainer() { /usr/bin/python3 -m kvec_train.train "$@"; }
-train() {  # RUN CONFIG [train options]: train (or resume) RUN, then export RUN/rNN.gguf
+# train RUN CONFIG [train options]: train (or resume) RUN, then export RUN/rNN.gguf (`train`
+# prepares the run directory itself: its config, and corpus, tokenizer and tokens where absent)
+train() {
     local run="$1" config="$2"
     shift 2
     if [ "$run" != "$base-r14" ]; then  # the same corpus, tokenizer and token cache as run 14
         mkdir -p "$run"
         for f in corpus.jsonl tokenizer.json tokens.npz; do [ -e "$run/$f" ] || cp "$base-r14/$f" "$run/"; done
     fi
-    trainer prepare --config "$config" --run "$run"
     trainer train --config "$config" --run "$run" --resume --threads "${KVEC_TRAIN_THREADS:-2}" "${limit[@]}" "$@"
     trainer export --run "$run" --out "$run/${run##*-}.gguf" --dtype f16
 }

@@ -38,7 +38,8 @@ import torch.nn.functional as F
 
 from . import data as kdata
 from . import tasks as ktasks
-from .attn_sup import AttentionSupervision, check_tokenizer
+from . import attn_sup
+from .attn_sup import AttentionSupervision
 from .bpe import BpeTokenizer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -748,10 +749,7 @@ def cmd_train(args) -> int:
         stream.cfg = cfg
     opt = make_optimizer(cfg, model)
     frozen = FrozenHeads(cfg, model)
-    sup = None
-    if cfg.get("attn_supervision"):
-        check_tokenizer(prep.tok)
-        sup = AttentionSupervision(model, prep.tok, cfg["attn_supervision"])
+    sup = attn_sup.from_config(cfg, model, prep.tok)
     if ckpt is not None:
         opt.load_state_dict(ckpt["optim"])
         step, tokens_seen, elapsed = ckpt["step"], ckpt["tokens_seen"], ckpt["elapsed"]
@@ -904,8 +902,7 @@ def cmd_eval(args) -> int:
     run = Path(args.run)
     model, mc, cfg, tok, ckpt = load_trained(run)
     prep = prepare(cfg, run)
-    sup = AttentionSupervision(model, tok, cfg["attn_supervision"]) if cfg.get("attn_supervision") else None
-    res = evaluate(model, cfg, prep, sup)
+    res = evaluate(model, cfg, prep, attn_sup.from_config(cfg, model, tok))
     print(json.dumps({"step": ckpt["step"], "tokens": ckpt["tokens_seen"], **res}, indent=2))
     return 0
 
