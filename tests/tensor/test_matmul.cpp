@@ -4,6 +4,7 @@
 #include <random>
 #include <vector>
 
+#include "cpu_modes.h"
 #include "gguf/ggml_type.h"
 #include "quant/quant.h"
 #include "tensor/kernels.h"
@@ -43,20 +44,8 @@ std::vector<float> random_x(int64_t n, int64_t k, uint32_t seed) {
     return x;
 }
 
-// The prefill tile widths this CPU runs: 256-bit, and 512-bit where it has AVX-512F. Each test
-// below runs once per width; the guard restores the start-up choice.
-std::vector<bool> avx512_modes() {
-    if (kernels::avx512_supported()) return {false, true};
-    return {false};
-}
-class Avx512Guard {
-public:
-    Avx512Guard() : saved_(kernels::avx512_enabled()) {}
-    ~Avx512Guard() { kernels::set_avx512(saved_); }
-
-private:
-    bool saved_;
-};
+using test::avx512_modes;
+using test::Avx512Guard;
 
 // Compares matmul() with the scalar reference; the tolerance is relative to the magnitude of
 // the products summed (float32 accumulation in a different order).
