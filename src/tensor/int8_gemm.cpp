@@ -259,15 +259,28 @@ RowUnpacker unpacker_for(GgmlType type) {
 
 }  // namespace
 
+namespace {
+
+RowUnpacker checked_unpacker(GgmlType type, float* min) {
+    const RowUnpacker fn = unpacker_for(type);
+    if (fn == nullptr) fail("weight type {} has no int8 form", ggml_type_name(type));
+    if (panel_has_min(type) && min == nullptr) fail("weight type {} needs a min buffer", ggml_type_name(type));
+    return fn;
+}
+
+}  // namespace
+
 void unpack_rows(const WeightView& w, int64_t r0, int64_t n, int8_t* q, float* scale, float* min) {
-    const RowUnpacker fn = unpacker_for(w.type);
-    if (fn == nullptr) fail("weight type {} has no int8 form", ggml_type_name(w.type));
+    const RowUnpacker fn = checked_unpacker(w.type, min);
     if (w.n_in % kBlock != 0) fail("int8 matmul needs rows of whole 32-element blocks, got {}", w.n_in);
-    if (panel_has_min(w.type) && min == nullptr) fail("weight type {} needs a min buffer", ggml_type_name(w.type));
     const int64_t nb = w.n_in / kBlock;
     for (int64_t r = 0; r < n; ++r) {
         fn(w.row(r0 + r), nb, q + r * w.n_in, scale + r * nb * 2, min != nullptr ? min + r * nb * 2 : nullptr);
     }
+}
+
+void unpack_blocks(GgmlType type, const uint8_t* src, int64_t nb, int8_t* q, float* scale, float* min) {
+    checked_unpacker(type, min)(src, nb, q, scale, min);
 }
 
 void gemm_ref(const QuantRows& x, int64_t nx, const Panel& w, int64_t nw, float* y, int64_t ldy) {

@@ -12,9 +12,11 @@
 // is then, per block and half,
 //     sum_e w[e] x[e] ~ d_x * (scale * sum_e q_w[e] q_x[e] + min * sum_e q_x[e])
 // with the integer sums computed exactly (AVX2: maddubs/madd; AVX-512 VNNI: vpdpbusd, used for
-// prefill where the CPU has it, see gemm_vnni below). Q8_0 weights are also read in
-// place (no panel) by the decode kernel. Using 32-element activation blocks for the k-quants too
-// (llama.cpp uses 256-element Q8_K there) is finer, so at least as accurate.
+// prefill where the CPU has it, see gemm_vnni below). Q8_0 weights are also read in place (no
+// panel) by gemm_q8_0_avx2. Decode and batches of up to 16 rows (int8_decode.h) compute the same
+// sums with the blocks unpacked in registers instead of a panel. Using 32-element activation
+// blocks for the k-quants too (llama.cpp uses 256-element Q8_K there) is finer, so at least as
+// accurate.
 //
 // Error: each activation element is off by at most d/2 (rounding), so
 //     |y_int8 - y_exact| <= sum_e |w[e]| * d_x(block of e) / 2  (+ float rounding)
@@ -59,6 +61,9 @@ void quantize_row_ref(const float* x, int64_t k, int8_t* q, float* d, float* hsu
 // Unpacks rows [r0, r0 + n) of w into panel buffers (q [n, k], scale/min [n, nb, 2]; min may be
 // null when !panel_has_min). Scalar code; throws kvec::Error for a type without a panel form.
 void unpack_rows(const WeightView& w, int64_t r0, int64_t n, int8_t* q, float* scale, float* min);
+// The same for nb blocks of 32 of one row, starting at src (K-quants: whole super-blocks, nb a
+// multiple of 8): q [nb * 32], scale and min [nb, 2].
+void unpack_blocks(GgmlType type, const uint8_t* src, int64_t nb, int8_t* q, float* scale, float* min);
 
 // Scalar reference of the integer dot products (int32 sums per half, scales in double):
 //   y[i * ldy + j] = dot(activation row i, panel row j) for i < nx, j < nw.

@@ -1,5 +1,6 @@
 #include "tensor/matmul.h"
 
+#include <fmt/format.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "tensor/bf16_gemm.h"
+#include "tensor/int8_decode.h"
 #include "tensor/int8_gemm.h"
 #include "tensor/kernels.h"
 #include "tensor/ops.h"
@@ -211,13 +213,14 @@ void matmul_half(const float* x, int64_t n, const WeightView& w, float* y) {
     }
 }
 
-// Quantised weights, fast precision (AVX2): activations quantised to int8 once (int8_gemm.h), then
-// int8 dot products. Work items are (activation block, block of weight rows); a work item unpacks
-// its rows into a thread-local panel (Q8_0 rows are read in place) and runs the register tiles
-// over the activation block. Decode and small batches use the AVX2 tiles on activation blocks of
-// about 256 KiB, which stay in L2 while the weight blocks pass; with AVX-512 VNNI, batches of 5
-// rows or more use its kernel (which repacks each item's rows; Q8_0 pp16 1.5x the AVX2 tiles) on
-// activation blocks of at most 256 rows, as the float prefill does.
+// Quantised weights, fast precision (AVX2), where the decode kernels (matmul_int8_decode) do not
+// apply: activations quantised to int8 once (int8_gemm.h), then int8 dot products. Work items are
+// (activation block, block of weight rows); a work item unpacks its rows into a thread-local
+// panel (Q8_0 rows are read in place) and runs the register tiles over the activation block.
+// Without VNNI (Q8_0 decode and small batches; 17 to 23 rows of the other types) the AVX2 tiles run
+// on activation blocks of about 256 KiB, which stay in L2 while the weight blocks pass; with
+// AVX-512 VNNI (prefill, more than int8::decode::kMaxRows rows) its kernel repacks each item's
+// rows and runs on activation blocks of at most 256 rows, as the float prefill does.
 void matmul_int8(const float* x, int64_t n, const WeightView& w, float* y) {
     constexpr int64_t kPanelRows = 16;
     const int64_t k = w.n_in, nb = k / int8::kBlock;
@@ -286,6 +289,46 @@ void matmul_int8(const float* x, int64_t n, const WeightView& w, float* y) {
     }
 }
 
+// Quantised weights with up to int8::decode::kMaxRows activation rows (decode, small batches),
+// Fast precision: the activations are quantised once and laid out for the weight type
+// (int8_decode.h), then each thread streams its share of the weight rows once through the decode
+// kernel, which unpacks the blocks in registers.
+void matmul_int8_decode(const float* x, int64_t n, const WeightView& w, float* y, int8::decode::Kernel kernel) {
+    constexpr int64_t kItemRows = 32;  // weight rows per work item
+    const int64_t k = w.n_in, nb = k / int8::kBlock, ns = k / int8::decode::layout(w.type).sub;
+    thread_local std::vector<int8_t> aq;   // [n, k] quantised activations, natural order
+    thread_local std::vector<float> ad;    // [n, nb] their block scales
+    thread_local std::vector<float> ah;    // [n, nb, 2] their half-block sums times the scale
+    thread_local std::vector<int32_t> as;  // [n, nb, 2] their integer half-block sums
+    thread_local std::vector<int8_t> dq;   // [n, k] the same in the type's order
+    thread_local std::vector<float> ddx;   // [n, ns] block scale of each sub-block
+    thread_local std::vector<float> dxs;   // [n, ns] scale times the sum over each sub-block
+    int8_t* q_nat = grow(aq, n * k);
+    float* d_nat = grow(ad, n * nb);
+    float* h_nat = grow(ah, n * nb * 2);
+    int32_t* s_nat = grow(as, n * nb * 2);
+    const int8::decode::Rows xr{grow(dq, n * k), grow(ddx, n * ns), grow(dxs, n * ns), k};
+    int8_t* q_out = dq.data();
+    float* dx_out = ddx.data();
+    float* xs_out = dxs.data();
+    const int64_t n_items = (w.n_out + kItemRows - 1) / kItemRows;
+#pragma omp parallel if (n * w.n_out * k >= (1 << 20))
+    {
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < n; ++r) {
+            int8::quantize_rows_avx2(x + r * k, 1, k, q_nat + r * k, d_nat + r * nb, h_nat + r * nb * 2,
+                                     s_nat + r * nb * 2);
+            const int8::QuantRows row{q_nat + r * k, d_nat + r * nb, h_nat + r * nb * 2, k, s_nat + r * nb * 2};
+            int8::decode::prepare_rows(w.type, row, 1, q_out + r * k, dx_out + r * ns, xs_out + r * ns);
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t item = 0; item < n_items; ++item) {
+            const int64_t r0 = item * kItemRows, r1 = std::min(w.n_out, r0 + kItemRows);
+            kernel(xr, n, w.row(r0), w.row_bytes, r1 - r0, y + r0, w.n_out);
+        }
+    }
+}
+
 MatmulPrecision precision_from_env() {
     const char* v = std::getenv("KVEC_MATMUL");
     return v != nullptr && std::strcmp(v, "exact") == 0 ? MatmulPrecision::Exact : MatmulPrecision::Fast;
@@ -349,7 +392,8 @@ std::string matmul_backend_description() {
     if (avx2 && matmul_precision() == MatmulPrecision::Fast) {
         if (int8::vnni_enabled()) s += ", quantised prefill: avx512-vnni int8 dot products";
         if (bf16::enabled()) s += ", f16/bf16 prefill: avx512-bf16 dot products";
-        s += ", quantised decode: int8 dot products on int8 activations";
+        s += fmt::format(", quantised decode (up to {} rows): blocks unpacked in registers, {} int8 dot products",
+                         int8::decode::kMaxRows, int8::vnni_enabled() ? "avx512-vnni" : "avx2");
     } else {
         s += ", quantised decode: dequantised per block (exact)";
     }
@@ -380,7 +424,12 @@ void matmul(const float* x, int64_t n, const WeightView& w, float* y) {
     // there int8 dot products serve decode and small batches only; with AVX-512 VNNI they serve
     // prefill too.
     if (use_int8(w) && (n < kernels::kPackedMinRows || int8::vnni_enabled())) {
-        matmul_int8(x, n, w, y);
+        const int8::decode::Kernel decode = n <= int8::decode::kMaxRows ? int8::decode::kernel_for(w.type) : nullptr;
+        if (decode != nullptr) {
+            matmul_int8_decode(x, n, w, y, decode);
+        } else {
+            matmul_int8(x, n, w, y);
+        }
         return;
     }
     implementation_for(w.type)(x, n, w, y);

@@ -3,13 +3,19 @@
 //
 // Dispatch point. matmul() picks an implementation per weight type and precision; the kernels
 // are chosen at start-up according to the CPU (AVX2+FMA+F16C or generic; AVX-512 where present):
-//   more than 4 rows (prefill), Fast precision, CPU with AVX-512 VNNI / BF16: quantised types by
-//       int8 dot products (int8_gemm.h, gemm_vnni), F16/BF16 by bf16 dot products (bf16_gemm.h);
+//   up to int8::decode::kMaxRows (16) rows (decode, small batches), quantised types, Fast
+//       precision (AVX2): int8 activations x int8 weights read in place, each block unpacked in
+//       registers (int8_decode.h; AVX-512 VNNI where enabled). Q8_0 without VNNI: its in-place
+//       AVX2 int8 kernel (int8_gemm.h);
+//   more rows (prefill), Fast precision, CPU with AVX-512 VNNI / BF16: quantised types by int8
+//       dot products on repacked panels (int8_gemm.h, gemm_vnni), F16/BF16 (from 5 rows on) by
+//       bf16 dot products (bf16_gemm.h);
 //   prefill (kernels::kPackedMinRows rows or more, AVX2), otherwise: activations packed once,
 //       weights converted to float by the packed tile kernel as it packs them (F16, BF16, Q8_0,
 //       F32 read in place) or dequantised per block of rows first (other types);
-//   fewer rows, quantised types, Fast precision (AVX2): int8 activations x int8 weights
-//       (int8_gemm.h) -- Q8_0 read in place, other types unpacked per 16 rows into a panel;
+//   17 to kPackedMinRows - 1 rows without VNNI, quantised types, Fast precision: int8 activations
+//       x int8 weights (int8_gemm.h), Q8_0 read in place, other types unpacked per 16 rows into a
+//       panel;
 //   fewer rows, quantised types, Exact precision: dequantise a block of rows, float tile kernel
 //       (Q8_0 decode: fused float kernel on the blocks in place);
 //   fewer rows, F16/BF16: the weights read in place (F16C / shift); F32: float tiles in place.
@@ -45,7 +51,8 @@ void set_cpu_kernel(CpuKernel kernel);
 // Precision of matmul() for quantised weights.
 //   Fast:  with fewer than kernels::kPackedMinRows rows (decode), activations are quantised to
 //          int8 (blocks of 32, one float scale each) and multiplied with int8 dot products (as
-//          llama.cpp does; see int8_gemm.h for the error bound). Prefill is float32, except on
+//          llama.cpp does, which quantises them in blocks of 256 for the K-quants; see
+//          int8_gemm.h for the error bound). Prefill is float32, except on
 //          CPUs with AVX-512 VNNI (quantised types: int8 as in decode, from 5 rows on) and
 //          AVX-512 BF16 (F16 and BF16 weights from 5 rows on: both operands rounded to bf16,
 //          bf16_gemm.h), so results there differ slightly from other CPUs'. The default on CPUs

@@ -7,9 +7,11 @@
 #include <random>
 #include <vector>
 
+#include "cpu_modes.h"
 #include "gguf/ggml_type.h"
 #include "quant/quant.h"
 #include "random.h"
+#include "tensor/int8_decode.h"
 #include "tensor/int8_gemm.h"
 #include "tensor/matmul.h"
 #include "tensor/reference.h"
@@ -25,7 +27,10 @@ const std::vector<GgmlType> kQuantTypes = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlT
                                            GgmlType::Q5_K, GgmlType::Q6_K};
 
 bool have_avx2() { return cpu_kernel_supported(CpuKernel::Avx2); }
+bool is_k_quant(GgmlType type) { return ggml_type_traits(type).block_size == 256; }
 
+using test::avx512_modes;
+using test::Avx512Guard;
 using test::gaussian;
 
 struct Quantised {
@@ -228,32 +233,79 @@ TEST_P(Int8Types, VnniKernelMatchesScalarReference) {
     }
 }
 
-// matmul() in Fast precision against the exact float reference: every activation element is off
-// by at most half its block's scale, so |y - y_exact| <= sum_e |w_e| * d(e) / 2, plus float
-// rounding (1e-5 of sum |x_e w_e|).
+// The decode kernels (int8_decode.h) of both instruction sets against the scalar reference on the
+// same quantised operands: rows of whole groups and rows with a tail (Q4_0..Q8_0: 32 * 9 = 2
+// groups and a block, 32 * 7 = a group and 3 blocks, 32 = a tail alone; K-quants: 256 * 3, 256),
+// every activation row count up to kMaxRows, 13 weight rows written into rows of ldy = nw + 2
+// floats whose last two must keep their sentinel. The integer sums are exact in both; the kernels
+// accumulate in float in another order (tolerance 1e-5 of sum |terms|).
+TEST_P(Int8Types, DecodeKernelsMatchScalarReference) {
+    const GgmlType type = GetParam();
+    const std::pair<const char*, int8::decode::Kernel> kernels[] = {{"avx2", int8::decode::kernel_avx2(type)},
+                                                                    {"avx512", int8::decode::kernel_avx512(type)}};
+    if (kernels[0].second == nullptr && kernels[1].second == nullptr) GTEST_SKIP() << "no decode kernel on this CPU";
+    const int64_t nw = 13, ldy = nw + 2, sub = int8::decode::layout(type).sub;
+    for (int64_t k : is_k_quant(type) ? std::vector<int64_t>{768, 256} : std::vector<int64_t>{288, 224, 32}) {
+        const Quantised w = quantise(type, gaussian(k * nw, 24, 0.5f), k, nw);
+        const PanelForm p = panel_form(w.view);
+        for (int64_t nx = 1; nx <= int8::decode::kMaxRows; ++nx) {
+            const Acts a = quantise_acts_ref(gaussian(nx * k, 80 + static_cast<uint32_t>(nx)), nx, k);
+            std::vector<float> want(static_cast<size_t>(nx * ldy));
+            int8::gemm_ref(a.view(k), nx, p.view(k), nw, want.data(), ldy);
+            std::vector<int8_t> q(static_cast<size_t>(nx * k));           // [nx, k] the kernels' order
+            std::vector<float> dx(static_cast<size_t>(nx * k / sub)), xs(dx.size());  // [nx, k / sub]
+            int8::decode::prepare_rows(type, a.view(k), nx, q.data(), dx.data(), xs.data());
+            const int8::decode::Rows rows{q.data(), dx.data(), xs.data(), k};
+            for (const auto& [name, kernel] : kernels) {
+                if (kernel == nullptr) continue;
+                std::vector<float> got(want.size(), -7.0f);
+                kernel(rows, nx, w.view.data, w.view.row_bytes, nw, got.data(), ldy);
+                for (int64_t i = 0; i < nx; ++i) {
+                    for (int64_t j = 0; j < nw; ++j) {
+                        const size_t o = static_cast<size_t>(i * ldy + j);
+                        ASSERT_NEAR(got[o], want[o], 1e-5 * magnitude(a, p, k, i, j) + 1e-6)
+                            << name << " k " << k << " nx " << nx << " (" << i << ", " << j << ")";
+                    }
+                    for (int64_t j = nw; j < ldy; ++j) ASSERT_EQ(got[static_cast<size_t>(i * ldy + j)], -7.0f) << name;
+                }
+            }
+        }
+    }
+}
+
+// matmul() in Fast precision against the exact float reference, with the 256-bit and the 512-bit
+// kernels, from decode (1 row) through the small batches (up to kMaxRows) to prefill, on rows
+// that end in a part group (32 * 9) where the type allows: every activation element is off by at
+// most half its block's scale, so |y - y_exact| <= sum_e |w_e| * d(e) / 2, plus float rounding
+// (1e-5 of sum |x_e w_e|).
 TEST_P(Int8Types, FastMatmulWithinQuantisationBound) {
     const GgmlType type = GetParam();
-    const int64_t k = 512, n_out = 37;
+    const int64_t k = is_k_quant(type) ? 768 : 288, n_out = 37;
     const Quantised w = quantise(type, gaussian(k * n_out, 41, 0.5f), k, n_out);
     std::vector<float> wf(static_cast<size_t>(n_out * k));  // [n_out, k] dequantised weights
     for (int64_t r = 0; r < n_out; ++r) quant::dequantize_row(type, w.view.row(r), wf.data() + r * k, k);
     set_matmul_precision(MatmulPrecision::Fast);
-    for (int64_t n : {1, 2, 5, 13, 70}) {
-        const auto x = gaussian(n * k, 50 + static_cast<uint32_t>(n));
-        std::vector<float> y(static_cast<size_t>(n * n_out)), yr(y.size());
-        matmul(x.data(), n, w.view, y.data());
-        ref::matmul(x.data(), n, w.view, yr.data());
-        const Acts a = quantise_acts_ref(x, n, k);
-        for (int64_t i = 0; i < n; ++i) {
-            for (int64_t j = 0; j < n_out; ++j) {
-                double bound = 0.0, mag = 0.0;
-                for (int64_t e = 0; e < k; ++e) {
-                    const double we = std::fabs(wf[static_cast<size_t>(j * k + e)]);
-                    bound += we * a.d[static_cast<size_t>((i * k + e) / 32)] / 2;
-                    mag += we * std::fabs(x[static_cast<size_t>(i * k + e)]);
+    Avx512Guard guard;
+    for (bool wide : avx512_modes()) {
+        kernels::set_avx512(wide);
+        for (int64_t n : {1, 2, 5, 13, 16, 17, 70}) {
+            const auto x = gaussian(n * k, 50 + static_cast<uint32_t>(n));
+            std::vector<float> y(static_cast<size_t>(n * n_out)), yr(y.size());
+            matmul(x.data(), n, w.view, y.data());
+            ref::matmul(x.data(), n, w.view, yr.data());
+            const Acts a = quantise_acts_ref(x, n, k);
+            for (int64_t i = 0; i < n; ++i) {
+                for (int64_t j = 0; j < n_out; ++j) {
+                    double bound = 0.0, mag = 0.0;
+                    for (int64_t e = 0; e < k; ++e) {
+                        const double we = std::fabs(wf[static_cast<size_t>(j * k + e)]);
+                        bound += we * a.d[static_cast<size_t>((i * k + e) / 32)] / 2;
+                        mag += we * std::fabs(x[static_cast<size_t>(i * k + e)]);
+                    }
+                    const size_t o = static_cast<size_t>(i * n_out + j);
+                    ASSERT_NEAR(y[o], yr[o], bound * 1.001 + 1e-5 * mag)
+                        << (wide ? "avx512" : "avx2") << " n " << n << " (" << i << ", " << j << ")";
                 }
-                const size_t o = static_cast<size_t>(i * n_out + j);
-                ASSERT_NEAR(y[o], yr[o], bound * 1.001 + 1e-5 * mag) << "n " << n << " (" << i << ", " << j << ")";
             }
         }
     }
@@ -323,12 +375,21 @@ TEST(Int8, VnniExactAtExtremeBytes) {
     int8::gemm_ref(a.view(k), nx, p.view(k), nw, want.data(), nw);
     int8::gemm_q8_0_vnni(a.view(k), nx, bytes, view.row_bytes, nw, got.data(), nw);
     EXPECT_EQ(got, want);  // every sum is an integer times a power of two: no rounding anywhere
+    // The decode kernel's offset (w + 128, taken back as -128 * scale * sum(q_x) per block) too.
+    std::vector<int8_t> q(a.q.size());
+    std::vector<float> dx(a.d.size()), xs(a.d.size());  // [nx, nb]: Q8_0 has a scale per block
+    int8::decode::prepare_rows(GgmlType::Q8_0, a.view(k), nx, q.data(), dx.data(), xs.data());
+    std::vector<float> decoded(want.size());
+    int8::decode::kernel_avx512(GgmlType::Q8_0)({q.data(), dx.data(), xs.data(), k}, nx, bytes, view.row_bytes, nw,
+                                                decoded.data(), nw);
+    EXPECT_EQ(decoded, want);
 }
 
 // A row's result does not depend on the other rows of its call, as long as the call takes the
 // same kernel: every output is computed by the same operations whatever tile it falls in. Decode
-// kernels (up to 4 rows): 3 rows or 4 against one at a time. Batches of more rows (prefill; with
-// AVX-512 VNNI from 5 rows on, otherwise from kernels::kPackedMinRows): 9 of 30 against all 30.
+// kernels (up to int8::decode::kMaxRows rows): 3, 4 or 16 rows against one at a time. Batches of
+// more rows (prefill; with AVX-512 VNNI from 17 rows on, otherwise from kernels::kPackedMinRows):
+// 19 of 30 against all 30.
 TEST(Int8, RowsIndependentOfBatching) {
     const int64_t k = 2048, n_out = 40, n = 30;
     set_matmul_precision(MatmulPrecision::Fast);
@@ -336,7 +397,7 @@ TEST(Int8, RowsIndependentOfBatching) {
         const Quantised w = quantise(type, gaussian(k * n_out, 61, 0.5f), k, n_out);
         const auto x = gaussian(n * k, 62);
         std::vector<float> all(static_cast<size_t>(n * n_out)), part(all.size()), one(static_cast<size_t>(n_out));
-        for (int64_t batch : {3, 4}) {
+        for (int64_t batch : {3, 4, 16}) {
             matmul(x.data(), batch, w.view, part.data());
             for (int64_t i = 0; i < batch; ++i) {
                 matmul(x.data() + i * k, 1, w.view, one.data());
@@ -345,10 +406,10 @@ TEST(Int8, RowsIndependentOfBatching) {
                 }
             }
         }
-        if (!int8::vnni_enabled()) continue;  // 9 rows take the AVX2 int8 tiles, 30 the float prefill
+        if (!int8::vnni_enabled()) continue;  // 19 rows take the AVX2 int8 tiles, 30 the float prefill
         matmul(x.data(), n, w.view, all.data());
-        matmul(x.data() + 7 * k, 9, w.view, part.data());
-        for (int64_t i = 0; i < 9 * n_out; ++i) {
+        matmul(x.data() + 7 * k, 19, w.view, part.data());
+        for (int64_t i = 0; i < 19 * n_out; ++i) {
             ASSERT_EQ(part[static_cast<size_t>(i)], all[static_cast<size_t>(7 * n_out + i)]) << ggml_type_name(type);
         }
     }

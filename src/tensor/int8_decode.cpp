@@ -1,0 +1,87 @@
+// Scalar parts of the decode kernels (int8_decode.h): the layouts, the activation preparation,
+// the tail of a row through the panel form, and the choice of kernel. Compiled for the baseline
+// ISA; the kernels themselves are int8_decode_avx2.cpp and int8_decode_avx512.cpp.
+#include "tensor/int8_decode.h"
+
+#include <cstring>
+
+#include "tensor/kernels.h"
+#include "tensor/matmul.h"
+#include "util/error.h"
+
+namespace kvec::int8::decode {
+
+const Layout& layout(GgmlType type) {
+    switch (type) {
+        case GgmlType::Q4_0:
+        case GgmlType::Q4_1:
+        case GgmlType::Q5_0:
+        case GgmlType::Q5_1:
+            return kLegacyLayout;
+        case GgmlType::Q8_0:
+            return kQ8_0Layout;
+        case GgmlType::Q2_K:
+        case GgmlType::Q3_K:
+            return kQ2KLayout;
+        case GgmlType::Q4_K:
+        case GgmlType::Q5_K:
+            return kQ4KLayout;
+        case GgmlType::Q6_K:
+            return kQ6KLayout;
+        default:
+            fail("weight type {} has no decode kernel", ggml_type_name(type));
+    }
+}
+
+void prepare_rows(GgmlType type, const QuantRows& x, int64_t n, int8_t* q, float* dx, float* xs) {
+    const Layout& L = layout(type);
+    KVEC_CHECK(x.qsum != nullptr && x.k % kBlock == 0);
+    const int64_t k = x.k, nb = k / kBlock, ns = k / L.sub, full = k / L.group * L.group;
+    for (int64_t r = 0; r < n; ++r) {
+        const int8_t* src = x.q + r * k;  // [k] natural order
+        int8_t* dst = q + r * k;          // [k] the kernel's order
+        for (int64_t g = 0; g < full; g += L.group) {
+            for (int i = 0; i < L.group / L.run; ++i) std::memcpy(dst + g + i * L.run, src + g + L.order[i] * L.run, L.run);
+        }
+        std::memcpy(dst + full, src + full, static_cast<size_t>(k - full));  // the tail in natural order
+        float* dr = dx + r * ns;  // [ns]
+        float* sr = xs + r * ns;  // [ns]
+        for (int64_t b = 0; b < nb; ++b) {
+            const float d = x.d[r * nb + b];
+            const int32_t s0 = x.qsum[(r * nb + b) * 2], s1 = x.qsum[(r * nb + b) * 2 + 1];
+            if (L.sub == kBlock) {
+                dr[b] = d;
+                sr[b] = d * static_cast<float>(s0 + s1);
+            } else {
+                dr[2 * b] = dr[2 * b + 1] = d;
+                sr[2 * b] = d * static_cast<float>(s0);
+                sr[2 * b + 1] = d * static_cast<float>(s1);
+            }
+        }
+    }
+}
+
+float tail_dot(GgmlType type, const uint8_t* src, int64_t nb, const int8_t* q, const float* dx, const float* xs) {
+    constexpr int kMaxTail = 3;  // a group is 4 blocks
+    KVEC_CHECK(nb <= kMaxTail && layout(type).sub == kBlock);
+    int8_t wq[kMaxTail * kBlock];  // [nb, 32] panel form of the blocks
+    float ws[kMaxTail * 2], wm[kMaxTail * 2] = {};  // [nb, 2] scale and min per half
+    unpack_blocks(type, src, nb, wq, ws, wm);
+    double acc = 0.0;
+    for (int64_t b = 0; b < nb; ++b) {
+        for (int h = 0; h < 2; ++h) {
+            int32_t s = 0;
+            for (int e = 16 * h; e < 16 * h + 16; ++e) s += int32_t{wq[b * kBlock + e]} * int32_t{q[b * kBlock + e]};
+            acc += static_cast<double>(dx[b]) * ws[2 * b + h] * s;
+        }
+        acc += static_cast<double>(wm[2 * b]) * xs[b];  // one min per block in these types
+    }
+    return static_cast<float>(acc);
+}
+
+Kernel kernel_for(GgmlType type) {
+    if (active_cpu_kernel() != CpuKernel::Avx2) return nullptr;
+    return vnni_enabled() ? kernel_avx512(type) : kernel_avx2(type);
+}
+
+}  // namespace kvec::int8::decode

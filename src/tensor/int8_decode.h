@@ -1,0 +1,93 @@
+// Decode kernels: int8 dot products on quantised weights read in place, for 1 to kMaxRows
+// activation rows (decode, speculative and batched decoding). Each weight row is streamed once per
+// call and its blocks are unpacked in registers (nibbles, high bits, scales), then multiplied with
+// the activations quantised as in int8_gemm.h (blocks of 32, one float scale each), so the
+// results and the error bound are those of int8::gemm_ref on the panel form (int8_gemm.h).
+//
+// The kernel walks a row in groups: one super-block of 256 elements (K-quants) or four blocks of
+// 32 (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0). A group is unpacked into 64-byte segments of unsigned
+// weights u in [0, 255] (plus the type's offset o: w = s * (u - o) + m per sub-block of 16 or 32
+// elements with its own scale s and min m), and each segment meets 64 activation bytes in one
+// int8 dot product (AVX-512 VNNI vpdpbusd into 16 int32 lanes; AVX2 maddubs + madd into 2 x 8),
+// each lane summing 4 consecutive bytes. The activations are stored in the order the segments
+// hold their weights (Layout below: the nibbles of a 64-byte load are two runs of 16 or 32
+// elements that are not adjacent in the row), so every segment reads them in one load. Each
+// lane's int32 sum is converted and accumulated by one FMA with its sub-block's s * d_x; the min
+// and the offset of every sub-block add (m - o * s) * (d_x * sum of q_x) once per group.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "gguf/ggml_type.h"
+#include "tensor/int8_gemm.h"
+
+namespace kvec::int8::decode {
+
+// Most activation rows per call (more rows: the prefill kernels).
+constexpr int64_t kMaxRows = 16;
+
+// How a type's group is laid out: `group` elements in runs of `run`; the kernel consumes run i of
+// a group from the row's natural run order[i]. One weight scale per `sub` elements. A row whose
+// length is not a multiple of the group (Q4_0..Q8_0 rows of 32 * odd elements) ends in blocks
+// in natural order (the tail, at most 3 blocks of 32).
+struct Layout {
+    int group;             // elements per group: 128 or 256
+    int sub;               // elements per weight scale: 16 or 32
+    int run;               // elements moved together: 16 or 32
+    const uint8_t* order;  // [group / run] natural run of each run in the kernel's order
+};
+
+// The layouts (the kernels derive which sub-block each lane of a segment belongs to from them).
+// Q4_0, Q4_1, Q5_0, Q5_1: a 64-byte load holds the 16 quant bytes of 4 blocks; its low nibbles are
+// elements 0..15 of each block, its high nibbles 16..31.
+inline constexpr uint8_t kLegacyOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+inline constexpr Layout kLegacyLayout{128, 32, 16, kLegacyOrder};
+// Q8_0: two blocks per segment, in order.
+inline constexpr uint8_t kInOrder[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+inline constexpr Layout kQ8_0Layout{128, 32, 32, kInOrder};
+// Q2_K, Q3_K: bits 2j..2j+1 of the 64 quant bytes are elements 32j.. and 128 + 32j..
+inline constexpr uint8_t kQ2KOrder[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+inline constexpr Layout kQ2KLayout{256, 16, 32, kQ2KOrder};
+// Q4_K, Q5_K: the low nibbles of quant bytes 0..63 are sub-blocks 0 and 2, the high ones 1 and 3.
+inline constexpr uint8_t kQ4KOrder[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+inline constexpr Layout kQ4KLayout{256, 32, 32, kQ4KOrder};
+// Q6_K: the low nibbles of ql[0..64) (with their qh bits) are elements 0..63, in order.
+inline constexpr Layout kQ6KLayout{256, 16, 32, kInOrder};
+
+// The layout of a type that has decode kernels (throws kvec::Error for any other type).
+const Layout& layout(GgmlType type);
+
+// Activations prepared for one weight type: n rows of k elements.
+struct Rows {
+    const int8_t* q = nullptr;  // [n, k] quantised values, each group in the Layout's order
+    const float* dx = nullptr;  // [n, k / sub] the activation block scale d of each sub-block
+    const float* xs = nullptr;  // [n, k / sub] d * sum of q over each sub-block
+    int64_t k = 0;
+};
+
+// Rows of quantised activations (natural order; x.qsum must be set) rearranged for the type:
+// q [n, k], dx and xs [n, k / sub].
+void prepare_rows(GgmlType type, const QuantRows& x, int64_t n, int8_t* q, float* dx, float* xs);
+
+// y[i * ldy + j] = dot(activation row i, weight row j) for i < nx <= kMaxRows, j < nw; the weight
+// rows start at w, row_bytes apart.
+using Kernel = void (*)(const Rows& x, int64_t nx, const uint8_t* w, size_t row_bytes, int64_t nw, float* y,
+                        int64_t ldy);
+
+// The kernel for the active CPU kernels (AVX-512 VNNI where enabled, else AVX2), or null: types
+// without one, CPUs without AVX2, and Q8_0 without AVX-512 VNNI (its weights use all 8 bits, which
+// AVX2's maddubs would saturate; int8::gemm_q8_0_avx2 reads them in place with the sign trick).
+Kernel kernel_for(GgmlType type);
+
+// The kernels of one instruction set (tests compare both with the reference): null where the
+// build or the CPU lacks it.
+Kernel kernel_avx2(GgmlType type);
+Kernel kernel_avx512(GgmlType type);
+
+// Scalar part shared by the kernels: the dot product of the nb blocks of 32 at the end of a row
+// (the tail; src: the first tail block) with its prepared activations (natural order; dx, xs per
+// block), through the panel form (int8::unpack_blocks).
+float tail_dot(GgmlType type, const uint8_t* src, int64_t nb, const int8_t* q, const float* dx, const float* xs);
+
+}  // namespace kvec::int8::decode

@@ -1,0 +1,399 @@
+// The decode kernels of int8_decode.h, written once for a vector type V and compiled twice:
+// int8_decode_avx2.cpp (V = 2 x 256-bit, maddubs + madd) and int8_decode_avx512.cpp (V = 512-bit,
+// vpdpbusd). Each includes this file inside its `#pragma GCC target` region, after defining V;
+// everything here is in an anonymous namespace, so that no function compiled for one instruction
+// set can stand in for the other's at link time.
+//
+// V's interface (I: 64 bytes = 16 int32 lanes, F: 16 floats, M: a byte mask):
+//   I load64(p), load16x4(p0, p1, p2, p3), load32x2(p0, p1), broadcast32(p) (32 bytes, twice),
+//     set1_8(v), set_halves8(lo, hi) (bytes 0..31 = lo, 32..63 = hi), and_, or_, xor_, add_where(u, M, v),
+//     srli16<n>, slli16<n>, srl_halves16<n0, n1> (16-bit shifts; per half of 32 bytes), zero_i,
+//     dp(acc, u, x): acc + per lane sum of 4 u8 x s8 products (u <= 63, or any byte where
+//     kFullBytes);
+//   M bits(uint64_t) (byte e set where bit e is), bit_set(v, pattern) (pattern: one bit per byte);
+//   F zero, cvt(I), mul, add, fma, set1(float), load<N>(p) (N floats, the other lanes 0),
+//     from_fp16x4(__m128i) (words 0..3 as lanes 0..3, the others 0), from_u8x16(__m128i), from_i8x16(__m128i),
+//     high8(F) (lanes 8..15 as 0..7, the others 0), expand(table, lanes) (lane l = table[lanes[l]],
+//     lanes a compile-time constant once the loops are unrolled), reduce(F) (sum of the lanes).
+#pragma once
+
+#include <array>
+#include <cstring>
+
+#include "quant/blocks.h"
+#include "tensor/int8_decode.h"
+
+namespace kvec::int8::decode {
+namespace {
+
+// Segment s of a layout's group, lane l (4 consecutive bytes): the sub-block of its elements.
+using Lanes = std::array<int, 16>;
+constexpr Lanes lane_subs(const Layout& L, int s) {
+    Lanes r{};
+    for (int l = 0; l < 16; ++l) {
+        const int p = 64 * s + 4 * l;  // position in the kernel's order
+        r[l] = (L.order[p / L.run] * L.run + p % L.run) / L.sub;
+    }
+    return r;
+}
+
+// The same for every segment of a type's group (T::kLayout).
+template <class T>
+inline constexpr std::array<Lanes, 4> kSegmentLanes = [] {
+    std::array<Lanes, 4> r{};
+    for (int s = 0; s < T::kLayout.group / 64; ++s) r[s] = lane_subs(T::kLayout, s);
+    return r;
+}();
+
+// Whether segment s + 1's lanes hold the same sub-blocks as segment s's (Q4_0..Q5_1: the low and
+// the high nibbles of the same four blocks), so that their dot products add up in the same int32
+// lanes before one conversion and one multiplication by the scales.
+template <class T>
+constexpr bool same_lanes_as_next(int s) {
+    return s + 1 < T::kLayout.group / 64 && kSegmentLanes<T>[s] == kSegmentLanes<T>[s + 1];
+}
+
+// One unpacked group: its segments of unsigned weights, and per sub-block (natural order) the
+// weight scale s and the bias m - o * s (min m, offset o).
+template <class V, int S>
+struct Group {
+    typename V::I u[S];
+    typename V::F scale, bias;
+};
+
+inline uint16_t load_u16(const uint8_t* p) {
+    uint16_t v;
+    std::memcpy(&v, p, 2);
+    return v;
+}
+inline uint32_t load_u32(const uint8_t* p) {
+    uint32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+
+// The 16-bit field at offset Off of four blocks B bytes apart, as words 0..3.
+template <size_t B, size_t Off>
+inline __m128i fields4(const uint8_t* p) {
+    __m128i v = _mm_cvtsi32_si128(load_u16(p + Off));
+    v = _mm_insert_epi16(v, load_u16(p + B + Off), 1);
+    v = _mm_insert_epi16(v, load_u16(p + 2 * B + Off), 2);
+    return _mm_insert_epi16(v, load_u16(p + 3 * B + Off), 3);
+}
+
+// Four blocks of a 32-element type (B bytes each, quants at offset Q): low nibbles (elements 0..15
+// of each block) and high nibbles (16..31). (Gathering the quants and scales of the four blocks
+// from two 512-bit loads by vpermt2w instead halved the speed of Q4_0 from memory on Zen 5.)
+template <class V, size_t B, size_t Q>
+inline void nibbles4(const uint8_t* p, typename V::I u[2]) {
+    const auto raw = V::load16x4(p + Q, p + B + Q, p + 2 * B + Q, p + 3 * B + Q);
+    const auto m = V::set1_8(0x0F);
+    u[0] = V::and_(raw, m);
+    u[1] = V::and_(V::template srli16<4>(raw), m);
+}
+
+// The fp16 field at offset Off of four blocks B bytes apart, as table lanes 0..3.
+template <class V, size_t B, size_t Off>
+inline typename V::F halves4(const uint8_t* p) {
+    return V::from_fp16x4(fields4<B, Off>(p));
+}
+
+// Q5_0 / Q5_1: bit e of each block's 32-bit qh (at offset Off) adds 16 to element e.
+template <class V, size_t B, size_t Off>
+inline void fifth_bits4(const uint8_t* p, typename V::I u[2]) {
+    const auto sixteen = V::set1_8(16);
+    const auto lo = static_cast<uint64_t>(_mm_cvtsi128_si64(fields4<B, Off>(p)));      // bits 0..15 of each
+    const auto hi = static_cast<uint64_t>(_mm_cvtsi128_si64(fields4<B, Off + 2>(p)));  // bits 16..31
+    u[0] = V::add_where(u[0], V::bits(lo), sixteen);
+    u[1] = V::add_where(u[1], V::bits(hi), sixteen);
+}
+
+struct Q4_0 {
+    static constexpr GgmlType kType = GgmlType::Q4_0;
+    static constexpr Layout kLayout = kLegacyLayout;
+    static constexpr size_t B = sizeof(quant::BlockQ4_0), kGroupBytes = 4 * B;
+    template <class V>
+    static void unpack(const uint8_t* p, Group<V, 2>& g) {
+        nibbles4<V, B, offsetof(quant::BlockQ4_0, qs)>(p, g.u);
+        g.scale = halves4<V, B, offsetof(quant::BlockQ4_0, d)>(p);
+        g.bias = V::mul(g.scale, V::set1(-8.0f));
+    }
+};
+
+struct Q4_1 {
+    static constexpr GgmlType kType = GgmlType::Q4_1;
+    static constexpr Layout kLayout = kLegacyLayout;
+    static constexpr size_t B = sizeof(quant::BlockQ4_1), kGroupBytes = 4 * B;
+    template <class V>
+    static void unpack(const uint8_t* p, Group<V, 2>& g) {
+        nibbles4<V, B, offsetof(quant::BlockQ4_1, qs)>(p, g.u);
+        g.scale = halves4<V, B, offsetof(quant::BlockQ4_1, d)>(p);
+        g.bias = halves4<V, B, offsetof(quant::BlockQ4_1, m)>(p);
+    }
+};
+
+struct Q5_0 {
+    static constexpr GgmlType kType = GgmlType::Q5_0;
+    static constexpr Layout kLayout = kLegacyLayout;
+    static constexpr size_t B = sizeof(quant::BlockQ5_0), kGroupBytes = 4 * B;
+    template <class V>
+    static void unpack(const uint8_t* p, Group<V, 2>& g) {
+        nibbles4<V, B, offsetof(quant::BlockQ5_0, qs)>(p, g.u);
+        fifth_bits4<V, B, offsetof(quant::BlockQ5_0, qh)>(p, g.u);
+        g.scale = halves4<V, B, offsetof(quant::BlockQ5_0, d)>(p);
+        g.bias = V::mul(g.scale, V::set1(-16.0f));
+    }
+};
+
+struct Q5_1 {
+    static constexpr GgmlType kType = GgmlType::Q5_1;
+    static constexpr Layout kLayout = kLegacyLayout;
+    static constexpr size_t B = sizeof(quant::BlockQ5_1), kGroupBytes = 4 * B;
+    template <class V>
+    static void unpack(const uint8_t* p, Group<V, 2>& g) {
+        nibbles4<V, B, offsetof(quant::BlockQ5_1, qs)>(p, g.u);
+        fifth_bits4<V, B, offsetof(quant::BlockQ5_1, qh)>(p, g.u);
+        g.scale = halves4<V, B, offsetof(quant::BlockQ5_1, d)>(p);
+        g.bias = halves4<V, B, offsetof(quant::BlockQ5_1, m)>(p);
+    }
+};
+
+// Q8_0: signed bytes made unsigned (w ^ 0x80 = w + 128), so only where dp takes any byte.
+struct Q8_0 {
+    static constexpr GgmlType kType = GgmlType::Q8_0;
+    static constexpr Layout kLayout = kQ8_0Layout;
+    static constexpr size_t B = sizeof(quant::BlockQ8_0), kGroupBytes = 4 * B;
+    template <class V>
+    static void unpack(const uint8_t* p, Group<V, 2>& g) {
+        constexpr size_t Q = offsetof(quant::BlockQ8_0, qs);
+        const auto flip = V::set1_8(0x80);
+        g.u[0] = V::xor_(V::load32x2(p + Q, p + B + Q), flip);
+        g.u[1] = V::xor_(V::load32x2(p + 2 * B + Q, p + 3 * B + Q), flip);
+        g.scale = halves4<V, B, offsetof(quant::BlockQ8_0, d)>(p);
+        g.bias = V::mul(g.scale, V::set1(-128.0f));
+    }
+};
+
+// Q2_K / Q3_K: bits 2j..2j+1 of the 64 quant bytes.
+template <class V>
+inline void crumbs(const uint8_t* qs, typename V::I u[4]) {
+    const auto raw = V::load64(qs);
+    const auto m = V::set1_8(3);
+    u[0] = V::and_(raw, m);
+    u[1] = V::and_(V::template srli16<2>(raw), m);
+    u[2] = V::and_(V::template srli16<4>(raw), m);
+    u[3] = V::and_(V::template srli16<6>(raw), m);
+}
+
+struct Q2_K {
+    static constexpr GgmlType kType = GgmlType::Q2_K;
+    static constexpr Layout kLayout = kQ2KLayout;
+    static constexpr size_t kGroupBytes = sizeof(quant::BlockQ2_K);
+    template <class V>
+    static void unpack(const uint8_t* p, Group<V, 4>& g) {
+        crumbs<V>(p + offsetof(quant::BlockQ2_K, qs), g.u);
+        const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + offsetof(quant::BlockQ2_K, scales)));
+        const __m128i low = _mm_set1_epi8(0x0F);
+        const float d = _cvtsh_ss(load_u16(p + offsetof(quant::BlockQ2_K, d)));
+        const float dmin = _cvtsh_ss(load_u16(p + offsetof(quant::BlockQ2_K, dmin)));
+        g.scale = V::mul(V::from_u8x16(_mm_and_si128(sc, low)), V::set1(d));
+        g.bias = V::mul(V::from_u8x16(_mm_and_si128(_mm_srli_epi16(sc, 4), low)), V::set1(-dmin));
+    }
+};
+
+// The 16 6-bit scales of a Q3_K block (quant::q3k_scale), unsigned: low 4 bits from the nibbles of
+// bytes 0..7, high 2 bits from bytes 8..11, 2 bits per scale.
+inline __m128i q3k_scales(const uint8_t* s) {
+    const uint32_t a = load_u32(s), b = load_u32(s + 4), h = load_u32(s + 8);
+    const uint32_t n = 0x0F0F0F0F, t = 0x03030303;
+    return _mm_setr_epi32(static_cast<int>((a & n) | (h & t) << 4), static_cast<int>((b & n) | (h >> 2 & t) << 4),
+                          static_cast<int>((a >> 4 & n) | (h >> 4 & t) << 4),
+                          static_cast<int>((b >> 4 & n) | (h >> 6 & t) << 4));
+}
+
+struct Q3_K {
+    static constexpr GgmlType kType = GgmlType::Q3_K;
+    static constexpr Layout kLayout = kQ2KLayout;
+    static constexpr size_t kGroupBytes = sizeof(quant::BlockQ3_K);
+    template <class V>
+    static void unpack(const uint8_t* p, Group<V, 4>& g) {
+        crumbs<V>(p + offsetof(quant::BlockQ3_K, qs), g.u);
+        // Element 32j + e takes bit j of hmask[e], element 128 + 32j + e bit 4 + j: + 4 where set.
+        const auto hm = V::broadcast32(p + offsetof(quant::BlockQ3_K, hmask));
+        const auto four = V::set1_8(4);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) g.u[j] = V::add_where(g.u[j], V::bit_set(hm, V::set_halves8(1 << j, 16 << j)), four);
+        const float d = _cvtsh_ss(load_u16(p + offsetof(quant::BlockQ3_K, d)));
+        const __m128i sc = _mm_sub_epi8(q3k_scales(p + offsetof(quant::BlockQ3_K, scales)), _mm_set1_epi8(32));
+        g.scale = V::mul(V::from_i8x16(sc), V::set1(d));
+        g.bias = V::mul(g.scale, V::set1(-4.0f));
+    }
+};
+
+// The 8 6-bit scales and mins of a Q4_K / Q5_K block (quant::get_scale_min_k4) as bytes
+// [scale 0..7, min 0..7], from its 12 bytes s (16 are read): scales and mins 0..3 are the low 6
+// bits of bytes 0..3 and 4..7; 4..7 take their low 4 bits from the nibbles of bytes 8..11 and
+// their high 2 bits from the top of bytes 0..3 (scales) and 4..7 (mins).
+inline __m128i k4_scales_mins(const uint8_t* s) {
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+    const __m128i low8 = _mm_unpacklo_epi64(raw, raw);  // bytes 0..7, twice
+    const __m128i b8 = _mm_shuffle_epi32(raw, 0xAA);    // bytes 8..11 in every dword
+    const __m128i first = _mm_and_si128(low8, _mm_set1_epi8(0x3F));  // dwords: scales 0..3, mins 0..3
+    const __m128i nib = _mm_and_si128(_mm_srlv_epi32(b8, _mm_setr_epi32(0, 4, 0, 4)), _mm_set1_epi8(0x0F));
+    const __m128i top = _mm_and_si128(_mm_srli_epi16(low8, 2), _mm_set1_epi8(0x30));
+    return _mm_unpacklo_epi32(first, _mm_or_si128(nib, top));  // dwords: scales 0..3, 4..7, mins 0..3, 4..7
+}
+
+template <class V, class Block>
+inline void k4_unpack(const uint8_t* p, Group<V, 4>& g) {
+    const auto r0 = V::load64(p + offsetof(Block, qs)), r1 = V::load64(p + offsetof(Block, qs) + 64);
+    const auto m = V::set1_8(0x0F);
+    g.u[0] = V::and_(r0, m);
+    g.u[1] = V::and_(V::template srli16<4>(r0), m);
+    g.u[2] = V::and_(r1, m);
+    g.u[3] = V::and_(V::template srli16<4>(r1), m);
+    const auto sm = V::from_u8x16(k4_scales_mins(p + offsetof(Block, scales)));  // lanes 0..7 scales, 8..15 mins
+    const float d = _cvtsh_ss(load_u16(p + offsetof(Block, d)));
+    const float dmin = _cvtsh_ss(load_u16(p + offsetof(Block, dmin)));
+    g.scale = V::mul(sm, V::set1(d));  // lanes 8..15 unused (the tables have 8 sub-blocks)
+    g.bias = V::mul(V::high8(sm), V::set1(-dmin));
+}
+
+struct Q4_K {
+    static constexpr GgmlType kType = GgmlType::Q4_K;
+    static constexpr Layout kLayout = kQ4KLayout;
+    static constexpr size_t kGroupBytes = sizeof(quant::BlockQ4_K);
+    template <class V>
+    static void unpack(const uint8_t* p, Group<V, 4>& g) {
+        k4_unpack<V, quant::BlockQ4_K>(p, g);
+    }
+};
+
+struct Q5_K {
+    static constexpr GgmlType kType = GgmlType::Q5_K;
+    static constexpr Layout kLayout = kQ4KLayout;
+    static constexpr size_t kGroupBytes = sizeof(quant::BlockQ5_K);
+    template <class V>
+    static void unpack(const uint8_t* p, Group<V, 4>& g) {
+        k4_unpack<V, quant::BlockQ5_K>(p, g);
+        // Sub-block j takes bit j of qh[e]: segment s holds sub-blocks (0, 2), (1, 3), (4, 6), (5, 7).
+        const auto qh = V::broadcast32(p + offsetof(quant::BlockQ5_K, qh));
+        const auto sixteen = V::set1_8(16);
+#pragma GCC unroll 4
+        for (int s = 0; s < 4; ++s) {
+            const int j = s / 2 * 4 + s % 2;
+            g.u[s] = V::add_where(g.u[s], V::bit_set(qh, V::set_halves8(1 << j, 4 << j)), sixteen);
+        }
+    }
+};
+
+struct Q6_K {
+    static constexpr GgmlType kType = GgmlType::Q6_K;
+    static constexpr Layout kLayout = kQ6KLayout;
+    static constexpr size_t kGroupBytes = sizeof(quant::BlockQ6_K);
+    template <class V>
+    static void unpack(const uint8_t* p, Group<V, 4>& g) {
+        // Elements 64s.. : the low (s even) or high nibbles of ql[64 (s / 2) ..], and 2 bits of
+        // qh[32 (s / 2) + e % 32]: bits 0-1 / 2-3 for the two halves of s even, 4-5 / 6-7 for s odd.
+        const auto m = V::set1_8(0x0F), three = V::set1_8(3);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+            const auto ql = V::load64(p + offsetof(quant::BlockQ6_K, ql) + 64 * h);
+            const auto qh = V::broadcast32(p + offsetof(quant::BlockQ6_K, qh) + 32 * h);
+            const auto lo = V::and_(V::template srl_halves16<0, 2>(qh), three);
+            const auto hi = V::and_(V::template srl_halves16<4, 6>(qh), three);
+            g.u[2 * h] = V::or_(V::and_(ql, m), V::template slli16<4>(lo));
+            g.u[2 * h + 1] = V::or_(V::and_(V::template srli16<4>(ql), m), V::template slli16<4>(hi));
+        }
+        const float d = _cvtsh_ss(load_u16(p + offsetof(quant::BlockQ6_K, d)));
+        const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + offsetof(quant::BlockQ6_K, scales)));
+        g.scale = V::mul(V::from_i8x16(sc), V::set1(d));
+        g.bias = V::mul(g.scale, V::set1(-32.0f));
+    }
+};
+
+// y[i * ldy] for the R activation rows i0.. against one weight row. Per group and row: the
+// sub-block scales times the row's d_x (the table), then per segment one dot product, converted
+// and multiplied by the table's lanes (once for two segments whose lanes hold the same
+// sub-blocks); two accumulators (even and odd segments) and one for the bias. Every row takes the
+// same operations whatever R is, so a row's result does not depend on the other rows of the call.
+template <class V, class T, int R>
+inline void dot_rows(const Rows& x, int64_t i0, const uint8_t* row, float* y, int64_t ldy) {
+    using F = typename V::F;
+    constexpr Layout L = T::kLayout;
+    constexpr int S = L.group / 64, NS = L.group / L.sub;  // segments and sub-blocks per group
+    const int64_t k = x.k, ng = k / L.group, nsub = k / L.sub;
+    F acc[R][2], bacc[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = bacc[r] = V::zero();
+    for (int64_t g = 0; g < ng; ++g) {
+        Group<V, S> grp;
+        T::template unpack<V>(row + g * T::kGroupBytes, grp);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+            const int8_t* xq = x.q + (i0 + r) * k + g * L.group;  // [group]
+            const int64_t at = (i0 + r) * nsub + g * NS;            // this group's sub-blocks
+            const F table = V::mul(grp.scale, V::template load<NS>(x.dx + at));
+            auto sum = V::zero_i();
+#pragma GCC unroll 4
+            for (int s = 0; s < S; ++s) {
+                sum = V::dp(sum, grp.u[s], V::load64(xq + 64 * s));
+                if (same_lanes_as_next<T>(s)) continue;
+                acc[r][s % 2] = V::fma(V::cvt(sum), V::expand(table, kSegmentLanes<T>[s]), acc[r][s % 2]);
+                sum = V::zero_i();
+            }
+            bacc[r] = V::fma(grp.bias, V::template load<NS>(x.xs + at), bacc[r]);
+        }
+    }
+    const int64_t tail = (k - ng * L.group) / kBlock;  // blocks of 32 after the last group
+    for (int r = 0; r < R; ++r) {
+        float v = V::reduce(V::add(V::add(acc[r][0], acc[r][1]), bacc[r]));
+        if (tail > 0) {
+            const int64_t at = (i0 + r) * nsub + ng * NS;
+            v += tail_dot(T::kType, row + ng * T::kGroupBytes, tail, x.q + (i0 + r) * k + ng * L.group, x.dx + at,
+                          x.xs + at);
+        }
+        y[r * ldy] = v;
+    }
+}
+
+// Every weight row against the activation rows, in tiles of 4 rows: a tile's activations stay in
+// the L1 cache while the weight rows pass (read from memory by the first tile, from the L1 / L2
+// cache by the others).
+template <class V, class T>
+void kernel(const Rows& x, int64_t nx, const uint8_t* w, size_t row_bytes, int64_t nw, float* y, int64_t ldy) {
+    for (int64_t i = 0; i < nx; i += 4) {
+        for (int64_t j = 0; j < nw; ++j) {
+            const uint8_t* row = w + static_cast<size_t>(j) * row_bytes;
+            float* yij = y + i * ldy + j;
+            switch (nx - i) {
+                case 1: dot_rows<V, T, 1>(x, i, row, yij, ldy); break;
+                case 2: dot_rows<V, T, 2>(x, i, row, yij, ldy); break;
+                case 3: dot_rows<V, T, 3>(x, i, row, yij, ldy); break;
+                default: dot_rows<V, T, 4>(x, i, row, yij, ldy); break;
+            }
+        }
+    }
+}
+
+template <class V>
+Kernel kernel_table(GgmlType type) {
+    switch (type) {
+        case GgmlType::Q4_0: return &kernel<V, Q4_0>;
+        case GgmlType::Q4_1: return &kernel<V, Q4_1>;
+        case GgmlType::Q5_0: return &kernel<V, Q5_0>;
+        case GgmlType::Q5_1: return &kernel<V, Q5_1>;
+        case GgmlType::Q8_0:
+            if constexpr (V::kFullBytes) return &kernel<V, Q8_0>;
+            return nullptr;
+        case GgmlType::Q2_K: return &kernel<V, Q2_K>;
+        case GgmlType::Q3_K: return &kernel<V, Q3_K>;
+        case GgmlType::Q4_K: return &kernel<V, Q4_K>;
+        case GgmlType::Q5_K: return &kernel<V, Q5_K>;
+        case GgmlType::Q6_K: return &kernel<V, Q6_K>;
+        default: return nullptr;
+    }
+}
+
+}  // namespace
+}  // namespace kvec::int8::decode
