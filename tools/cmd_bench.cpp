@@ -445,8 +445,13 @@ int bench(const BenchOptions& o) {
                             r.policy = spec;
                             r.test = t;
                             run_test(*model, {threads, chunk, kv, spec}, t, o.reps, probe.get(), rng, r);
-                            fmt::print(stderr, "  {} {} t={} {}: {:.2f} t/s\n", r.model_type, spec, r.threads,
-                                       t.name(), r.tokens_per_second.mean());
+                            fmt::print(stderr, "  {} {} t={} {}: {:.2f} t/s{}\n", r.model_type, spec, r.threads,
+                                       t.name(), r.tokens_per_second.mean(),
+                                       r.bw_share >= 0 ? fmt::format(" ({:.1f} GB/s of weights and KV, {:.0f} % of the "
+                                                                     "streaming read)",
+                                                                     r.bytes_per_token * r.tokens_per_second.mean() / 1e9,
+                                                                     100.0 * r.bw_share)
+                                                       : std::string());
                             results.push_back(std::move(r));
                         }
                     }
