@@ -290,37 +290,27 @@ void matmul_int8(const float* x, int64_t n, const WeightView& w, float* y) {
 }
 
 // Quantised weights with up to int8::decode::kMaxRows activation rows (decode, small batches),
-// Fast precision: the activations are quantised once and laid out for the weight type
-// (int8_decode.h), then each thread streams its share of the weight rows once through the decode
+// Fast precision: the activations are quantised and laid out for the weight type (int8_decode.h)
+// by every thread into its own buffers (a few microseconds, cheaper than waiting for each other at
+// a barrier), then each thread streams its share of the weight rows once through the decode
 // kernel, which unpacks the blocks in registers.
 void matmul_int8_decode(const float* x, int64_t n, const WeightView& w, float* y, int8::decode::Kernel kernel) {
     constexpr int64_t kItemRows = 32;  // weight rows per work item
     const int64_t k = w.n_in, nb = k / int8::kBlock, ns = k / int8::decode::layout(w.type).sub;
-    thread_local std::vector<int8_t> aq;   // [n, k] quantised activations, natural order
-    thread_local std::vector<float> ad;    // [n, nb] their block scales
-    thread_local std::vector<float> ah;    // [n, nb, 2] their half-block sums times the scale
-    thread_local std::vector<int32_t> as;  // [n, nb, 2] their integer half-block sums
-    thread_local std::vector<int8_t> dq;   // [n, k] the same in the type's order
-    thread_local std::vector<float> ddx;   // [n, ns] block scale of each sub-block
-    thread_local std::vector<float> dxs;   // [n, ns] scale times the sum over each sub-block
-    int8_t* q_nat = grow(aq, n * k);
-    float* d_nat = grow(ad, n * nb);
-    float* h_nat = grow(ah, n * nb * 2);
-    int32_t* s_nat = grow(as, n * nb * 2);
-    const int8::decode::Rows xr{grow(dq, n * k), grow(ddx, n * ns), grow(dxs, n * ns), k};
-    int8_t* q_out = dq.data();
-    float* dx_out = ddx.data();
-    float* xs_out = dxs.data();
     const int64_t n_items = (w.n_out + kItemRows - 1) / kItemRows;
 #pragma omp parallel if (n * w.n_out * k >= (1 << 20))
     {
-#pragma omp for schedule(static)
-        for (int64_t r = 0; r < n; ++r) {
-            int8::quantize_rows_avx2(x + r * k, 1, k, q_nat + r * k, d_nat + r * nb, h_nat + r * nb * 2,
-                                     s_nat + r * nb * 2);
-            const int8::QuantRows row{q_nat + r * k, d_nat + r * nb, h_nat + r * nb * 2, k, s_nat + r * nb * 2};
-            int8::decode::prepare_rows(w.type, row, 1, q_out + r * k, dx_out + r * ns, xs_out + r * ns);
-        }
+        thread_local std::vector<int8_t> aq;   // [n, k] quantised activations, natural order
+        thread_local std::vector<float> ad;    // [n, nb] their block scales
+        thread_local std::vector<float> ah;    // [n, nb, 2] their half-block sums times the scale
+        thread_local std::vector<int32_t> as;  // [n, nb, 2] their integer half-block sums
+        thread_local std::vector<int8_t> dq;   // [n, k] the same in the type's order
+        thread_local std::vector<float> ddx;   // [n, ns] block scale of each sub-block
+        thread_local std::vector<float> dxs;   // [n, ns] scale times the sum over each sub-block
+        const int8::QuantRows nat{grow(aq, n * k), grow(ad, n * nb), grow(ah, n * nb * 2), k, grow(as, n * nb * 2)};
+        const int8::decode::Rows xr{grow(dq, n * k), grow(ddx, n * ns), grow(dxs, n * ns), k};
+        int8::quantize_rows_avx2(x, n, k, aq.data(), ad.data(), ah.data(), as.data());
+        int8::decode::prepare_rows(w.type, nat, n, dq.data(), ddx.data(), dxs.data());
 #pragma omp for schedule(dynamic, 1)
         for (int64_t item = 0; item < n_items; ++item) {
             const int64_t r0 = item * kItemRows, r1 = std::min(w.n_out, r0 + kItemRows);
