@@ -87,6 +87,13 @@ struct V256 {
     static F add(F x, F y) { return {_mm256_add_ps(x.a, y.a), _mm256_add_ps(x.b, y.b)}; }
     static F fma(F x, F y, F z) { return {_mm256_fmadd_ps(x.a, y.a, z.a), _mm256_fmadd_ps(x.b, y.b, z.b)}; }
     static F set1(float v) { return {_mm256_set1_ps(v), _mm256_set1_ps(v)}; }
+    static F neg(F v) {
+        const __m256 sign = _mm256_set1_ps(-0.0f);
+        return {_mm256_xor_ps(v.a, sign), _mm256_xor_ps(v.b, sign)};
+    }
+    static F pair(__m128 v) {
+        return {_mm256_broadcastss_ps(v), _mm256_broadcastss_ps(_mm_movehdup_ps(v))};
+    }
     template <int N>
     static F load(const float* p) {
         if constexpr (N == 16) return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)};

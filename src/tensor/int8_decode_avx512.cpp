@@ -71,6 +71,13 @@ struct V512 {
     static F add(F a, F b) { return _mm512_add_ps(a, b); }
     static F fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
     static F set1(float v) { return _mm512_set1_ps(v); }
+    static F neg(F v) {  // (_mm512_xor_ps would need AVX-512 DQ)
+        return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), _mm512_set1_epi32(INT32_MIN)));
+    }
+    static F pair(__m128 v) {
+        return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                                     _mm512_castps128_ps512(v));
+    }
     template <int N>
     static F load(const float* p) {
         if constexpr (N == 16) return _mm512_loadu_ps(p);

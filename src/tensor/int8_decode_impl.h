@@ -11,7 +11,8 @@
 //     dp(acc, u, x): acc + per lane sum of 4 u8 x s8 products (u <= 63, or any byte where
 //     kFullBytes);
 //   M bits(uint64_t) (byte e set where bit e is), bit_set(v, pattern) (pattern: one bit per byte);
-//   F zero, cvt(I), mul, add, fma, set1(float), load<N>(p) (N floats, the other lanes 0),
+//   F zero, cvt(I), mul, add, fma, neg, set1(float), pair(__m128 v) (lanes 0..7 = v[0], 8..15 =
+//     v[1]), load<N>(p) (N floats, the other lanes 0),
 //     from_fp16x4(__m128i) (words 0..3 as lanes 0..3, the others 0), from_u8x16(__m128i), from_i8x16(__m128i),
 //     high8(F) (lanes 8..15 as 0..7, the others 0), expand(table, lanes) (lane l = table[lanes[l]],
 //     lanes a compile-time constant once the loops are unrolled), reduce(F) (sum of the lanes).
@@ -252,11 +253,11 @@ inline void k4_unpack(const uint8_t* p, Group<V, 4>& g) {
     g.u[1] = V::and_(V::template srli16<4>(r0), m);
     g.u[2] = V::and_(r1, m);
     g.u[3] = V::and_(V::template srli16<4>(r1), m);
-    const auto sm = V::from_u8x16(k4_scales_mins(p + offsetof(Block, scales)));  // lanes 0..7 scales, 8..15 mins
-    const float d = _cvtsh_ss(load_u16(p + offsetof(Block, d)));
-    const float dmin = _cvtsh_ss(load_u16(p + offsetof(Block, dmin)));
-    g.scale = V::mul(sm, V::set1(d));  // lanes 8..15 unused (the tables have 8 sub-blocks)
-    g.bias = V::mul(V::high8(sm), V::set1(-dmin));
+    static_assert(offsetof(Block, dmin) == offsetof(Block, d) + 2);
+    const __m128 d_dmin = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(load_u32(p + offsetof(Block, d)))));
+    // Lanes 0..7: d * scale, 8..15: dmin * min (unused by the table, which has 8 sub-blocks).
+    g.scale = V::mul(V::from_u8x16(k4_scales_mins(p + offsetof(Block, scales))), V::pair(d_dmin));
+    g.bias = V::neg(V::high8(g.scale));
 }
 
 struct Q4_K {
