@@ -79,9 +79,10 @@ float tail_dot(GgmlType type, const uint8_t* src, int64_t nb, const int8_t* q, c
     return static_cast<float>(acc);
 }
 
-Kernel kernel_for(GgmlType type) {
-    if (active_cpu_kernel() != CpuKernel::Avx2) return nullptr;
-    return vnni_enabled() ? kernel_avx512(type) : kernel_avx2(type);
+Kernel kernel_for(GgmlType type, int64_t n) {
+    if (n > kMaxRows || active_cpu_kernel() != CpuKernel::Avx2) return nullptr;
+    if (!vnni_enabled()) return kernel_avx2(type);
+    return type == GgmlType::Q8_0 && n > 8 ? nullptr : kernel_avx512(type);
 }
 
 }  // namespace kvec::int8::decode

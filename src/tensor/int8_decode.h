@@ -75,10 +75,13 @@ void prepare_rows(GgmlType type, const QuantRows& x, int64_t n, int8_t* q, float
 using Kernel = void (*)(const Rows& x, int64_t nx, const uint8_t* w, size_t row_bytes, int64_t nw, float* y,
                         int64_t ldy);
 
-// The kernel for the active CPU kernels (AVX-512 VNNI where enabled, else AVX2), or null: types
-// without one, CPUs without AVX2, and Q8_0 without AVX-512 VNNI (its weights use all 8 bits, which
-// AVX2's maddubs would saturate; int8::gemm_q8_0_avx2 reads them in place with the sign trick).
-Kernel kernel_for(GgmlType type);
+// The kernel for n activation rows with the active CPU kernels (AVX-512 VNNI where enabled, else
+// AVX2), or null: more than kMaxRows rows; Q8_0 with VNNI from 9 rows on (the VNNI prefill kernel
+// reads its blocks in place and repacks them faster than the other types' panels: pp16 33-42
+// against 27-32 t/s on one Zen 5 core); types without a kernel; CPUs without AVX2; Q8_0 without
+// AVX-512 VNNI (its weights use all 8 bits, which AVX2's maddubs would saturate;
+// int8::gemm_q8_0_avx2 reads them in place with the sign trick).
+Kernel kernel_for(GgmlType type, int64_t n);
 
 // The kernels of one instruction set (tests compare both with the reference): null where the
 // build or the CPU lacks it.

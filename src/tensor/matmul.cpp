@@ -219,7 +219,7 @@ void matmul_half(const float* x, int64_t n, const WeightView& w, float* y) {
 // panel (Q8_0 rows are read in place) and runs the register tiles over the activation block.
 // Without VNNI (Q8_0 decode and small batches; 17 to 23 rows of the other types) the AVX2 tiles run
 // on activation blocks of about 256 KiB, which stay in L2 while the weight blocks pass; with
-// AVX-512 VNNI (prefill, more than int8::decode::kMaxRows rows) its kernel repacks each item's
+// AVX-512 VNNI (more rows than the decode kernels take) its kernel repacks each item's
 // rows and runs on activation blocks of at most 256 rows, as the float prefill does.
 void matmul_int8(const float* x, int64_t n, const WeightView& w, float* y) {
     constexpr int64_t kPanelRows = 16;
@@ -414,7 +414,7 @@ void matmul(const float* x, int64_t n, const WeightView& w, float* y) {
     // there int8 dot products serve decode and small batches only; with AVX-512 VNNI they serve
     // prefill too.
     if (use_int8(w) && (n < kernels::kPackedMinRows || int8::vnni_enabled())) {
-        const int8::decode::Kernel decode = n <= int8::decode::kMaxRows ? int8::decode::kernel_for(w.type) : nullptr;
+        const int8::decode::Kernel decode = int8::decode::kernel_for(w.type, n);
         if (decode != nullptr) {
             matmul_int8_decode(x, n, w, y, decode);
         } else {

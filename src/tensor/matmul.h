@@ -3,10 +3,10 @@
 //
 // Dispatch point. matmul() picks an implementation per weight type and precision; the kernels
 // are chosen at start-up according to the CPU (AVX2+FMA+F16C or generic; AVX-512 where present):
-//   up to int8::decode::kMaxRows (16) rows (decode, small batches), quantised types, Fast
-//       precision (AVX2): int8 activations x int8 weights read in place, each block unpacked in
-//       registers (int8_decode.h; AVX-512 VNNI where enabled). Q8_0 without VNNI: its in-place
-//       AVX2 int8 kernel (int8_gemm.h);
+//   up to int8::decode::kMaxRows (16) rows (decode, small batches; Q8_0 with VNNI: 8), quantised
+//       types, Fast precision (AVX2): int8 activations x int8 weights read in place, each block
+//       unpacked in registers (int8_decode.h, int8::decode::kernel_for; AVX-512 VNNI where
+//       enabled). Q8_0 without VNNI: its in-place AVX2 int8 kernel (int8_gemm.h);
 //   more rows (prefill), Fast precision, CPU with AVX-512 VNNI / BF16: quantised types by int8
 //       dot products on repacked panels (int8_gemm.h, gemm_vnni), F16/BF16 (from 5 rows on) by
 //       bf16 dot products (bf16_gemm.h);
