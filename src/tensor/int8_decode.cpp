@@ -80,9 +80,9 @@ float tail_dot(GgmlType type, const uint8_t* src, int64_t nb, const int8_t* q, c
 }
 
 Kernel kernel_for(GgmlType type, int64_t n) {
-    if (n > kMaxRows || active_cpu_kernel() != CpuKernel::Avx2) return nullptr;
-    if (!vnni_enabled()) return kernel_avx2(type);
-    return type == GgmlType::Q8_0 && n > 8 ? nullptr : kernel_avx512(type);
+    if (active_cpu_kernel() != CpuKernel::Avx2) return nullptr;
+    if (!vnni_enabled()) return n <= kMaxRows ? kernel_avx2(type) : nullptr;
+    return n <= kMaxVnniRows ? kernel_avx512(type) : nullptr;
 }
 
 }  // namespace kvec::int8::decode

@@ -26,6 +26,11 @@ namespace kvec::int8::decode {
 
 // Most activation rows per call (more rows: the prefill kernels).
 constexpr int64_t kMaxRows = 16;
+// Most rows the dispatch gives them on CPUs with AVX-512 VNNI: from 7 rows on, the VNNI prefill
+// kernel on panels packed from the blocks in registers (panel_packer) is faster (one Zen 5 core,
+// TinyLlama-shaped Q4_K_M / Q4_0 / Q6_K: pp8 50-58 against 31-48 t/s, pp16 72-87 against 41-56;
+// pp5 29-38 against 36-48, pp6 about level).
+constexpr int64_t kMaxVnniRows = 6;
 
 // How a type's group is laid out: `group` elements in runs of `run`; the kernel consumes run i of
 // a group from the row's natural run order[i]. One weight scale per `sub` elements. A row whose
@@ -76,17 +81,21 @@ using Kernel = void (*)(const Rows& x, int64_t nx, const uint8_t* w, size_t row_
                         int64_t ldy);
 
 // The kernel for n activation rows with the active CPU kernels (AVX-512 VNNI where enabled, else
-// AVX2), or null: more than kMaxRows rows; Q8_0 with VNNI from 9 rows on (the VNNI prefill kernel
-// reads its blocks in place and repacks them faster than the other types' panels: pp16 33-42
-// against 27-32 t/s on one Zen 5 core); types without a kernel; CPUs without AVX2; Q8_0 without
-// AVX-512 VNNI (its weights use all 8 bits, which AVX2's maddubs would saturate;
-// int8::gemm_q8_0_avx2 reads them in place with the sign trick).
+// AVX2), or null: more than kMaxVnniRows rows with VNNI, kMaxRows without; types without a kernel;
+// CPUs without AVX2; Q8_0 without AVX-512 VNNI (its weights use all 8 bits, which AVX2's maddubs
+// would saturate; int8::gemm_q8_0_avx2 reads them in place with the sign trick).
 Kernel kernel_for(GgmlType type, int64_t n);
 
 // The kernels of one instruction set (tests compare both with the reference): null where the
 // build or the CPU lacks it.
 Kernel kernel_avx2(GgmlType type);
 Kernel kernel_avx512(GgmlType type);
+
+// The same unpacking for the AVX-512 VNNI panels (int8::PanelPacker, int8_gemm.h): per group,
+// each of up to 16 rows unpacked in registers, its segments transposed 4 bytes per row and lane,
+// its sub-block scales and mins likewise. Null where the CPU lacks AVX-512 VNNI (or VL), and for
+// Q8_0, whose blocks the VNNI kernel reads in place.
+PanelPacker panel_packer(GgmlType type);
 
 // Scalar part shared by the kernels: the dot product of the nb blocks of 32 at the end of a row
 // (the tail; src: the first tail block) with its prepared activations (natural order; dx, xs per

@@ -100,6 +100,126 @@ struct V512 {
 
 Kernel table_avx512(GgmlType type) { return kernel_table<V512>(type); }
 
+// out[c] = column c of the 16 x 16 dword matrix whose rows are r[0..16): unpack 32-bit and 64-bit
+// pairs, then two rounds of 128-bit lane shuffles.
+inline void transpose16(__m512i r[16]) {
+    __m512i t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    __m512i u[16];  // u[4i + c], lane q: column 4q + c of rows 4i..4i+3
+    for (int i = 0; i < 4; ++i) {
+        for (int j = 0; j < 2; ++j) {
+            u[4 * i + 2 * j] = _mm512_unpacklo_epi64(t[4 * i + j], t[4 * i + 2 + j]);
+            u[4 * i + 2 * j + 1] = _mm512_unpackhi_epi64(t[4 * i + j], t[4 * i + 2 + j]);
+        }
+    }
+    for (int c = 0; c < 4; ++c) {
+        const __m512i x0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44), x1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xEE);
+        const __m512i y0 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44);
+        const __m512i y1 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xEE);
+        r[c] = _mm512_shuffle_i32x4(x0, y0, 0x88);
+        r[4 + c] = _mm512_shuffle_i32x4(x0, y0, 0xDD);
+        r[8 + c] = _mm512_shuffle_i32x4(x1, y1, 0x88);
+        r[12 + c] = _mm512_shuffle_i32x4(x1, y1, 0xDD);
+    }
+}
+
+// Rows [0, nr) (nr <= 16; row_bytes apart) of nb blocks of 32 packed into one VNNI panel (the
+// layout of int8_vnni.cpp: qp [nb, 8, 16, 4] bytes w + 128, sp and mp [nb, 2, 16] per half block):
+// per group, each row is unpacked in registers as for decode, its segments (u + 128 - offset) are
+// transposed 16 rows at a time, 4 bytes of each row per lane, and its sub-block scales (and mins)
+// likewise. Rows past nr are zero with scale and min 0. A tail of blocks goes through the panel
+// form (int8::unpack_blocks). Returns whether the halves of a block have their own scales.
+template <class T>
+bool pack_panel(const uint8_t* w, size_t row_bytes, int nr, int64_t nb, uint8_t* qp, float* sp, float* mp) {
+    constexpr Layout L = T::kLayout;
+    constexpr int S = L.group / 64, NB = L.group / kBlock;
+    constexpr bool kMin = T::kOffset == 0;  // the types without an offset have a min
+    // lane l of segment s holds the 4 elements at panel position (block, group of 4) = kPos[s][l]
+    static constexpr auto kPos = [] {
+        std::array<std::array<int, 16>, 4> pos{};
+        for (int s = 0; s < T::kLayout.group / 64; ++s) {
+            for (int l = 0; l < 16; ++l) {
+                const int p = 64 * s + 4 * l;
+                const int e = T::kLayout.order[p / T::kLayout.run] * T::kLayout.run + p % T::kLayout.run;
+                pos[s][l] = e / kBlock * 8 + e % kBlock / 4;
+            }
+        }
+        return pos;
+    }();
+    const int64_t ng = nb / NB;
+    const __m512i shift = _mm512_set1_epi8(static_cast<char>(128 - T::kOffset));
+    for (int64_t g = 0; g < ng; ++g) {
+        alignas(64) uint8_t seg[S][16][64];  // [segment, row, 64 bytes]
+        alignas(64) float sc[16][16], mn[16][16];  // [row, sub-block]
+        for (int r = 0; r < 16; ++r) {
+            if (r >= nr) {
+                for (int s = 0; s < S; ++s) _mm512_store_si512(seg[s][r], _mm512_setzero_si512());
+                _mm512_store_ps(sc[r], _mm512_setzero_ps());
+                _mm512_store_ps(mn[r], _mm512_setzero_ps());
+                continue;
+            }
+            Group<V512, S> grp;
+            T::template unpack<V512>(w + static_cast<size_t>(r) * row_bytes + g * T::kGroupBytes, grp);
+            for (int s = 0; s < S; ++s) _mm512_store_si512(seg[s][r], _mm512_add_epi8(grp.u[s], shift));
+            _mm512_store_ps(sc[r], grp.scale);
+            if constexpr (kMin) _mm512_store_ps(mn[r], grp.bias);
+        }
+        uint8_t* qg = qp + g * NB * 512;  // this group's [NB, 8, 16, 4] bytes
+        for (int s = 0; s < S; ++s) {
+            __m512i v[16];
+            for (int r = 0; r < 16; ++r) v[r] = _mm512_load_si512(seg[s][r]);
+            transpose16(v);
+            for (int l = 0; l < 16; ++l) _mm512_storeu_si512(qg + kPos[s][l] * 64, v[l]);
+        }
+        for (int which = 0; which < (kMin ? 2 : 1); ++which) {
+            float(*tab)[16] = which == 0 ? sc : mn;
+            __m512i v[16];
+            for (int r = 0; r < 16; ++r) v[r] = _mm512_castps_si512(_mm512_load_ps(tab[r]));
+            transpose16(v);  // v[j]: sub-block j of the 16 rows
+            float* out = (which == 0 ? sp : mp) + g * NB * 32;  // [NB, 2, 16]
+            for (int h = 0; h < 2 * NB; ++h) _mm512_storeu_si512(out + h * 16, v[h * 16 / L.sub]);
+        }
+    }
+    const int64_t tail = nb - ng * NB;  // blocks of 32 after the last group (Q4_0..Q8_0 only)
+    if (tail > 0) {
+        constexpr int kMaxTail = NB - 1;
+        for (int r = 0; r < 16; ++r) {
+            int8_t q[kMaxTail * kBlock] = {};            // [tail, 32] panel form
+            float hs[kMaxTail * 2] = {}, hm[kMaxTail * 2] = {};  // [tail, 2] scale, min per half
+            if (r < nr) unpack_blocks(T::kType, w + static_cast<size_t>(r) * row_bytes + ng * T::kGroupBytes, tail, q, hs, hm);
+            for (int64_t t = 0; t < tail; ++t) {
+                const int64_t b = ng * NB + t;
+                for (int e = 0; e < kBlock; ++e) {
+                    qp[(b * 8 + e / 4) * 64 + 4 * r + e % 4] = r < nr ? static_cast<uint8_t>(q[t * kBlock + e] ^ 0x80) : 0;
+                }
+                for (int h = 0; h < 2; ++h) {
+                    sp[(b * 2 + h) * 16 + r] = hs[2 * t + h];
+                    if constexpr (kMin) mp[(b * 2 + h) * 16 + r] = hm[2 * t + h];
+                }
+            }
+        }
+    }
+    return L.sub == 16;
+}
+
+PanelPacker packer_avx512(GgmlType type) {
+    switch (type) {
+        case GgmlType::Q4_0: return &pack_panel<Q4_0>;
+        case GgmlType::Q4_1: return &pack_panel<Q4_1>;
+        case GgmlType::Q5_0: return &pack_panel<Q5_0>;
+        case GgmlType::Q5_1: return &pack_panel<Q5_1>;
+        case GgmlType::Q2_K: return &pack_panel<Q2_K>;
+        case GgmlType::Q3_K: return &pack_panel<Q3_K>;
+        case GgmlType::Q4_K: return &pack_panel<Q4_K>;
+        case GgmlType::Q5_K: return &pack_panel<Q5_K>;
+        case GgmlType::Q6_K: return &pack_panel<Q6_K>;
+        default: return nullptr;  // Q8_0: int8_vnni.cpp packs its blocks in place
+    }
+}
+
 }  // namespace
 }  // namespace kvec::int8::decode
 
@@ -107,13 +227,19 @@ Kernel table_avx512(GgmlType type) { return kernel_table<V512>(type); }
 
 namespace kvec::int8::decode {
 
-Kernel kernel_avx512(GgmlType type) {
+namespace {
+bool cpu_has_avx512_kernels() {
     static const bool cpu = [] {
         __builtin_cpu_init();
         return vnni_supported() && __builtin_cpu_supports("avx512vl");
     }();
-    return cpu ? table_avx512(type) : nullptr;
+    return cpu;
 }
+}  // namespace
+
+Kernel kernel_avx512(GgmlType type) { return cpu_has_avx512_kernels() ? table_avx512(type) : nullptr; }
+
+PanelPacker panel_packer(GgmlType type) { return cpu_has_avx512_kernels() ? packer_avx512(type) : nullptr; }
 
 }  // namespace kvec::int8::decode
 
@@ -121,6 +247,7 @@ Kernel kernel_avx512(GgmlType type) {
 
 namespace kvec::int8::decode {
 Kernel kernel_avx512(GgmlType) { return nullptr; }
+PanelPacker panel_packer(GgmlType) { return nullptr; }
 }  // namespace kvec::int8::decode
 
 #endif

@@ -111,18 +111,20 @@ inline void fifth_bits4(const uint8_t* p, typename V::I u[2]) {
 
 struct Q4_0 {
     static constexpr GgmlType kType = GgmlType::Q4_0;
+    static constexpr int kOffset = 8;  // w = s * (u - kOffset) + m
     static constexpr Layout kLayout = kLegacyLayout;
     static constexpr size_t B = sizeof(quant::BlockQ4_0), kGroupBytes = 4 * B;
     template <class V>
     static void unpack(const uint8_t* p, Group<V, 2>& g) {
         nibbles4<V, B, offsetof(quant::BlockQ4_0, qs)>(p, g.u);
         g.scale = halves4<V, B, offsetof(quant::BlockQ4_0, d)>(p);
-        g.bias = V::mul(g.scale, V::set1(-8.0f));
+        g.bias = V::mul(g.scale, V::set1(-kOffset));
     }
 };
 
 struct Q4_1 {
     static constexpr GgmlType kType = GgmlType::Q4_1;
+    static constexpr int kOffset = 0;  // w = s * (u - kOffset) + m
     static constexpr Layout kLayout = kLegacyLayout;
     static constexpr size_t B = sizeof(quant::BlockQ4_1), kGroupBytes = 4 * B;
     template <class V>
@@ -135,6 +137,7 @@ struct Q4_1 {
 
 struct Q5_0 {
     static constexpr GgmlType kType = GgmlType::Q5_0;
+    static constexpr int kOffset = 16;  // w = s * (u - kOffset) + m
     static constexpr Layout kLayout = kLegacyLayout;
     static constexpr size_t B = sizeof(quant::BlockQ5_0), kGroupBytes = 4 * B;
     template <class V>
@@ -142,12 +145,13 @@ struct Q5_0 {
         nibbles4<V, B, offsetof(quant::BlockQ5_0, qs)>(p, g.u);
         fifth_bits4<V, B, offsetof(quant::BlockQ5_0, qh)>(p, g.u);
         g.scale = halves4<V, B, offsetof(quant::BlockQ5_0, d)>(p);
-        g.bias = V::mul(g.scale, V::set1(-16.0f));
+        g.bias = V::mul(g.scale, V::set1(-kOffset));
     }
 };
 
 struct Q5_1 {
     static constexpr GgmlType kType = GgmlType::Q5_1;
+    static constexpr int kOffset = 0;  // w = s * (u - kOffset) + m
     static constexpr Layout kLayout = kLegacyLayout;
     static constexpr size_t B = sizeof(quant::BlockQ5_1), kGroupBytes = 4 * B;
     template <class V>
@@ -162,6 +166,7 @@ struct Q5_1 {
 // Q8_0: signed bytes made unsigned (w ^ 0x80 = w + 128), so only where dp takes any byte.
 struct Q8_0 {
     static constexpr GgmlType kType = GgmlType::Q8_0;
+    static constexpr int kOffset = 128;  // w = s * (u - kOffset) + m
     static constexpr Layout kLayout = kQ8_0Layout;
     static constexpr size_t B = sizeof(quant::BlockQ8_0), kGroupBytes = 4 * B;
     template <class V>
@@ -171,7 +176,7 @@ struct Q8_0 {
         g.u[0] = V::xor_(V::load32x2(p + Q, p + B + Q), flip);
         g.u[1] = V::xor_(V::load32x2(p + 2 * B + Q, p + 3 * B + Q), flip);
         g.scale = halves4<V, B, offsetof(quant::BlockQ8_0, d)>(p);
-        g.bias = V::mul(g.scale, V::set1(-128.0f));
+        g.bias = V::mul(g.scale, V::set1(-kOffset));
     }
 };
 
@@ -188,6 +193,7 @@ inline void crumbs(const uint8_t* qs, typename V::I u[4]) {
 
 struct Q2_K {
     static constexpr GgmlType kType = GgmlType::Q2_K;
+    static constexpr int kOffset = 0;  // w = s * (u - kOffset) + m
     static constexpr Layout kLayout = kQ2KLayout;
     static constexpr size_t kGroupBytes = sizeof(quant::BlockQ2_K);
     template <class V>
@@ -214,6 +220,7 @@ inline __m128i q3k_scales(const uint8_t* s) {
 
 struct Q3_K {
     static constexpr GgmlType kType = GgmlType::Q3_K;
+    static constexpr int kOffset = 4;  // w = s * (u - kOffset) + m
     static constexpr Layout kLayout = kQ2KLayout;
     static constexpr size_t kGroupBytes = sizeof(quant::BlockQ3_K);
     template <class V>
@@ -227,7 +234,7 @@ struct Q3_K {
         const float d = _cvtsh_ss(load_u16(p + offsetof(quant::BlockQ3_K, d)));
         const __m128i sc = _mm_sub_epi8(q3k_scales(p + offsetof(quant::BlockQ3_K, scales)), _mm_set1_epi8(32));
         g.scale = V::mul(V::from_i8x16(sc), V::set1(d));
-        g.bias = V::mul(g.scale, V::set1(-4.0f));
+        g.bias = V::mul(g.scale, V::set1(-kOffset));
     }
 };
 
@@ -262,6 +269,7 @@ inline void k4_unpack(const uint8_t* p, Group<V, 4>& g) {
 
 struct Q4_K {
     static constexpr GgmlType kType = GgmlType::Q4_K;
+    static constexpr int kOffset = 0;  // w = s * (u - kOffset) + m
     static constexpr Layout kLayout = kQ4KLayout;
     static constexpr size_t kGroupBytes = sizeof(quant::BlockQ4_K);
     template <class V>
@@ -272,6 +280,7 @@ struct Q4_K {
 
 struct Q5_K {
     static constexpr GgmlType kType = GgmlType::Q5_K;
+    static constexpr int kOffset = 0;  // w = s * (u - kOffset) + m
     static constexpr Layout kLayout = kQ4KLayout;
     static constexpr size_t kGroupBytes = sizeof(quant::BlockQ5_K);
     template <class V>
@@ -290,6 +299,7 @@ struct Q5_K {
 
 struct Q6_K {
     static constexpr GgmlType kType = GgmlType::Q6_K;
+    static constexpr int kOffset = 32;  // w = s * (u - kOffset) + m
     static constexpr Layout kLayout = kQ6KLayout;
     static constexpr size_t kGroupBytes = sizeof(quant::BlockQ6_K);
     template <class V>
@@ -309,7 +319,7 @@ struct Q6_K {
         const float d = _cvtsh_ss(load_u16(p + offsetof(quant::BlockQ6_K, d)));
         const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + offsetof(quant::BlockQ6_K, scales)));
         g.scale = V::mul(V::from_i8x16(sc), V::set1(d));
-        g.bias = V::mul(g.scale, V::set1(-32.0f));
+        g.bias = V::mul(g.scale, V::set1(-kOffset));
     }
 };
 

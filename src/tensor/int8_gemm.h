@@ -91,5 +91,13 @@ bool vnni_enabled();
 void gemm_vnni(const QuantRows& x, int64_t nx, const Panel& w, int64_t nw, float* y, int64_t ldy);
 void gemm_q8_0_vnni(const QuantRows& x, int64_t nx, const uint8_t* w, size_t row_bytes, int64_t nw,
                     float* y, int64_t ldy);
+// Rows [0, nr) (nr <= 16) of the weight rows at w (row_bytes apart; nb blocks of 32) packed into one
+// 16-row panel of the layout above (qp [nb, 8, 16, 4], sp and mp [nb, 2, 16]); returns whether a
+// block's two halves have their own scales. int8::decode::panel_packer gives one per type.
+using PanelPacker = bool (*)(const uint8_t* w, size_t row_bytes, int nr, int64_t nb, uint8_t* qp, float* sp,
+                             float* mp);
+// The weight rows packed by `pack` (no panel form first); has_min: the type has a min term.
+void gemm_vnni_packed(const QuantRows& x, int64_t nx, PanelPacker pack, bool has_min, const uint8_t* w,
+                      size_t row_bytes, int64_t nw, float* y, int64_t ldy);
 
 }  // namespace kvec::int8

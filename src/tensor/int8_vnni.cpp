@@ -99,6 +99,19 @@ bool pack_panel(const Rows& rows, int64_t j0, int nj, int64_t nb, uint8_t* qp, f
     return halves;
 }
 
+// Weight rows of a type packed by its own packer straight from the blocks (int8_decode.h).
+struct PackedRows {
+    const uint8_t* w;
+    size_t row_bytes;
+    PanelPacker pack;
+    bool min;
+    bool has_min() const { return min; }
+};
+
+bool pack_panel(const PackedRows& rows, int64_t j0, int nj, int64_t nb, uint8_t* qp, float* sp, float* mp) {
+    return rows.pack(rows.w + static_cast<size_t>(j0) * rows.row_bytes, rows.row_bytes, nj, nb, qp, sp, mp);
+}
+
 // y[i0 + i, j] for i < R, j < nj <= 16 NP, from NP consecutive panels (panel_bytes apart).
 // H = 2 keeps an int32 sum per half block (panels whose halves have their own scales); M adds
 // the min term from mp.
@@ -255,6 +268,12 @@ void gemm_q8_0_vnni(const QuantRows& x, int64_t nx, const uint8_t* w, size_t row
     gemm_rows(x, nx, Q80Rows{w, row_bytes}, nw, y, ldy);
 }
 
+void gemm_vnni_packed(const QuantRows& x, int64_t nx, PanelPacker pack, bool has_min, const uint8_t* w,
+                      size_t row_bytes, int64_t nw, float* y, int64_t ldy) {
+    KVEC_CHECK(vnni_supported() && pack != nullptr);
+    gemm_rows(x, nx, PackedRows{w, row_bytes, pack, has_min}, nw, y, ldy);
+}
+
 #else  // not x86-64
 
 bool vnni_supported() { return false; }
@@ -263,6 +282,10 @@ void gemm_vnni(const QuantRows&, int64_t, const Panel&, int64_t, float*, int64_t
     fail("this build has no AVX-512 VNNI kernels");
 }
 void gemm_q8_0_vnni(const QuantRows&, int64_t, const uint8_t*, size_t, int64_t, float*, int64_t) {
+    fail("this build has no AVX-512 VNNI kernels");
+}
+void gemm_vnni_packed(const QuantRows&, int64_t, PanelPacker, bool, const uint8_t*, size_t, int64_t, float*,
+                      int64_t) {
     fail("this build has no AVX-512 VNNI kernels");
 }
 

@@ -215,12 +215,13 @@ void matmul_half(const float* x, int64_t n, const WeightView& w, float* y) {
 
 // Quantised weights, fast precision (AVX2), where the decode kernels (matmul_int8_decode) do not
 // apply: activations quantised to int8 once (int8_gemm.h), then int8 dot products. Work items are
-// (activation block, block of weight rows); a work item unpacks its rows into a thread-local
-// panel (Q8_0 rows are read in place) and runs the register tiles over the activation block.
-// Without VNNI (Q8_0 decode and small batches; 17 to 23 rows of the other types) the AVX2 tiles run
-// on activation blocks of about 256 KiB, which stay in L2 while the weight blocks pass; with
-// AVX-512 VNNI (more rows than the decode kernels take) its kernel repacks each item's
-// rows and runs on activation blocks of at most 256 rows, as the float prefill does.
+// (activation block, block of weight rows). With AVX-512 VNNI (more rows than the decode kernels
+// take) the VNNI kernel packs each item's rows into 16-row panels (Q8_0 in place, the other types
+// unpacked in registers: int8::decode::panel_packer) and runs on activation blocks of at most 256
+// rows, as the float prefill does. Without VNNI (Q8_0 decode and small batches; 17 to 23 rows of
+// the other types) a work item unpacks its rows into a thread-local panel (Q8_0 rows are read in
+// place) and runs the AVX2 tiles on activation blocks of about 256 KiB, which stay in L2 while the
+// weight blocks pass.
 void matmul_int8(const float* x, int64_t n, const WeightView& w, float* y) {
     constexpr int64_t kPanelRows = 16;
     const int64_t k = w.n_in, nb = k / int8::kBlock;
@@ -241,6 +242,8 @@ void matmul_int8(const float* x, int64_t n, const WeightView& w, float* y) {
     int32_t* s_out = vnni ? as.data() : nullptr;
     const bool in_place = w.type == GgmlType::Q8_0;
     const bool has_min = int8::panel_has_min(w.type);
+    // With VNNI the other types are packed into panels straight from their blocks.
+    const int8::PanelPacker packer = vnni ? int8::decode::panel_packer(w.type) : nullptr;
     const int64_t act_block = vnni ? prefill_act_block(n)
                               : n <= 4 ? n
                                        : std::max<int64_t>(4, ((256 * 1024) / k) & ~int64_t{3});
@@ -260,7 +263,7 @@ void matmul_int8(const float* x, int64_t n, const WeightView& w, float* y) {
         thread_local std::vector<float> ps;   // [item_rows, nb, 2] scales
         thread_local std::vector<float> pm;   // [item_rows, nb, 2] mins (types with a min)
         int8::Panel panel;
-        if (!in_place) {
+        if (!in_place && packer == nullptr) {
             panel.q = grow(pq, item_rows * k);
             panel.scale = grow(ps, item_rows * nb * 2);
             panel.min = has_min ? grow(pm, item_rows * nb * 2) : nullptr;
@@ -280,6 +283,8 @@ void matmul_int8(const float* x, int64_t n, const WeightView& w, float* y) {
                 if (in_place) {
                     (vnni ? int8::gemm_q8_0_vnni : int8::gemm_q8_0_avx2)(xb, a1 - a0, w.row(r0), w.row_bytes, r1 - r0,
                                                                          yb, w.n_out);
+                } else if (packer != nullptr) {
+                    int8::gemm_vnni_packed(xb, a1 - a0, packer, has_min, w.row(r0), w.row_bytes, r1 - r0, yb, w.n_out);
                 } else {
                     int8::unpack_rows(w, r0, r1 - r0, pq.data(), ps.data(), has_min ? pm.data() : nullptr);
                     (vnni ? int8::gemm_vnni : int8::gemm_avx2)(xb, a1 - a0, panel, r1 - r0, yb, w.n_out);
@@ -289,7 +294,7 @@ void matmul_int8(const float* x, int64_t n, const WeightView& w, float* y) {
     }
 }
 
-// Quantised weights with up to int8::decode::kMaxRows activation rows (decode, small batches),
+// Quantised weights with up to 6 (VNNI) or 16 activation rows (decode, small batches),
 // Fast precision: the activations are quantised and laid out for the weight type (int8_decode.h)
 // by every thread into its own buffers (a few microseconds, cheaper than waiting for each other at
 // a barrier), then each thread streams its share of the weight rows once through the decode
@@ -383,7 +388,8 @@ std::string matmul_backend_description() {
         if (int8::vnni_enabled()) s += ", quantised prefill: avx512-vnni int8 dot products";
         if (bf16::enabled()) s += ", f16/bf16 prefill: avx512-bf16 dot products";
         s += fmt::format(", quantised decode (up to {} rows): blocks unpacked in registers, {} int8 dot products",
-                         int8::decode::kMaxRows, int8::vnni_enabled() ? "avx512-vnni" : "avx2");
+                         int8::vnni_enabled() ? int8::decode::kMaxVnniRows : int8::decode::kMaxRows,
+                         int8::vnni_enabled() ? "avx512-vnni" : "avx2");
     } else {
         s += ", quantised decode: dequantised per block (exact)";
     }

@@ -199,12 +199,15 @@ TEST_P(Int8Types, Avx2KernelMatchesScalarReference) {
 
 // The AVX-512 VNNI kernel against the scalar reference: weight counts that fill two 16-row panels,
 // part of a second one, and one part panel (nw = 37 = 32 + 5, 20); activation rows that leave
-// every tile height's remainder. Outputs are written into rows of ldy = nw + 3 floats: the three
-// past nw must keep their sentinel.
+// every tile height's remainder; rows ending in part of a group where the type allows (32 * 9).
+// Outputs are written into rows of ldy = nw + 3 floats: the three past nw must keep their
+// sentinel. The panels packed from the blocks in registers (int8::decode::panel_packer) hold the
+// same bytes and scales as those packed from the panel form: equal results.
 TEST_P(Int8Types, VnniKernelMatchesScalarReference) {
     if (!int8::vnni_supported()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
     const GgmlType type = GetParam();
-    const int64_t k = 512;
+    const int64_t k = is_k_quant(type) ? 512 : 288;
+    const int8::PanelPacker packer = int8::decode::panel_packer(type);
     for (int64_t nw : {37, 20}) {
         const Quantised w = quantise(type, gaussian(k * nw, 23, 0.5f), k, nw);
         const PanelForm p = panel_form(w.view);
@@ -228,6 +231,11 @@ TEST_P(Int8Types, VnniKernelMatchesScalarReference) {
                 std::vector<float> in_place(got.size(), -7.0f);
                 int8::gemm_q8_0_vnni(a.view(k), nx, w.view.data, w.view.row_bytes, nw, in_place.data(), ldy);
                 EXPECT_EQ(in_place, got);
+            } else if (packer != nullptr) {
+                std::vector<float> packed(got.size(), -7.0f);
+                int8::gemm_vnni_packed(a.view(k), nx, packer, int8::panel_has_min(type), w.view.data,
+                                       w.view.row_bytes, nw, packed.data(), ldy);
+                EXPECT_EQ(packed, got) << "nw " << nw << " nx " << nx;
             }
         }
     }
@@ -387,8 +395,8 @@ TEST(Int8, VnniExactAtExtremeBytes) {
 
 // A row's result does not depend on the other rows of its call, as long as the call takes the
 // same kernel: every output is computed by the same operations whatever tile it falls in. Decode
-// kernels (up to int8::decode::kMaxRows rows; Q8_0 with VNNI: 8): 3, 4 or 8 rows against one at a
-// time. Batches of more rows (prefill; with AVX-512 VNNI from 17 rows on, otherwise from
+// kernels (up to int8::decode::kMaxVnniRows rows with VNNI, kMaxRows without): 3, 4 or 6 rows
+// against one at a time. Batches of more rows (with AVX-512 VNNI from 7 rows on, otherwise from
 // kernels::kPackedMinRows): 19 of 30 against all 30.
 TEST(Int8, RowsIndependentOfBatching) {
     const int64_t k = 2048, n_out = 40, n = 30;
@@ -397,7 +405,7 @@ TEST(Int8, RowsIndependentOfBatching) {
         const Quantised w = quantise(type, gaussian(k * n_out, 61, 0.5f), k, n_out);
         const auto x = gaussian(n * k, 62);
         std::vector<float> all(static_cast<size_t>(n * n_out)), part(all.size()), one(static_cast<size_t>(n_out));
-        for (int64_t batch : {3, 4, 8}) {
+        for (int64_t batch : {3, 4, 6}) {
             matmul(x.data(), batch, w.view, part.data());
             for (int64_t i = 0; i < batch; ++i) {
                 matmul(x.data() + i * k, 1, w.view, one.data());
