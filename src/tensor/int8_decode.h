@@ -2,7 +2,9 @@
 // activation rows (decode, speculative and batched decoding). Each weight row is streamed once per
 // call and its blocks are unpacked in registers (nibbles, high bits, scales), then multiplied with
 // the activations quantised as in int8_gemm.h (blocks of 32, one float scale each), so the
-// results and the error bound are those of int8::gemm_ref on the panel form (int8_gemm.h).
+// integer sums and the error bound are those of int8::gemm_ref on the panel form (int8_gemm.h).
+// Only the float accumulation differs (its order, and the offset o taken back in float once per
+// group); the tests bound the difference by 1e-5 of the sum of |terms|.
 //
 // The kernel walks a row in groups: one super-block of 256 elements (K-quants) or four blocks of
 // 32 (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0). A group is unpacked into 64-byte segments of unsigned

@@ -103,10 +103,12 @@ struct V256 {
     }
     static F from_fp16x4(__m128i h) { return {_mm256_zextps128_ps256(_mm_cvtph_ps(h)), _mm256_setzero_ps()}; }
     static F from_u8x16(__m128i v) {
-        return {_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8)))};
+        return {_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)),
+                _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8)))};
     }
     static F from_i8x16(__m128i v) {
-        return {_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8)))};
+        return {_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)),
+                _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8)))};
     }
     // Each half of a segment draws on one half of the table (the layouts keep a half's 8 lanes within
     // sub-blocks 0..7 or 8..15).

@@ -189,11 +189,14 @@ bool pack_panel(const uint8_t* w, size_t row_bytes, int nr, int64_t nb, uint8_t*
         for (int r = 0; r < 16; ++r) {
             int8_t q[kMaxTail * kBlock] = {};            // [tail, 32] panel form
             float hs[kMaxTail * 2] = {}, hm[kMaxTail * 2] = {};  // [tail, 2] scale, min per half
-            if (r < nr) unpack_blocks(T::kType, w + static_cast<size_t>(r) * row_bytes + ng * T::kGroupBytes, tail, q, hs, hm);
+            if (r < nr) {
+                unpack_blocks(T::kType, w + static_cast<size_t>(r) * row_bytes + ng * T::kGroupBytes, tail, q, hs, hm);
+            }
             for (int64_t t = 0; t < tail; ++t) {
                 const int64_t b = ng * NB + t;
                 for (int e = 0; e < kBlock; ++e) {
-                    qp[(b * 8 + e / 4) * 64 + 4 * r + e % 4] = r < nr ? static_cast<uint8_t>(q[t * kBlock + e] ^ 0x80) : 0;
+                    const uint8_t byte = r < nr ? static_cast<uint8_t>(q[t * kBlock + e] ^ 0x80) : 0;
+                    qp[(b * 8 + e / 4) * 64 + 4 * r + e % 4] = byte;
                 }
                 for (int h = 0; h < 2; ++h) {
                     sp[(b * 2 + h) * 16 + r] = hs[2 * t + h];

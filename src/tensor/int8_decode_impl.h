@@ -230,7 +230,9 @@ struct Q3_K {
         const auto hm = V::broadcast32(p + offsetof(quant::BlockQ3_K, hmask));
         const auto four = V::set1_8(4);
 #pragma GCC unroll 4
-        for (int j = 0; j < 4; ++j) g.u[j] = V::add_where(g.u[j], V::bit_set(hm, V::set_halves8(1 << j, 16 << j)), four);
+        for (int j = 0; j < 4; ++j) {
+            g.u[j] = V::add_where(g.u[j], V::bit_set(hm, V::set_halves8(1 << j, 16 << j)), four);
+        }
         const float d = _cvtsh_ss(load_u16(p + offsetof(quant::BlockQ3_K, d)));
         const __m128i sc = _mm_sub_epi8(q3k_scales(p + offsetof(quant::BlockQ3_K, scales)), _mm_set1_epi8(32));
         g.scale = V::mul(V::from_i8x16(sc), V::set1(d));
