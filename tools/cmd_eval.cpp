@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -44,7 +45,9 @@ struct EvalOptions {
     int samples = 0;
     std::string out;
     int threads = 0;
-    uint64_t seed = eval::kDefaultSynthSeed;
+    std::optional<uint64_t> seed;
+    std::string split = "all";
+    std::string protocol = "query-aware";
     int ctx = 0;
     int batch = 512;
     std::string kv_type = "f16";
@@ -189,6 +192,13 @@ int run_eval(const EvalOptions& o) {
     if (o.batch <= 0) fail("--batch-size must be positive, got {}", o.batch);
     if (o.ctx < 0) fail("--ctx-size must be positive, got {}", o.ctx);
     if (o.samples < 0) fail("--samples must be positive, got {}", o.samples);
+    const eval::Protocol protocol = eval::parse_protocol(o.protocol);
+    const eval::HeldoutSplit split = eval::parse_heldout_split(o.split);
+    const uint64_t seed = o.seed.value_or(eval::default_seed(split));
+    if (split != eval::HeldoutSplit::All && o.suite.empty()) fail("--split goes with --suite (the synthetic suite's text and seed)");
+    if (protocol != eval::Protocol::QueryAware && fidelity) {
+        fail("--protocol: fidelity is query-agnostic by nature (the prefix is compressed, the continuation is not)");
+    }
     const std::vector<eval::PolicyChoice> policies = eval::parse_policy_list(o.policies);
     const std::vector<int64_t> budgets = parse_budgets(o.budgets);
     const std::vector<eval::Combo> combos = eval::make_combos(policies, budgets);
@@ -230,7 +240,10 @@ int run_eval(const EvalOptions& o) {
     run["ctx"] = session.n_ctx();
     run["batch"] = session.options().n_batch;
     run["kv_type"] = kv_type_name(so.kv_type);
-    run["seed"] = o.seed;
+    run["seed"] = seed;
+    // Written only when not the default, so that runs made before these options resume.
+    if (protocol != eval::Protocol::QueryAware) run["protocol"] = eval::protocol_name(protocol);
+    if (split != eval::HeldoutSplit::All) run["split"] = eval::heldout_split_name(split);
     run["chat"] = o.chat ? "on" : o.no_chat ? "off" : "auto";
     run["samples"] = o.samples;
     run["max_length"] = o.max_length;
@@ -315,7 +328,8 @@ int run_eval(const EvalOptions& o) {
     io.suite = o.suite;
     io.data_files = data_files;
     io.samples = o.samples;
-    io.seed = o.seed;
+    io.seed = seed;
+    io.split = split;
     io.chat = o.chat ? eval::ChatMode::On : o.no_chat ? eval::ChatMode::Off : eval::ChatMode::Auto;
     io.max_length = o.max_length;
     io.max_new_tokens = o.max_new_tokens;
@@ -352,6 +366,7 @@ int run_eval(const EvalOptions& o) {
                           : "on: one-shot policies share one prefill per sample");
     eval::ProgressBar bar("eval", total);
     eval::SweepOptions so2;
+    so2.protocol = protocol;
     so2.share_prefill = !o.no_share;
     so2.on_record = [&](const eval::EvalRecord& r) {
         pred << eval::to_json(r).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
@@ -395,15 +410,18 @@ int run_eval(const EvalOptions& o) {
     eval::write_text_file(out_dir + "/metrics.json", metrics.dump(2) + "\n");
     const std::string what = !o.suite.empty() ? o.suite : std::string("LongBench");
     const std::string header = fmt::format(
-        "# kvec eval: {}\n\nModel `{}` (sha256 {}), {} samples, format {}, kvec {} ({}).\n\nMode: {}. "
+        "# kvec eval: {}\n\nModel `{}` (sha256 {}), {} samples, format {}, protocol {}{}, kvec {} ({}).\n\nMode: {}. "
         "Sweep wall time {:.1f} s in total ({:.0f} prefills for {:.0f} generations over {:.0f} invocation(s); "
         "this one {:.1f} s, {} threads).\n",
         what, fs::path(o.model).filename().string(), model_hash.substr(0, 12), items.size(), isum.format,
+        eval::protocol_name(protocol),
+        o.suite.empty() ? std::string() : fmt::format(", split {} (seed {})", eval::heldout_split_name(split), seed),
         eval::engine_version(), eval::git_commit(), mode_text, total_wall, total_prefills, total_generations,
         earlier("invocations") + 1, st.wall_seconds, num_threads());
     const std::string md = eval::summary_markdown(summary, header);
     eval::write_text_file(out_dir + "/summary.md", md);
     eval::write_text_file(out_dir + "/summary.csv", eval::summary_csv(summary));
+    eval::write_text_file(out_dir + "/paired.csv", eval::paired_csv(summary));
     eval::write_sweep_plots(summary, out_dir, what);
     fmt::print("{}", md);
     fmt::print(stderr, "\n{}; wall {:.1f} s (prefill {:.1f} s, replay {:.2f} s, decode {:.1f} s); results in {}/\n",
@@ -429,7 +447,17 @@ void add_eval_command(CLI::App& app, Action& action) {
     cmd->add_option("--samples", o->samples, "first N samples per task (suite) or per file (default: all)");
     cmd->add_option("--out", o->out, "output directory (default: kvec-eval-<suite|longbench|fidelity>)");
     cmd->add_option("-t,--threads", o->threads, "threads (default: all hardware threads)");
-    cmd->add_option("--seed", o->seed, "seed of the synthetic instances")->capture_default_str();
+    cmd->add_option("--seed", o->seed, "seed of the synthetic instances (default: 1; 2 with --split dev)");
+    cmd->add_option("--split", o->split,
+                    "held-out material of the synthetic suite: all, or its disjoint halves dev (choosing defaults) "
+                    "and test (reporting)")
+        ->check(CLI::IsMember({"all", "dev", "test"}))
+        ->capture_default_str();
+    cmd->add_option("--protocol", o->protocol,
+                    "query-aware: compress the whole prompt (question included); query-agnostic: compress the "
+                    "context before the question is seen, then ask")
+        ->check(CLI::IsMember({"query-aware", "query-agnostic"}))
+        ->capture_default_str();
     cmd->add_option("-c,--ctx-size", o->ctx, "context size (default: the model's training context)");
     cmd->add_option("-b,--batch-size", o->batch, "prefill chunk size")->capture_default_str();
     cmd->add_option("--kv-type", o->kv_type, "KV-cache element type")->check(CLI::IsMember({"f16", "f32"}))->capture_default_str();

@@ -53,7 +53,29 @@ std::string format_duration(double s) {
     return fmt::format("{}s", t);
 }
 
+// Items [begin, end) compressed as one: under the query-agnostic protocol, consecutive items
+// with the same context tokens; otherwise one item.
+size_t group_end(const std::vector<EvalItem>& items, size_t begin, Protocol protocol) {
+    size_t end = begin + 1;
+    if (protocol != Protocol::QueryAgnostic) return end;
+    const EvalItem& a = items[begin];
+    auto same_context = [&a](const EvalItem& b) {
+        return b.n_context == a.n_context &&
+               std::equal(a.prompt.begin(), a.prompt.begin() + a.n_context, b.prompt.begin());
+    };
+    while (end < items.size() && same_context(items[end])) ++end;
+    return end;
+}
+
 }  // namespace
+
+const char* protocol_name(Protocol p) { return p == Protocol::QueryAgnostic ? "query-agnostic" : "query-aware"; }
+
+Protocol parse_protocol(std::string_view text) {
+    if (text == "query-aware") return Protocol::QueryAware;
+    if (text == "query-agnostic") return Protocol::QueryAgnostic;
+    fail("unknown protocol '{}' (expected query-aware or query-agnostic)", text);
+}
 
 std::vector<PolicyChoice> parse_policy_list(const std::string& list) {
     std::vector<std::string> pieces;
@@ -308,27 +330,74 @@ SweepStats run_sweep(Session& session, const Tokenizer& tokenizer, const std::ve
         if (options.on_progress) options.on_progress(finished, total);
     };
 
-    for (const EvalItem& item : items) {
-        std::vector<size_t> pending;  // combos of this item still to run
-        for (size_t c = 0; c < combos.size(); ++c) {
-            if (done.count({item.id, policies[combos[c].policy].label, combos[c].budget}) != 0) {
-                ++stats.skipped;
-                ++finished;
-            } else {
-                pending.push_back(c);
+    const bool agnostic = options.protocol == Protocol::QueryAgnostic;
+    if (agnostic) {
+        for (const Combo& c : combos) {
+            if (policy::make_policy(c.spec)->request().decode_interval > 0) {
+                fail("policy '{}': decode-time eviction does not apply to the query-agnostic protocol (the "
+                     "context is compressed once, then the question and the answer run uncompressed)",
+                     policies[c.policy].label);
             }
+        }
+        for (const EvalItem& item : items) {
+            if (item.n_context <= 0 || item.n_context >= static_cast<int32_t>(item.prompt.size())) {
+                fail("sample '{}': where its question starts is not known, which the query-agnostic protocol "
+                     "needs", item.id);
+            }
+        }
+    }
+    auto is_done = [&](const EvalItem& item, const Combo& c) {
+        return done.count({item.id, policies[c.policy].label, c.budget}) != 0;
+    };
+    for (size_t begin = 0; begin < items.size();) {
+        const size_t end = group_end(items, begin, options.protocol);
+        const std::span<const EvalItem> group(items.data() + begin, end - begin);
+        begin = end;
+        std::vector<size_t> pending;  // combos with an item of the group still to run
+        for (size_t c = 0; c < combos.size(); ++c) {
+            bool any = false;
+            for (const EvalItem& item : group) {
+                if (is_done(item, combos[c])) {
+                    ++stats.skipped;
+                    ++finished;
+                } else {
+                    any = true;
+                }
+            }
+            if (any) pending.push_back(c);
         }
         if (options.on_progress) options.on_progress(finished, total);
         if (pending.empty()) continue;
 
+        const std::vector<int32_t>& prompt = group.front().prompt;
+        const std::span<const int32_t> compressed =
+            agnostic ? std::span<const int32_t>(prompt.data(), static_cast<size_t>(group.front().n_context))
+                     : std::span<const int32_t>(prompt);
         for_each_policy_cache(
-            session, item.prompt, policies, combos, pending, options.share_prefill, options.coverage_window,
+            session, compressed, policies, combos, pending, options.share_prefill, options.coverage_window,
             [&](const PreparedCache& pc) {
-                Timer t;
-                const std::vector<int32_t> generated = greedy_generate(session, tokenizer, pc.logits, item);
-                stats.decode_seconds += t.seconds();
-                if (std::string_view(pc.mode) == "shared") ++stats.shared_generations;
-                emit(item, combos[pc.combo], generated, pc.entries, pc.coverage, pc.mode);
+                const int32_t n_compressed = session.n_past();
+                bool first = true;
+                for (const EvalItem& item : group) {
+                    const Combo& combo = combos[pc.combo];
+                    if (is_done(item, combo)) continue;
+                    std::span<const float> logits = pc.logits;
+                    if (agnostic) {
+                        // The question after the compressed context, which is not compressed further.
+                        if (!first) session.rollback(n_compressed);
+                        first = false;
+                        session.pause_eviction(true);
+                        Timer tq;
+                        logits = session.prefill(std::span<const int32_t>(item.prompt).subspan(
+                            static_cast<size_t>(item.n_context)));
+                        stats.prefill_seconds += tq.seconds();
+                    }
+                    Timer t;
+                    const std::vector<int32_t> generated = greedy_generate(session, tokenizer, logits, item);
+                    stats.decode_seconds += t.seconds();
+                    if (std::string_view(pc.mode) == "shared") ++stats.shared_generations;
+                    emit(item, combo, generated, pc.entries, pc.coverage, pc.mode);
+                }
             },
             &stats);
     }

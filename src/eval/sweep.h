@@ -93,7 +93,20 @@ struct SweepStats {
     int64_t skipped = 0;          // already in predictions.jsonl
 };
 
+// What a policy compresses (docs/evaluation.md, "Protocols"):
+//   QueryAware    - the whole prompt, question included (the published LongBench protocol: the
+//                   observation window holds the question);
+//   QueryAgnostic - the context alone (EvalItem::n_context tokens) before the question is seen;
+//                   the question is then appended to the compressed cache, uncompressed, and
+//                   answered (NVIDIA kvpress's protocol). Consecutive items with the same context
+//                   (niah_askmany) share one compressed cache: after each question and answer
+//                   the session rolls back to the compressed context ("compress once, ask many").
+enum class Protocol { QueryAware, QueryAgnostic };
+const char* protocol_name(Protocol p);               // "query-aware" / "query-agnostic"
+Protocol parse_protocol(std::string_view text);      // kvec::Error for anything else
+
 struct SweepOptions {
+    Protocol protocol = Protocol::QueryAware;
     bool share_prefill = true;
     int64_t coverage_window = 32;  // w of the coverage definition (policy/coverage_probe.h)
     // Called after every finished record (append it to predictions.jsonl); and for progress.

@@ -184,7 +184,22 @@ size_t TextSource::count_shared_sentences(std::string_view text) const {
     return shared;
 }
 
-TextSource TextSource::heldout(const std::string& dir) {
+const char* heldout_split_name(HeldoutSplit split) {
+    switch (split) {
+        case HeldoutSplit::Dev: return "dev";
+        case HeldoutSplit::Test: return "test";
+        default: return "all";
+    }
+}
+
+HeldoutSplit parse_heldout_split(std::string_view text) {
+    if (text == "all") return HeldoutSplit::All;
+    if (text == "dev") return HeldoutSplit::Dev;
+    if (text == "test") return HeldoutSplit::Test;
+    fail("unknown held-out split '{}' (expected all, dev or test)", text);
+}
+
+TextSource TextSource::heldout(const std::string& dir, HeldoutSplit split) {
     const std::string spec_path = dir + "/heldout.json";
     if (!std::filesystem::exists(spec_path)) {
         fail(
@@ -202,10 +217,19 @@ TextSource TextSource::heldout(const std::string& dir) {
         if (!entry.is_object() || !entry.contains("file") || !entry["file"].is_string()) {
             fail("'{}': every entry of \"files\" needs a \"file\" string", spec_path);
         }
+        if (split != HeldoutSplit::All) {
+            if (!entry.contains("year") || !entry["year"].is_number_integer()) {
+                fail("'{}': the {} split needs a \"year\" in every entry of \"files\"", spec_path,
+                     heldout_split_name(split));
+            }
+            const bool even = entry["year"].get<int64_t>() % 2 == 0;
+            if (even != (split == HeldoutSplit::Dev)) continue;
+        }
         src.add_document(read_file(dir + "/" + entry["file"].get<std::string>()));
     }
+    if (src.n_documents() == 0) fail("'{}': no file of the {} split", spec_path, heldout_split_name(split));
     src.heldout_ = true;
-    src.name_ = "held-out text " + dir;
+    src.name_ = "held-out text " + dir + (split == HeldoutSplit::All ? "" : fmt::format(" ({})", heldout_split_name(split)));
     src.build_fingerprints();
     return src;
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "tensor/attention.h"
 #include "tensor/matmul.h"
@@ -117,6 +118,29 @@ void Session::reset() {
     n_decoded_ = 0;
     tokens_.clear();
     eviction_stats_ = EvictionStats{};
+    eviction_paused_ = false;
+    std::fill(recent_count_.begin(), recent_count_.end(), 0);
+    std::fill(recent_next_.begin(), recent_next_.end(), 0);
+}
+
+void Session::rollback(int32_t n_past) {
+    if (n_past < 0 || n_past > n_past_) fail("rollback to position {} outside [0, {}]", n_past, n_past_);
+    const ModelConfig& c = model_.config();
+    std::vector<int32_t> keep;  // [kept] entry indices: positions increase, so a prefix
+    for (int l = 0; l < c.n_layer; ++l) {
+        for (int h = 0; h < c.n_head_kv; ++h) {
+            const int32_t n = kv_.size(l, h);
+            const int32_t* pos = kv_.positions(l, h);
+            const auto k = static_cast<int32_t>(std::lower_bound(pos, pos + n, n_past) - pos);
+            if (k == n) continue;
+            keep.resize(sz(k));
+            std::iota(keep.begin(), keep.end(), 0);
+            kv_.compact(l, h, keep);
+        }
+    }
+    n_past_ = n_past;
+    tokens_.resize(sz(n_past));
+    n_decoded_ = 0;
     std::fill(recent_count_.begin(), recent_count_.end(), 0);
     std::fill(recent_next_.begin(), recent_next_.end(), 0);
 }
@@ -328,7 +352,7 @@ void Session::attention(int layer, int32_t T, const int32_t* positions, Step ste
         kv_.append(layer, h, T, k_.data() + int64_t{h} * D, KV, v_.data() + int64_t{h} * D, KV, positions);
     }
 
-    const bool evict = evictor_ != nullptr &&
+    const bool evict = evictor_ != nullptr && !eviction_paused_ &&
                        (step == Step::PrefillChunk ||
                         (request_.decode_interval > 0 && n_decoded_ % request_.decode_interval == 0));
     const bool prompt_scope = request_.window_scope == WindowScope::Prompt;

@@ -84,8 +84,20 @@ public:
     void set_evictor(Evictor* evictor);
     Evictor* evictor() const { return evictor_; }
 
-    // Empties the cache and restarts positions at 0.
+    // Empties the cache and restarts positions at 0 (and resumes a paused eviction).
     void reset();
+
+    // While paused, the attached evictor is not called (no observations, no compression): what
+    // is processed next stays in the cache. The query-agnostic protocol compresses a context,
+    // pauses, then appends the question. Column sums still accumulate.
+    void pause_eviction(bool paused) { eviction_paused_ = paused; }
+    bool eviction_paused() const { return eviction_paused_; }
+
+    // Forgets everything from position n_past on: entries at positions >= n_past are dropped from
+    // every (layer, KV head) and the next token goes to n_past. Returns the cache to its state
+    // before a continuation (a question and its answer after a compressed context), so that one
+    // compressed context can answer several questions. kvec::Error unless 0 <= n_past <= n_past().
+    void rollback(int32_t n_past);
 
     // Processes tokens in chunks of n_batch at positions n_past, n_past + 1, ... Returns the logits
     // of the last token [n_vocab], or with all_logits of every token [tokens.size(), n_vocab].
@@ -151,6 +163,7 @@ private:
     SessionOptions options_;
     KvCache kv_;
     Evictor* evictor_ = nullptr;
+    bool eviction_paused_ = false;
     ObservationRequest request_;
 
     int32_t n_past_ = 0;

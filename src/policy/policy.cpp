@@ -48,6 +48,9 @@ FrameOptions read_frame_options(const OptionValues& values, int64_t fixed_window
 std::vector<OptionSpec> snap_option_specs() {
     return {
         int_option("kernel", 7, 1, 1001, "pooling kernel along tokens (odd; 1 = no pooling)"),
+        int_option("follow", 0, 0, 1000,
+                   "the pooling also carries each score to this many following positions (the "
+                   "tokens after what a query attends to)"),
         choice_option("pooling", "max", {"max", "avg"},
                       "pooling of the window scores (avg counts padding, like avg_pool1d)"),
         gqa_option_spec(),
@@ -65,6 +68,7 @@ SnapOptions read_snap_options(const OptionValues& values) {
     if (s.kernel % 2 == 0) {
         fail("policy {}: option kernel expects an odd number, got {}", values.policy(), s.kernel);
     }
+    s.follow = values.get_int("follow");
     s.pooling = parse_pooling(values.get_choice("pooling"));
     s.gqa = parse_gqa_reduce(values.get_choice("gqa"));
     return s;
@@ -165,7 +169,7 @@ std::vector<std::vector<float>> snap_scores(const LayerView& view, int64_t windo
         if (m == 0) continue;
         require(head.window_scores != nullptr, policy, "window scores", view);
         const auto rows = group_rows(head.window_scores, view.group, head.n_entries, m);
-        out[h] = std::move(window_scores(rows, 1, options.gqa, options.kernel, options.pooling)[0]);
+        out[h] = std::move(window_scores(rows, 1, options.gqa, options.kernel, options.pooling, options.follow)[0]);
     }
     return out;
 }

@@ -30,9 +30,10 @@ std::vector<OptionSpec> frame_option_specs(int64_t default_window, int64_t defau
 // Reads them back; fixed_window >= 0 is used when the policy has no window option.
 FrameOptions read_frame_options(const OptionValues& values, int64_t fixed_window = -1);
 
-// SnapKV scoring options: kernel, pooling, gqa.
+// SnapKV scoring options: kernel, follow, pooling, gqa.
 struct SnapOptions {
     int64_t kernel = 7;
+    int64_t follow = 0;  // the pooling window also reaches this many positions after a score
     Pooling pooling = Pooling::max;
     GqaReduce gqa = GqaReduce::mean;
 };

@@ -472,9 +472,26 @@ TEST(Report, TablesFollowTheRecords) {
     EXPECT_NE(md.find("| full (no eviction) | 75.00 |"), std::string::npos) << md;
     EXPECT_NE(md.find("| snapkv | 25.00 |"), std::string::npos) << md;
     const std::string csv = summary_csv(s);
-    EXPECT_NE(csv.find("snapkv,64,50.00,0.00,25.0000,0.500000"), std::string::npos) << csv;
+    EXPECT_NE(csv.find("snapkv,64,50.00,0.00,25.0000,"), std::string::npos) << csv;
+    // Bootstrap over items with tasks as strata: niah_single {0, 100}, qa {0} give averages of 0,
+    // 25 or 50 (probabilities 1/4, 1/2, 1/4), so the 95 % interval spans [0, 50].
+    EXPECT_DOUBLE_EQ(snap.average_ci.mean, 25.0);
+    EXPECT_DOUBLE_EQ(snap.average_ci.lo, 0.0);
+    EXPECT_DOUBLE_EQ(snap.average_ci.hi, 50.0);
+    EXPECT_DOUBLE_EQ(full.average_ci.lo, 50.0);  // niah_single {100, 0}, qa {100}: 50, 75 or 100
+    EXPECT_DOUBLE_EQ(full.average_ci.hi, 100.0);
+    // Paired full - snapkv over the same items: niah_single {+100, -100}, qa {+100}: mean 50.
+    const std::vector<PairedComparison> pairs = paired_comparisons(s);
+    ASSERT_EQ(pairs.size(), 1u);
+    EXPECT_EQ(pairs[0].a, 0u);
+    EXPECT_EQ(pairs[0].b, 1u);
+    EXPECT_DOUBLE_EQ(pairs[0].diff.mean, 50.0);
+    EXPECT_DOUBLE_EQ(pairs[0].diff.lo, 0.0);
+    EXPECT_DOUBLE_EQ(pairs[0].diff.hi, 100.0);
+    EXPECT_NE(paired_csv(s).find("full,snapkv,64,50.0000,0.0000,100.0000,"), std::string::npos) << paired_csv(s);
     const auto j = metrics_json(s);
     EXPECT_TRUE(j["complete"].get<bool>());
+    EXPECT_EQ(j["paired"].size(), 1u);
 }
 
 }  // namespace
