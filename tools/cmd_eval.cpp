@@ -22,7 +22,9 @@
 #include "eval/provenance.h"
 #include "eval/report.h"
 #include "eval/sha256.h"
+#include "eval/stats.h"
 #include "eval/sweep.h"
+#include "eval/text_source.h"
 #include "model/model.h"
 #include "model/session.h"
 #include "tokenizer/tokenizer.h"
@@ -141,19 +143,54 @@ void write_fidelity(const eval::FidelityReport& rep, const std::vector<eval::Pol
     std::string md = header;
     md += fmt::format("\nPrompt {} tokens, continuation {} tokens (teacher-forced), {} segment(s).\n\n", rep.prefix,
                       rep.continuation, rep.segments);
-    md += "| policy | budget | KL mean (nats) | KL max | top-1 agreement | C_head | KV bytes | mode |\n"
-          "|---|---:|---:|---:|---:|---:|---:|---|\n";
-    std::string csv = "policy,budget,kl_mean,kl_max,top1,c_head,kv_bytes,steps,mode\n";
-    for (const auto& r : rep.rows) {
+    md += fmt::format("Continuation NLL with the full cache: {:.4f} nats per token (PPL {:.3f}). Intervals: 95 % "
+                      "bootstrap over segments ({} resamples, seed {}); paired over the same segments.\n\n",
+                      rep.full_nll_mean, std::exp(rep.full_nll_mean), eval::kBootstrapResamples, eval::kBootstrapSeed);
+    md += "| policy | budget | KL mean (nats) | KL max | top-1 agreement | NLL | PPL | NLL - full NLL | C_head | KV bytes | mode |\n"
+          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
+    std::string csv = "policy,budget,kl_mean,kl_max,top1,nll,ppl,dnll_full,dnll_full_lo,dnll_full_hi,c_head,kv_bytes,steps,mode\n";
+    for (size_t i = 0; i < rep.rows.size(); ++i) {
+        const auto& r = rep.rows[i];
+        const eval::Estimate vs_full = eval::paired_nll(rep, i, -1);
         rows.push_back({{"policy", r.policy}, {"budget", r.budget}, {"kl_mean", r.kl_mean}, {"kl_max", r.kl_max},
-                        {"top1", r.top1}, {"c_head", r.c_head}, {"kv_bytes", r.kv_bytes}, {"steps", r.steps},
+                        {"top1", r.top1}, {"nll", r.nll_mean}, {"dnll_full", {{"mean", vs_full.mean}, {"lo", vs_full.lo}, {"hi", vs_full.hi}}},
+                        {"segment_nll", r.segment_nll}, {"c_head", r.c_head}, {"kv_bytes", r.kv_bytes}, {"steps", r.steps},
                         {"mode", r.mode}});
-        md += fmt::format("| {} | {} | {:.5f} | {:.5f} | {:.4f} | {:.3f} | {:.0f} | {} |\n", r.policy,
+        md += fmt::format("| {} | {} | {:.5f} | {:.5f} | {:.4f} | {:.4f} | {:.3f} | {} | {:.3f} | {:.0f} | {} |\n", r.policy,
                           r.budget == 0 ? std::string("-") : std::to_string(r.budget), r.kl_mean, r.kl_max, r.top1,
-                          r.c_head, r.kv_bytes, r.mode);
-        csv += fmt::format("{},{},{:.8f},{:.8f},{:.6f},{:.6f},{:.1f},{},{}\n", r.policy, r.budget, r.kl_mean,
-                           r.kl_max, r.top1, r.c_head, r.kv_bytes, r.steps, r.mode);
+                          r.nll_mean, std::exp(r.nll_mean), eval::format_estimate(vs_full, 4, true), r.c_head,
+                          r.kv_bytes, r.mode);
+        csv += fmt::format("{},{},{:.8f},{:.8f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.1f},{},{}\n", r.policy,
+                           r.budget, r.kl_mean, r.kl_max, r.top1, r.nll_mean, std::exp(r.nll_mean), vs_full.mean,
+                           vs_full.lo, vs_full.hi, r.c_head, r.kv_bytes, r.steps, r.mode);
     }
+    // Paired NLL differences between the policies at each budget: every pair in the CSV, the
+    // comparisons of the kvec policies (registry name) in the table.
+    std::string pcsv = "policy_a,policy_b,budget,dnll,lo,hi,p_above,segments\n";
+    std::string ptable;
+    for (size_t a = 0; a < rep.rows.size(); ++a) {
+        for (size_t b = 0; b < rep.rows.size(); ++b) {
+            if (a == b || rep.rows[a].budget != rep.rows[b].budget || rep.rows[a].budget == 0) continue;
+            const eval::Estimate d = eval::paired_nll(rep, a, static_cast<int64_t>(b));
+            if (a < b) {
+                pcsv += fmt::format("{},{},{},{:.6f},{:.6f},{:.6f},{:.4f},{}\n", rep.rows[a].policy, rep.rows[b].policy,
+                                    rep.rows[a].budget, d.mean, d.lo, d.hi, d.p_above, d.n);
+            }
+            const auto pa = std::find_if(policies.begin(), policies.end(),
+                                         [&](const eval::PolicyChoice& p) { return p.label == rep.rows[a].policy; });
+            if (pa != policies.end() && pa->name == "kvec") {
+                ptable += fmt::format("| {} | {} | {} | {} {}|\n", rep.rows[a].policy, rep.rows[b].policy,
+                                      rep.rows[a].budget, eval::format_estimate(d, 4, true),
+                                      d.hi < 0 ? "▲ lower NLL " : d.lo > 0 ? "▼ higher NLL " : "");
+            }
+        }
+    }
+    if (!ptable.empty()) {
+        md += "\nPaired per-segment NLL difference (first - second, nats per token; negative = the first predicts the "
+              "continuation better; ▲/▼ where the interval excludes 0):\n\n| policy | against | budget | NLL difference |\n"
+              "|---|---|---:|---:|\n" + ptable;
+    }
+    eval::write_text_file(dir + "/fidelity_paired.csv", pcsv);
     j["results"] = rows;
     eval::write_text_file(dir + "/fidelity.json", j.dump(2) + "\n");
     eval::write_text_file(dir + "/fidelity.md", md);
@@ -204,7 +241,11 @@ int run_eval(const EvalOptions& o) {
     const std::vector<eval::Combo> combos = eval::make_combos(policies, budgets);
     std::vector<std::string> data_files = split_commas(o.data);
     for (const auto& f : data_files) check_readable_file(f, "data file");
-    if (fidelity) check_readable_file(o.fidelity, "fidelity text file");
+    // --fidelity heldout:SPLIT: the held-out addresses of that split (dev for choosing, test for reporting).
+    const bool heldout_fidelity = fidelity && o.fidelity.rfind("heldout:", 0) == 0;
+    const eval::HeldoutSplit fidelity_split =
+        heldout_fidelity ? eval::parse_heldout_split(o.fidelity.substr(8)) : eval::HeldoutSplit::All;
+    if (fidelity && !heldout_fidelity) check_readable_file(o.fidelity, "fidelity text file");
 
     set_num_threads(o.threads);
     auto model = Model::load(o.model, o.load);
@@ -256,7 +297,11 @@ int run_eval(const EvalOptions& o) {
         run["data"] = files;
     }
     if (fidelity) {
-        run["fidelity_text"] = {{"file", fs::path(o.fidelity).filename().string()}, {"sha256", eval::sha256_file(o.fidelity)}};
+        run["fidelity_text"] = heldout_fidelity
+                                   ? nlohmann::ordered_json{{"heldout", eval::heldout_split_name(fidelity_split)},
+                                                            {"sha256", eval::sha256_hex(eval::heldout_text(eval::default_text_dir(), fidelity_split))}}
+                                   : nlohmann::ordered_json{{"file", fs::path(o.fidelity).filename().string()},
+                                                            {"sha256", eval::sha256_file(o.fidelity)}};
         run["prefix"] = o.prefix;
         run["continuation"] = o.continuation;
         run["segments"] = o.segments;
@@ -276,10 +321,16 @@ int run_eval(const EvalOptions& o) {
     const std::string pred_path = out_dir + "/predictions.jsonl";
     if (fidelity) {
         eval::write_text_file(config_path, config.dump(2) + "\n");
-        std::ifstream in(o.fidelity, std::ios::binary);
-        std::stringstream ss;
-        ss << in.rdbuf();
-        const std::vector<int32_t> tokens = eval::tokenize_for_perplexity(tokenizer, ss.str());
+        std::string text;
+        if (heldout_fidelity) {
+            text = eval::heldout_text(eval::default_text_dir(), fidelity_split);
+        } else {
+            std::ifstream in(o.fidelity, std::ios::binary);
+            std::stringstream ss;
+            ss << in.rdbuf();
+            text = ss.str();
+        }
+        const std::vector<int32_t> tokens = eval::tokenize_for_perplexity(tokenizer, text);
         eval::FidelityOptions fo;
         fo.prefix = o.prefix;
         fo.continuation = o.continuation;
@@ -295,7 +346,7 @@ int run_eval(const EvalOptions& o) {
         real.finish();
         const std::string header = fmt::format("# kvec eval --fidelity\n\nModel `{}` (sha256 {}), text `{}`, kvec {} ({}).\n",
                                                fs::path(o.model).filename().string(), model_hash.substr(0, 12),
-                                               fs::path(o.fidelity).filename().string(), eval::engine_version(),
+                                               heldout_fidelity ? o.fidelity : fs::path(o.fidelity).filename().string(), eval::engine_version(),
                                                eval::git_commit());
         write_fidelity(rep, policies, budgets, out_dir, header);
         fmt::print(stderr, "fidelity: {} combinations in {:.1f} s; results in {}/\n", combos.size(), t.seconds(), out_dir);
@@ -439,7 +490,9 @@ void add_eval_command(CLI::App& app, Action& action) {
     add_load_flags(cmd, o->load);
     cmd->add_option("--suite", o->suite, "synthetic suite: synthetic-1k|2k|4k|8k|16k|32k");
     cmd->add_option("--data", o->data, "LongBench JSONL file(s), comma-separated (named <dataset>.jsonl)");
-    cmd->add_option("--fidelity", o->fidelity, "text file: KL divergence and top-1 agreement with the full cache");
+    cmd->add_option("--fidelity", o->fidelity,
+                    "text file (or heldout:dev|test|all, the held-out addresses): KL divergence, top-1 agreement and "
+                    "continuation NLL against the full cache");
     cmd->add_option("--policies", o->policies, "policies, comma-separated; options as name:key=value,key=value")
         ->capture_default_str();
     cmd->add_option("--budgets", o->budgets, "KV budgets B (entries per KV head per layer), comma-separated")

@@ -199,7 +199,7 @@ HeldoutSplit parse_heldout_split(std::string_view text) {
     fail("unknown held-out split '{}' (expected all, dev or test)", text);
 }
 
-TextSource TextSource::heldout(const std::string& dir, HeldoutSplit split) {
+std::vector<std::string> heldout_files(const std::string& dir, HeldoutSplit split) {
     const std::string spec_path = dir + "/heldout.json";
     if (!std::filesystem::exists(spec_path)) {
         fail(
@@ -212,7 +212,7 @@ TextSource TextSource::heldout(const std::string& dir, HeldoutSplit split) {
         !spec["files"].is_array() || spec["files"].empty()) {
         fail("'{}': expected an object with a non-empty \"files\" array", spec_path);
     }
-    TextSource src;
+    std::vector<std::string> out;
     for (const auto& entry : spec["files"]) {
         if (!entry.is_object() || !entry.contains("file") || !entry["file"].is_string()) {
             fail("'{}': every entry of \"files\" needs a \"file\" string", spec_path);
@@ -225,9 +225,24 @@ TextSource TextSource::heldout(const std::string& dir, HeldoutSplit split) {
             const bool even = entry["year"].get<int64_t>() % 2 == 0;
             if (even != (split == HeldoutSplit::Dev)) continue;
         }
-        src.add_document(read_file(dir + "/" + entry["file"].get<std::string>()));
+        out.push_back(dir + "/" + entry["file"].get<std::string>());
     }
-    if (src.n_documents() == 0) fail("'{}': no file of the {} split", spec_path, heldout_split_name(split));
+    if (out.empty()) fail("'{}': no file of the {} split", spec_path, heldout_split_name(split));
+    return out;
+}
+
+std::string heldout_text(const std::string& dir, HeldoutSplit split) {
+    std::string text;
+    for (const std::string& path : heldout_files(dir, split)) {
+        if (!text.empty()) text += "\n\n";
+        text += read_file(path);
+    }
+    return text;
+}
+
+TextSource TextSource::heldout(const std::string& dir, HeldoutSplit split) {
+    TextSource src;
+    for (const std::string& path : heldout_files(dir, split)) src.add_document(read_file(path));
     src.heldout_ = true;
     src.name_ = "held-out text " + dir + (split == HeldoutSplit::All ? "" : fmt::format(" ({})", heldout_split_name(split)));
     src.build_fingerprints();

@@ -31,6 +31,10 @@ std::string default_text_dir();
 enum class HeldoutSplit { All, Dev, Test };
 const char* heldout_split_name(HeldoutSplit split);        // "all" / "dev" / "test"
 HeldoutSplit parse_heldout_split(std::string_view text);  // kvec::Error for anything else
+// The held-out files of a split (paths under dir, as heldout.json lists them), and their text
+// joined by blank lines (`kvec eval --fidelity heldout:dev`).
+std::vector<std::string> heldout_files(const std::string& dir, HeldoutSplit split);
+std::string heldout_text(const std::string& dir, HeldoutSplit split);
 
 class TextSource {
   public:
