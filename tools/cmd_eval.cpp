@@ -45,6 +45,7 @@ struct EvalOptions {
     std::string policies = "full,streamingllm,h2o,snapkv,pyramidkv,adakv,kvec";
     std::string budgets = "64,128,256,512";
     int samples = 0;
+    std::string tasks;
     std::string out;
     int threads = 0;
     std::optional<uint64_t> seed;
@@ -287,6 +288,7 @@ int run_eval(const EvalOptions& o) {
     if (split != eval::HeldoutSplit::All) run["split"] = eval::heldout_split_name(split);
     run["chat"] = o.chat ? "on" : o.no_chat ? "off" : "auto";
     run["samples"] = o.samples;
+    if (!o.tasks.empty()) run["tasks"] = split_commas(o.tasks);  // only when given: older runs resume
     run["max_length"] = o.max_length;
     run["max_new_tokens_cap"] = o.max_new_tokens;
     run["coverage_window"] = 32;
@@ -379,6 +381,7 @@ int run_eval(const EvalOptions& o) {
     io.suite = o.suite;
     io.data_files = data_files;
     io.samples = o.samples;
+    io.tasks = split_commas(o.tasks);
     io.seed = seed;
     io.split = split;
     io.chat = o.chat ? eval::ChatMode::On : o.no_chat ? eval::ChatMode::Off : eval::ChatMode::Auto;
@@ -498,6 +501,7 @@ void add_eval_command(CLI::App& app, Action& action) {
     cmd->add_option("--budgets", o->budgets, "KV budgets B (entries per KV head per layer), comma-separated")
         ->capture_default_str();
     cmd->add_option("--samples", o->samples, "first N samples per task (suite) or per file (default: all)");
+    cmd->add_option("--tasks", o->tasks, "suite: only these tasks, comma-separated (default: every task)");
     cmd->add_option("--out", o->out, "output directory (default: kvec-eval-<suite|longbench|fidelity>)");
     cmd->add_option("-t,--threads", o->threads, "threads (default: all hardware threads)");
     cmd->add_option("--seed", o->seed, "seed of the synthetic instances (default: 1; 2 with --split dev)");

@@ -65,6 +65,12 @@ void check_fits(const EvalItem& item, int32_t n_ctx) {
     }
 }
 
+std::string join_task_names(const SuiteSpec& suite) {
+    std::string out;
+    for (const auto& t : suite.tasks) out += (out.empty() ? "" : ", ") + t.first;
+    return out;
+}
+
 std::vector<EvalItem> synthetic_items(const ItemOptions& o, const Tokenizer& tokenizer,
                                       const Generator& generator, int32_t n_ctx,
                                       ItemSummary* summary) {
@@ -85,8 +91,14 @@ std::vector<EvalItem> synthetic_items(const ItemOptions& o, const Tokenizer& tok
         summary->source = "suite " + suite.name;
         summary->format = chat ? "chat" : "completion";
     }
+    for (const std::string& t : o.tasks) {
+        if (std::none_of(suite.tasks.begin(), suite.tasks.end(), [&](const auto& st) { return st.first == t; })) {
+            fail("--tasks: '{}' is not a task of {} ({})", t, suite.name, join_task_names(suite));
+        }
+    }
     std::vector<EvalItem> items;
     for (const auto& [task, n_default] : suite.tasks) {
+        if (!o.tasks.empty() && std::find(o.tasks.begin(), o.tasks.end(), task) == o.tasks.end()) continue;
         const int n = o.samples > 0 ? o.samples : n_default;
         for (int i = 0; i < n; ++i) {
             const SynthInstance inst = gen.generate(task, o.seed, i, suite.length);
@@ -215,6 +227,7 @@ std::vector<EvalItem> build_items(const ItemOptions& options, const Tokenizer& t
     if (options.suite.empty() == options.data_files.empty()) {
         fail("give exactly one of --suite or --data");
     }
+    if (!options.tasks.empty() && options.suite.empty()) fail("--tasks goes with --suite");
     if (!options.suite.empty()) return synthetic_items(options, tokenizer, generator, n_ctx, summary);
     return longbench_items(options, tokenizer, generator, n_ctx, summary);
 }

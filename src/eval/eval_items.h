@@ -46,6 +46,7 @@ struct ItemOptions {
     std::string suite;                    // "synthetic-2k" (exclusive with data_files)
     std::vector<std::string> data_files;  // LongBench JSONL files
     int samples = 0;                      // > 0: the first N per task (suite) or per file
+    std::vector<std::string> tasks;       // suite: only these tasks (empty: every task)
     uint64_t seed = kDefaultSynthSeed;    // synthetic instances
     HeldoutSplit split = HeldoutSplit::All;  // synthetic haystack text
     ChatMode chat = ChatMode::Auto;

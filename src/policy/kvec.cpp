@@ -16,8 +16,8 @@ namespace {
 class KvecPolicy : public WindowScoredPolicy {
 public:
     KvecPolicy(const FrameOptions& frame, const SnapOptions& snap, const KvecOptions& kvec,
-               CoverageUnit unit)
-        : WindowScoredPolicy("kvec", frame, snap), kvec_(kvec), unit_(unit) {}
+               CoverageUnit unit, UnitWeight weight, int key_bits)
+        : WindowScoredPolicy("kvec", frame, snap), kvec_(kvec), unit_(unit), weight_(weight), key_bits_(key_bits) {}
 
     void begin_sequence(int32_t) override {
         earlier_.clear();
@@ -37,7 +37,9 @@ protected:
         const std::vector<std::vector<int32_t>> units = layer_units(view, w);  // [H][m_h]
         KvecOptions options = kvec_;
         options.b = budget - w;
-        const KvecSelection sel = kvec_select(scores, spans_of(units), earlier_, options);
+        const std::vector<std::vector<double>> weights =
+            weight_ == UnitWeight::idf ? idf_weights(spans_of(units)) : std::vector<std::vector<double>>{};
+        const KvecSelection sel = kvec_select(scores, spans_of(units), earlier_, options, spans_of(weights));
         for (size_t h = 0; h < units.size(); ++h) {
             for (int32_t i : sel.keep[h]) earlier_.insert(units[h][static_cast<size_t>(i)]);
         }
@@ -45,9 +47,22 @@ protected:
     }
 
 private:
-    // Coverage unit of every prefix candidate: its position, or its token id (positions whose
-    // token is unknown get ids above the vocabulary seen, one each).
+    // Coverage unit of every prefix candidate: its position, its token id (positions whose
+    // token is unknown get ids above the vocabulary seen, one each), or the hash of its key (units
+    // of each (layer, head) apart: keys of different heads and layers are not comparable).
     std::vector<std::vector<int32_t>> layer_units(const LayerView& view, int64_t w) const {
+        if (unit_ == CoverageUnit::key) {
+            std::vector<std::vector<int32_t>> units(view.heads.size());  // [H][m_h]
+            for (size_t h = 0; h < view.heads.size(); ++h) {
+                const KvHeadView& head = view.heads[h];
+                const int64_t m = prefix_count(head.n_entries, w);
+                const auto base = static_cast<int32_t>((static_cast<int64_t>(view.layer) * view.n_head_kv +
+                                                        static_cast<int64_t>(h)) << key_bits_);
+                units[h] = key_hash_units(std::span<const float>(head.keys, static_cast<size_t>(m * view.head_dim)),
+                                          view.head_dim, key_bits_, kKeyHashSeed, base);
+            }
+            return units;
+        }
         int32_t unknown_base = 0;
         if (unit_ == CoverageUnit::token) {
             for (int32_t t : view.tokens) unknown_base = std::max(unknown_base, t + 1);
@@ -71,8 +86,12 @@ private:
         return units;
     }
 
+    static constexpr uint64_t kKeyHashSeed = 0x6b766563;  // "kvec"
+
     KvecOptions kvec_;
     CoverageUnit unit_;
+    UnitWeight weight_;
+    int key_bits_;
     UnitSet earlier_;  // U: units kept by earlier layers of this round
     int last_layer_ = -1;
     int32_t round_n_past_ = -1;
@@ -92,8 +111,13 @@ PolicyEntry kvec_entry() {
     options.push_back(float_option("alpha", 0.2, 0.0, 1.0,
                                    "safeguard: every head keeps its top floor(alpha * b) "
                                    "(provisional default)"));
-    options.push_back(choice_option("unit", "position", {"position", "token"},
-                                    "coverage unit: prompt positions or token identities"));
+    options.push_back(choice_option("unit", "position", {"position", "token", "key"},
+                                    "coverage unit: prompt positions, token identities, or key directions "
+                                    "(a hash of the key)"));
+    options.push_back(choice_option("weight", "uniform", {"uniform", "idf"},
+                                    "weight of a unit in the coverage term: 1, or its rarity among the "
+                                    "layer's candidates (log M / count, mean 1)"));
+    options.push_back(int_option("bits", 8, 1, 16, "unit=key: hash bits (2^bits key directions per head)"));
     options.push_back(bool_option("normalize", true,
                                   "divide each head's scores by their sum (heads comparable)"));
     return {"kvec", "K-VEC: coverage-aware eviction (Ada-SnapKV + cross-head/cross-layer coverage)",
@@ -104,7 +128,9 @@ PolicyEntry kvec_entry() {
                 k.alpha = v.get_float("alpha");
                 k.normalize = v.get_bool("normalize");
                 return std::make_unique<KvecPolicy>(read_frame_options(v), read_snap_options(v), k,
-                                                    parse_coverage_unit(v.get_choice("unit")));
+                                                    parse_coverage_unit(v.get_choice("unit")),
+                                                    parse_unit_weight(v.get_choice("weight")),
+                                                    static_cast<int>(v.get_int("bits")));
             }};
 }
 

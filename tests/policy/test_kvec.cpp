@@ -123,6 +123,59 @@ TEST(Kvec, TokenIdentityUnits) {
               (HeadSelection{{0, 2}}));
 }
 
+TEST(Kvec, IdfWeightsFavourRareUnits) {
+    // Units: 7 three times, 9 once (M = 4). w = log(2M / c): 7 -> log(8/3), 9 -> log 8; divided
+    // by their mean over the 4 candidates.
+    const Units u = {{7, 9, 7}, {7}};
+    const auto w = idf_weights(spans_of(u));
+    const double w7 = std::log(8.0 / 3.0), w9 = std::log(8.0), mean = (3 * w7 + w9) / 4;
+    EXPECT_NEAR(w[0][0], w7 / mean, 1e-12);
+    EXPECT_NEAR(w[0][1], w9 / mean, 1e-12);
+    EXPECT_NEAR(w[1][0], w7 / mean, 1e-12);
+    // One head, b = 1, alpha 0, raw scores .5 (unit 7) and .45 (unit 9), gamma 1 (lambda .5):
+    // uniform gains .5 + .5 = 1 and .45 + .5 = .95 keep unit 7; idf (M = 3: w7 = log 3, w9 = log 6,
+    // over their mean 1.33: .83 and 1.35) gains .5 + .41 and .45 + .67 keep the rare unit 9.
+    const Scores s = {{0.5f, 0.45f, 0.1f}};
+    const Units one = {{7, 9, 7}};
+    const auto w1 = idf_weights(spans_of(one));
+    EXPECT_EQ(kvec_select(s, spans_of(one), UnitSet{}, opts(1, 0.0, 1.0, 0.0, false)).keep, (HeadSelection{{0}}));
+    const KvecSelection k = kvec_select(s, spans_of(one), UnitSet{}, opts(1, 0.0, 1.0, 0.0, false), spans_of(w1));
+    EXPECT_EQ(k.keep, (HeadSelection{{1}}));
+    EXPECT_FALSE(k.fallback);  // the weighted coverage (one rare unit) beats Ada-KV's common one
+    // Weight rows must match the scores; weights must be finite and >= 0.
+    const std::vector<std::vector<double>> bad = {{1.0, 1.0}};
+    EXPECT_THROW(kvec_select(s, spans_of(one), UnitSet{}, opts(1, 0.0, 1.0, 0.0, false), spans_of(bad)), Error);
+    const std::vector<std::vector<double>> nan = {{1.0, std::nan(""), 1.0}};
+    EXPECT_THROW(kvec_select(s, spans_of(one), UnitSet{}, opts(1, 0.0, 1.0, 0.0, false), spans_of(nan)), Error);
+    EXPECT_EQ(parse_unit_weight("idf"), UnitWeight::idf);
+    EXPECT_THROW(parse_unit_weight("tfidf"), Error);
+}
+
+TEST(Kvec, KeyHashUnitsGroupSimilarKeys) {
+    // Keys that differ by a tiny amount share a unit; opposite keys never do (every sign flips);
+    // a scaled key keeps its unit; units start at base; the same seed gives the same units.
+    const int d = 8, bits = 6;
+    std::vector<float> keys;  // [5, d]
+    const std::vector<float> k0 = {1, -2, 0.5f, 3, -1, 0.25f, 2, -0.5f};
+    for (float v : k0) keys.push_back(v);
+    for (float v : k0) keys.push_back(v + 1e-4f);
+    for (float v : k0) keys.push_back(-v);
+    for (float v : k0) keys.push_back(3 * v);
+    for (int e = 0; e < d; ++e) keys.push_back(e == 0 ? 1.0f : 0.0f);
+    const auto u = key_hash_units(keys, d, bits, 42, 1000);
+    ASSERT_EQ(u.size(), 5u);
+    EXPECT_EQ(u[0], u[1]);
+    EXPECT_EQ(u[0], u[3]);
+    EXPECT_EQ((u[0] - 1000) ^ (u[2] - 1000), (1 << bits) - 1);
+    for (int32_t x : u) {
+        EXPECT_GE(x, 1000);
+        EXPECT_LT(x, 1000 + (1 << bits));
+    }
+    EXPECT_EQ(key_hash_units(keys, d, bits, 42, 1000), u);
+    EXPECT_THROW(key_hash_units(keys, d, 0, 42, 0), Error);
+    EXPECT_THROW(key_hash_units(keys, 7, bits, 42, 0), Error);
+}
+
 TEST(Kvec, SafeguardIsTopByScore) {
     // alpha 1: every head keeps exactly its top b by score, coverage cannot move anything.
     const Scores s = {{0.5f, 0.3f, 0.2f}, {0.45f, 0.35f, 0.2f}};
