@@ -117,7 +117,10 @@ TEST(PrefillShare, ReplayEqualsAttachedPolicy) {
         "full",           "snapkv:budget=48",     "h2o:budget=40",         "streaming:budget=40",
         "streaming:budget=40,rerotate=true",      "pyramidkv:budget=64",   "ada-snapkv:budget=48",
         "kvec:budget=48", "kvec:budget=48,unit=token", "tova:budget=40",   "keydiff:budget=40",
-        "random:budget=40,seed=3", "snapkv:budget=64,window=8"};
+        "random:budget=40,seed=3", "snapkv:budget=64,window=8", "knorm:budget=40",
+        "lagkv:budget=40,lag=16",  "lagkv:budget=48,lag=8,cross=true,ada=true",
+        "expected-attention:budget=40,queries=24", "expected-attention:budget=48,window=8,ada=true",
+        "kvzip:budget=40,chunk=64", "kvzip:budget=40,ada=false,window=8"};
     for (const std::string& spec : specs) {
         SCOPED_TRACE(spec);
         const std::string name = policy::parse_policy_spec(spec).name;
