@@ -168,8 +168,9 @@ ReplayResult replay_policy(const PrefillSnapshot& s, Evictor& policy, const ops:
              want.window, s.request.window);
     }
     if ((want.column_sums && !s.request.column_sums) || (want.last_row && !s.request.last_row) ||
-        want.queries > s.request.queries || want.reconstruct_chunk != s.request.reconstruct_chunk ||
-        (want.reconstruct_chunk > 0 && want.reconstruct_sinks != s.request.reconstruct_sinks)) {
+        want.queries > s.request.queries ||
+        (want.reconstruct_chunk > 0 && (want.reconstruct_chunk != s.request.reconstruct_chunk ||
+                                        want.reconstruct_sinks != s.request.reconstruct_sinks))) {
         fail("replay: the policy needs observations the prefill did not record");
     }
     RopeInfo rope_info;

@@ -186,6 +186,54 @@ TEST(PrefillShare, ReplayEqualsAttachedPolicy) {
     }
 }
 
+// The sweep lets window-less policies join any group, the reconstruction's included: one recorded
+// prefill (with KVzip's pass) serves KVzip, Knorm, LagKV and Expected Attention (fewer recent
+// queries than recorded) exactly as their own prefills would.
+TEST(PrefillShare, ReconstructionGroupServesWindowlessPolicies) {
+    const Model& model = tiny_model();
+    SessionOptions so;
+    so.n_batch = 32;
+    Session session(model, so);
+    const std::vector<int32_t> prompt = random_tokens(120, 5, model.config().n_vocab);
+    const std::vector<std::string> specs = {"kvzip:budget=40,chunk=50", "knorm:budget=40",
+                                            "lagkv:budget=40,lag=16", "expected-attention:budget=40,queries=16",
+                                            "expected-attention:budget=40,queries=64"};
+    std::vector<ObservationRequest> requests;
+    for (const auto& spec : specs) requests.push_back(policy::make_policy(spec)->request());
+    EXPECT_EQ(share_group_key(requests[1]), 0);
+    EXPECT_LT(share_group_key(requests[0]), 0);
+    const ObservationRequest merged = merge_requests(requests);
+    EXPECT_EQ(merged.queries, 64);
+    EXPECT_EQ(merged.reconstruct_chunk, 50);
+    const PrefillSnapshot snap = record_prefill(session, prompt, merged);
+    const ops::RopeParams rope = rope_params(model);
+    for (const auto& spec : specs) {
+        SCOPED_TRACE(spec);
+        auto attached = policy::make_policy(spec);
+        session.reset();
+        session.set_evictor(attached.get());
+        session.prefill(prompt);
+        auto replayed = policy::make_policy(spec);
+        ReplayResult rr = replay_policy(snap, *replayed, rope);
+        for (int l = 0; l < rr.cache.n_layer(); ++l) {
+            for (int h = 0; h < rr.cache.n_head_kv(); ++h) {
+                const KvCache& kv = session.kv_cache();
+                ASSERT_EQ(std::vector<int32_t>(rr.cache.positions(l, h), rr.cache.positions(l, h) + rr.cache.size(l, h)),
+                          std::vector<int32_t>(kv.positions(l, h), kv.positions(l, h) + kv.size(l, h)));
+            }
+        }
+        session.reset();
+        session.set_evictor(nullptr);
+    }
+    ObservationRequest window;
+    window.window = 32;
+    EXPECT_THROW(merge_requests({requests[0], window}), Error);
+    ObservationRequest other = requests[0];
+    other.reconstruct_chunk = 64;
+    EXPECT_THROW(merge_requests({requests[0], other}), Error);
+    EXPECT_NE(share_group_key(requests[0]), share_group_key(other));
+}
+
 TEST(PrefillShare, NotShareableAndMismatchedRequests) {
     EXPECT_FALSE(is_one_shot(*policy::make_policy("snapkv:chunked=true"), "snapkv"));
     EXPECT_FALSE(is_one_shot(*policy::make_policy("h2o:decode=1"), "h2o"));
