@@ -249,6 +249,50 @@ TEST(PrefillShare, NotShareableAndMismatchedRequests) {
     EXPECT_TRUE(m.column_sums);
 }
 
+// The query-agnostic baselines in a sweep beside SnapKV: shared and separate modes give the same
+// records; per item one prefill for SnapKV's window and one with KVzip's reconstruction, which the
+// window-less policies join.
+TEST(Sweep, QueryAgnosticBaselinesSharedEqualsSeparate) {
+    const Model& model = tiny_model();
+    const Tokenizer tok = Tokenizer::from_gguf(model.file());
+    SessionOptions so;
+    so.n_batch = 32;
+    Session session(model, so);
+    std::vector<EvalItem> items;
+    for (int i = 0; i < 2; ++i) {
+        EvalItem it = item_with(random_tokens(110 + 20 * i, 40 + i, model.config().n_vocab), 5);
+        it.id = "item" + std::to_string(i);
+        items.push_back(it);
+    }
+    const auto policies =
+        parse_policy_list("full,snapkv,knorm,lagkv:lag=16,expected-attention:queries=32,kvzip:chunk=64");
+    const auto combos = make_combos(policies, {40, 64});
+    auto run = [&](bool share, SweepStats* stats) {
+        std::vector<EvalRecord> recs;
+        SweepOptions o;
+        o.share_prefill = share;
+        o.on_record = [&](const EvalRecord& r) { recs.push_back(r); };
+        *stats = run_sweep(session, tok, items, policies, combos, {}, o);
+        std::sort(recs.begin(), recs.end(), [](const EvalRecord& a, const EvalRecord& b) {
+            return std::tie(a.id, a.policy, a.budget) < std::tie(b.id, b.policy, b.budget);
+        });
+        return recs;
+    };
+    SweepStats s1, s2;
+    const auto shared = run(true, &s1);
+    const auto separate = run(false, &s2);
+    ASSERT_EQ(shared.size(), items.size() * combos.size());
+    ASSERT_EQ(shared.size(), separate.size());
+    for (size_t i = 0; i < shared.size(); ++i) {
+        SCOPED_TRACE(shared[i].policy + " " + std::to_string(shared[i].budget));
+        EXPECT_EQ(shared[i].prediction, separate[i].prediction);
+        EXPECT_EQ(shared[i].kv_entries, separate[i].kv_entries);
+        EXPECT_DOUBLE_EQ(shared[i].c_head, separate[i].c_head);
+        EXPECT_EQ(shared[i].mode, "shared");
+    }
+    EXPECT_EQ(s1.prefills, static_cast<int64_t>(items.size() * 2));
+}
+
 // The whole sweep: shared and separate modes give identical records; chunked and decode-time
 // policies run separately in both.
 TEST(Sweep, SharedAndSeparateModesGiveIdenticalRecords) {
