@@ -30,6 +30,19 @@ size_t sz(int64_t n) { return static_cast<size_t>(n); }
 // At most this many query positions of a prefill chunk per attention call (kvec::attention_causal).
 constexpr int64_t kPositionsPerCall = 16;
 
+// sum of x[0 .. n) in 8 float lanes (vectorised; the reconstruction's renormalisation).
+double sum_f32(const float* x, int32_t n) {
+    float lane[8] = {};
+    int32_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        for (int k = 0; k < 8; ++k) lane[k] += x[j + k];
+    }
+    double s = 0.0;
+    for (float v : lane) s += v;
+    for (; j < n; ++j) s += x[j];
+    return s;
+}
+
 }  // namespace
 
 ops::RopeParams rope_params(const Model& model) {
@@ -453,13 +466,14 @@ void Session::attention(int layer, int32_t T, const int32_t* positions, Step ste
                         if (reconstruct) {
                             // KVzip's score: the probability renormalised over the sinks, the
                             // chunk being reconstructed and the reconstruction's own entries.
-                            double mass = 0.0;
-                            for (int32_t j = 0; j < rc.sinks; ++j) mass += p[j];
-                            for (int32_t j = rc.begin; j < rc.end; ++j) mass += p[j];
-                            for (int32_t j = rc.n_context; j < vis; ++j) mass += p[j];
+                            const double mass = sum_f32(p, rc.sinks) + sum_f32(p + rc.begin, rc.end - rc.begin) +
+                                                sum_f32(p + rc.n_context, vis - rc.n_context);
                             const auto inv = static_cast<float>(mass > 0.0 ? 1.0 / mass : 0.0);
                             float* rec = recon_[sz(layer)][sz(h)].data() + int64_t{g} * rc.n_context;  // [n_context]
-                            for (int32_t j = rc.begin; j < rc.end; ++j) rec[j] = std::max(rec[j], p[j] * inv);
+                            for (int32_t j = rc.begin; j < rc.end; ++j) {
+                                const float v = p[j] * inv;
+                                rec[j] = rec[j] < v ? v : rec[j];
+                            }
                         }
                     }
                 }
