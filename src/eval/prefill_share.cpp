@@ -173,12 +173,6 @@ ReplayResult replay_policy(const PrefillSnapshot& s, Evictor& policy, const ops:
                                         want.reconstruct_sinks != s.request.reconstruct_sinks))) {
         fail("replay: the policy needs observations the prefill did not record");
     }
-    RopeInfo rope_info;
-    rope_info.neox = rope.mode == ops::RopeMode::Neox;
-    rope_info.n_rot = rope.n_rot;
-    rope_info.freq_base = rope.freq_base;
-    rope_info.freq_scale = rope.freq_scale;
-    rope_info.freq_factors = rope.freq_factors;
     const int D = s.head_dim;
     const auto H = sz(s.n_head_kv);
     int repositioned = 0;
@@ -221,7 +215,7 @@ ReplayResult replay_policy(const PrefillSnapshot& s, Evictor& policy, const ops:
         view.decode_step = 0;
         view.tokens = s.tokens;
         view.heads = heads;
-        view.rope = rope_info;
+        view.rope = rope_info(rope);
         if (want.queries > 0) {
             // The policy's own ring would hold the last min(its count, seen) of the recorded ones.
             const size_t n_q = std::min(ls.query_positions.size(), static_cast<size_t>(want.queries));

@@ -57,6 +57,16 @@ ops::RopeParams rope_params(const Model& model) {
     return rope;
 }
 
+RopeInfo rope_info(const ops::RopeParams& rope) {
+    RopeInfo r;
+    r.neox = rope.mode == ops::RopeMode::Neox;
+    r.n_rot = rope.n_rot;
+    r.freq_base = rope.freq_base;
+    r.freq_scale = rope.freq_scale;
+    r.freq_factors = rope.freq_factors;
+    return r;
+}
+
 void rerotate_keys(float* keys, int32_t n, int head_dim, const int32_t* from, const int32_t* to,
                    const ops::RopeParams& rope) {
     KVEC_CHECK(n >= 0 && head_dim > 0);
@@ -100,11 +110,7 @@ Session::Session(const Model& model, const SessionOptions& options)
     colsum_.resize(H);
     values_f_.resize(H);
     rope_ = rope_params(model);
-    rope_info_.neox = rope_.mode == ops::RopeMode::Neox;
-    rope_info_.n_rot = rope_.n_rot;
-    rope_info_.freq_base = rope_.freq_base;
-    rope_info_.freq_scale = rope_.freq_scale;
-    rope_info_.freq_factors = rope_.freq_factors;
+    rope_info_ = rope_info(rope_);
 }
 
 void Session::set_evictor(Evictor* evictor) {

@@ -44,6 +44,8 @@ namespace kvec {
 // RoPE parameters of a model (mode, rotated dimensions, base, linear scaling, frequency factors).
 // The factors pointer refers to the model's weights.
 ops::RopeParams rope_params(const Model& model);
+// The same as an eviction policy's view sees it (LayerView::rope).
+RopeInfo rope_info(const ops::RopeParams& rope);
 
 // Moves n post-RoPE keys [n, head_dim] from positions from[n] to positions to[n] in place: each
 // rotated pair turns by the RoPE angle of (to - from), which equals RoPE applied at `to` to the

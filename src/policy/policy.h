@@ -107,7 +107,6 @@ public:
 
     // Scores of every head's prefix candidates (the first n_h - w entries), higher = keep: [H][m_h].
     virtual std::vector<std::vector<float>> scores(const LayerView& view) const = 0;
-    const AllocOptions& alloc() const { return alloc_; }
 
 protected:
     void select(const LayerView& view, int64_t budget, KeepLists& keep) override;
