@@ -45,6 +45,29 @@ FrameOptions read_frame_options(const OptionValues& values, int64_t fixed_window
     return f;
 }
 
+std::vector<OptionSpec> alloc_option_specs(bool default_ada, double default_alpha) {
+    return {
+        bool_option("ada", default_ada,
+                    "Ada-KV per-head budgets: the layer's top H_kv x (B - w) entries decide each "
+                    "head's share"),
+        float_option("alpha", default_alpha, 0.0, 1.0,
+                     "with ada: every head keeps at least floor(alpha * (B - w))"),
+    };
+}
+
+AllocOptions read_alloc_options(const OptionValues& values) {
+    return {values.get_bool("ada"), values.get_float("alpha")};
+}
+
+OptionSpec sinks_option_spec(int64_t default_sinks) {
+    return int_option("sinks", default_sinks, 0, 1 << 20,
+                      "first entries of every head always kept (attention sinks)");
+}
+
+std::string sinks_text(int64_t sinks, int64_t window) {
+    return fmt::format("the {} sinks and the window {}", sinks, window);
+}
+
 std::vector<OptionSpec> snap_option_specs() {
     return {
         int_option("kernel", 7, 1, 1001, "pooling kernel along tokens (odd; 1 = no pooling)"),
@@ -144,6 +167,10 @@ std::vector<std::vector<float>> WindowScoredPolicy::layer_scores(const LayerView
     return snap_scores(view, frame().window, snap_, name());
 }
 
+void ScoredPolicy::select(const LayerView& view, int64_t budget, KeepLists& keep) {
+    keep_by_scores(view, scores(view), budget, frame().window, alloc_, keep);
+}
+
 void require(bool present, const std::string& policy, const char* what, const LayerView& view) {
     if (!present) {
         fail("policy {}: the engine did not provide {} for layer {}", policy, what, view.layer);
@@ -198,6 +225,16 @@ void keep_with_window(const LayerView& view, const HeadSelection& prefix_keep, i
         const int64_t n = view.heads[h].n_entries;
         keep[h] = with_window(prefix_keep[h], n, prefix_count(n, window));
     }
+}
+
+void keep_by_scores(const LayerView& view, const std::vector<std::vector<float>>& scores,
+                    int64_t budget, int64_t window, const AllocOptions& alloc, KeepLists& keep) {
+    if (!alloc.ada) {
+        keep_top_per_head(view, scores, budget, window, keep);
+        return;
+    }
+    KVEC_CHECK(budget >= window);
+    keep_with_window(view, ada_select(scores, budget - window, alloc.alpha, false).keep, window, keep);
 }
 
 void keep_top_per_head(const LayerView& view, const std::vector<std::vector<float>>& scores,

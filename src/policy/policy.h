@@ -45,6 +45,21 @@ OptionSpec gqa_option_spec();
 // "the window <w>", for FramePolicy's kept_what.
 std::string window_text(int64_t window);
 
+// How a scored policy spreads a layer's budget over its KV heads: B - w per head, or Ada-KV's
+// allocation (ada_select in select.h on the raw scores: the layer's top H_kv x (B - w) pairs,
+// every head at least floor(alpha x (B - w))).
+struct AllocOptions {
+    bool ada = false;
+    double alpha = 0.2;
+};
+std::vector<OptionSpec> alloc_option_specs(bool default_ada, double default_alpha);
+AllocOptions read_alloc_options(const OptionValues& values);
+
+// Sink entries (the first `sinks` of a head, always ranked first) option, and "the <s> sinks and
+// the window <w>" for FramePolicy's kept_what.
+OptionSpec sinks_option_spec(int64_t default_sinks);
+std::string sinks_text(int64_t sinks, int64_t window);
+
 class FramePolicy : public Evictor {
 public:
     // Throws kvec::Error if budget < min_budget, the entries the policy always keeps, described
@@ -81,6 +96,24 @@ private:
     std::string name_;
     FrameOptions frame_;
     int64_t min_budget_;
+};
+
+// A policy that ranks the prefix candidates of each head by a score of its own and keeps the best
+// (keep_by_scores: B - w per head, or Ada-KV's allocation). The query-agnostic baselines.
+class ScoredPolicy : public FramePolicy {
+public:
+    ScoredPolicy(std::string name, const FrameOptions& frame, int64_t min_budget,
+                 const std::string& kept_what, const AllocOptions& alloc)
+        : FramePolicy(std::move(name), frame, min_budget, kept_what), alloc_(alloc) {}
+
+    // Scores of every head's prefix candidates (the first n_h - w entries), higher = keep: [H][m_h].
+    virtual std::vector<std::vector<float>> scores(const LayerView& view) const = 0;
+
+protected:
+    void select(const LayerView& view, int64_t budget, KeepLists& keep) override;
+
+private:
+    AllocOptions alloc_;
 };
 
 // A policy scored by the window queries (SnapKV family): requests window scores for w queries
@@ -121,6 +154,11 @@ std::vector<std::vector<float>> reduced_scores(const LayerView& view, Observatio
 // head holds at most `budget` entries.
 void keep_top_per_head(const LayerView& view, const std::vector<std::vector<float>>& scores,
                        int64_t budget, int64_t window, KeepLists& keep);
+
+// keep[h] = the head's window + its share of the prefix by score: keep_top_per_head, or with
+// alloc.ada Ada-KV's per-head budgets over the layer. scores [H][m_h] over the prefix candidates.
+void keep_by_scores(const LayerView& view, const std::vector<std::vector<float>>& scores,
+                    int64_t budget, int64_t window, const AllocOptions& alloc, KeepLists& keep);
 
 // keep[h] = prefix picks (ascending, window excluded) + the head's window.
 void keep_with_window(const LayerView& view, const HeadSelection& prefix_keep, int64_t window,

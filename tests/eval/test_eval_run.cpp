@@ -120,7 +120,10 @@ TEST(PrefillShare, ReplayEqualsAttachedPolicy) {
         "full",           "snapkv:budget=48",     "h2o:budget=40",         "streaming:budget=40",
         "streaming:budget=40,rerotate=true",      "pyramidkv:budget=64",   "ada-snapkv:budget=48",
         "kvec:budget=48", "kvec:budget=48,unit=token", "tova:budget=40",   "keydiff:budget=40",
-        "random:budget=40,seed=3", "snapkv:budget=64,window=8"};
+        "random:budget=40,seed=3", "snapkv:budget=64,window=8", "knorm:budget=40",
+        "lagkv:budget=40,lag=16",  "lagkv:budget=48,lag=8,cross=true,ada=true",
+        "expected-attention:budget=40,queries=24", "expected-attention:budget=48,window=8,ada=true",
+        "kvzip:budget=40,chunk=64", "kvzip:budget=40,ada=false,window=8"};
     for (const std::string& spec : specs) {
         SCOPED_TRACE(spec);
         const std::string name = policy::parse_policy_spec(spec).name;
@@ -186,6 +189,54 @@ TEST(PrefillShare, ReplayEqualsAttachedPolicy) {
     }
 }
 
+// The sweep lets window-less policies join any group, the reconstruction's included: one recorded
+// prefill (with KVzip's pass) serves KVzip, Knorm, LagKV and Expected Attention (fewer recent
+// queries than recorded) exactly as their own prefills would.
+TEST(PrefillShare, ReconstructionGroupServesWindowlessPolicies) {
+    const Model& model = tiny_model();
+    SessionOptions so;
+    so.n_batch = 32;
+    Session session(model, so);
+    const std::vector<int32_t> prompt = random_tokens(120, 5, model.config().n_vocab);
+    const std::vector<std::string> specs = {"kvzip:budget=40,chunk=50", "knorm:budget=40",
+                                            "lagkv:budget=40,lag=16", "expected-attention:budget=40,queries=16",
+                                            "expected-attention:budget=40,queries=64"};
+    std::vector<ObservationRequest> requests;
+    for (const auto& spec : specs) requests.push_back(policy::make_policy(spec)->request());
+    EXPECT_EQ(share_group_key(requests[1]), 0);
+    EXPECT_LT(share_group_key(requests[0]), 0);
+    const ObservationRequest merged = merge_requests(requests);
+    EXPECT_EQ(merged.queries, 64);
+    EXPECT_EQ(merged.reconstruct_chunk, 50);
+    const PrefillSnapshot snap = record_prefill(session, prompt, merged);
+    const ops::RopeParams rope = rope_params(model);
+    for (const auto& spec : specs) {
+        SCOPED_TRACE(spec);
+        auto attached = policy::make_policy(spec);
+        session.reset();
+        session.set_evictor(attached.get());
+        session.prefill(prompt);
+        auto replayed = policy::make_policy(spec);
+        ReplayResult rr = replay_policy(snap, *replayed, rope);
+        for (int l = 0; l < rr.cache.n_layer(); ++l) {
+            for (int h = 0; h < rr.cache.n_head_kv(); ++h) {
+                const KvCache& kv = session.kv_cache();
+                ASSERT_EQ(std::vector<int32_t>(rr.cache.positions(l, h), rr.cache.positions(l, h) + rr.cache.size(l, h)),
+                          std::vector<int32_t>(kv.positions(l, h), kv.positions(l, h) + kv.size(l, h)));
+            }
+        }
+        session.reset();
+        session.set_evictor(nullptr);
+    }
+    ObservationRequest window;
+    window.window = 32;
+    EXPECT_THROW(merge_requests({requests[0], window}), Error);
+    ObservationRequest other = requests[0];
+    other.reconstruct_chunk = 64;
+    EXPECT_THROW(merge_requests({requests[0], other}), Error);
+    EXPECT_NE(share_group_key(requests[0]), share_group_key(other));
+}
+
 TEST(PrefillShare, NotShareableAndMismatchedRequests) {
     EXPECT_FALSE(is_one_shot(*policy::make_policy("snapkv:chunked=true"), "snapkv"));
     EXPECT_FALSE(is_one_shot(*policy::make_policy("h2o:decode=1"), "h2o"));
@@ -199,6 +250,50 @@ TEST(PrefillShare, NotShareableAndMismatchedRequests) {
     const ObservationRequest m = merge_requests({a, b});
     EXPECT_EQ(m.window, 32);
     EXPECT_TRUE(m.column_sums);
+}
+
+// The query-agnostic baselines in a sweep beside SnapKV: shared and separate modes give the same
+// records; per item one prefill for SnapKV's window and one with KVzip's reconstruction, which the
+// window-less policies join.
+TEST(Sweep, QueryAgnosticBaselinesSharedEqualsSeparate) {
+    const Model& model = tiny_model();
+    const Tokenizer tok = Tokenizer::from_gguf(model.file());
+    SessionOptions so;
+    so.n_batch = 32;
+    Session session(model, so);
+    std::vector<EvalItem> items;
+    for (int i = 0; i < 2; ++i) {
+        EvalItem it = item_with(random_tokens(110 + 20 * i, 40 + i, model.config().n_vocab), 5);
+        it.id = "item" + std::to_string(i);
+        items.push_back(it);
+    }
+    const auto policies =
+        parse_policy_list("full,snapkv,knorm,lagkv:lag=16,expected-attention:queries=32,kvzip:chunk=64");
+    const auto combos = make_combos(policies, {40, 64});
+    auto run = [&](bool share, SweepStats* stats) {
+        std::vector<EvalRecord> recs;
+        SweepOptions o;
+        o.share_prefill = share;
+        o.on_record = [&](const EvalRecord& r) { recs.push_back(r); };
+        *stats = run_sweep(session, tok, items, policies, combos, {}, o);
+        std::sort(recs.begin(), recs.end(), [](const EvalRecord& a, const EvalRecord& b) {
+            return std::tie(a.id, a.policy, a.budget) < std::tie(b.id, b.policy, b.budget);
+        });
+        return recs;
+    };
+    SweepStats s1, s2;
+    const auto shared = run(true, &s1);
+    const auto separate = run(false, &s2);
+    ASSERT_EQ(shared.size(), items.size() * combos.size());
+    ASSERT_EQ(shared.size(), separate.size());
+    for (size_t i = 0; i < shared.size(); ++i) {
+        SCOPED_TRACE(shared[i].policy + " " + std::to_string(shared[i].budget));
+        EXPECT_EQ(shared[i].prediction, separate[i].prediction);
+        EXPECT_EQ(shared[i].kv_entries, separate[i].kv_entries);
+        EXPECT_DOUBLE_EQ(shared[i].c_head, separate[i].c_head);
+        EXPECT_EQ(shared[i].mode, "shared");
+    }
+    EXPECT_EQ(s1.prefills, static_cast<int64_t>(items.size() * 2));
 }
 
 // The whole sweep: shared and separate modes give identical records; chunked and decode-time

@@ -47,7 +47,8 @@ TEST(PolicySpec, Errors) {
 TEST(Registry, EveryPolicyIsListedAndBuildsWithDefaults) {
     const std::vector<std::string> expected = {"full",    "random", "streaming", "h2o",
                                                "tova",    "snapkv", "pyramidkv", "ada-snapkv",
-                                               "keydiff", "kvec"};
+                                               "keydiff", "kvec",   "knorm",     "lagkv",
+                                               "expected-attention", "kvzip"};
     ASSERT_EQ(policies().size(), expected.size());
     const std::string listing = format_policy_list();
     for (size_t i = 0; i < expected.size(); ++i) {
