@@ -178,22 +178,20 @@ ReplayResult replay_policy(const PrefillSnapshot& s, Evictor& policy, const ops:
     int repositioned = 0;
     int32_t next = 0;
     policy.begin_sequence(s.n_prompt);
-    for (int l = 0; l < s.n_layer; ++l) {
+    // The view of layer l as the session's hook would show it; observations = false: as the hook
+    // of an all-layer policy gets it after observe (no window scores, no last row).
+    std::vector<KvHeadView> heads(H);  // [H]
+    auto make_view = [&](int l, bool observations) {
         const LayerSnapshot& ls = s.layers[sz(l)];
         for (size_t h = 0; h < H; ++h) {
-            const auto n = static_cast<int32_t>(ls.positions[h].size());
-            r.cache.append(l, static_cast<int>(h), n, ls.keys[h].data(), D, ls.values[h].data(), D,
-                           ls.positions[h].data());
-        }
-        std::vector<KvHeadView> heads(H);  // [H]
-        for (size_t h = 0; h < H; ++h) {
             KvHeadView& v = heads[h];
+            v = KvHeadView{};
             v.n_entries = static_cast<int32_t>(ls.positions[h].size());
             v.positions = ls.positions[h].data();
             v.keys = ls.keys[h].data();
-            if (want.window > 0 && !ls.window[h].empty()) v.window_scores = ls.window[h].data();
+            if (observations && want.window > 0 && !ls.window[h].empty()) v.window_scores = ls.window[h].data();
             if (want.column_sums && !ls.column_sums[h].empty()) v.column_sums = ls.column_sums[h].data();
-            if (want.last_row && !ls.last_row[h].empty()) v.last_row = ls.last_row[h].data();
+            if (observations && want.last_row && !ls.last_row[h].empty()) v.last_row = ls.last_row[h].data();
             if (want.values) v.values = ls.values[h].data();
             if (want.reconstruct_chunk > 0 && !ls.reconstruction[h].empty()) {
                 v.reconstruction = ls.reconstruction[h].data();
@@ -206,7 +204,7 @@ ReplayResult replay_policy(const PrefillSnapshot& s, Evictor& policy, const ops:
         view.n_head_kv = s.n_head_kv;
         view.group = s.group;
         view.head_dim = D;
-        view.n_window = want.window > 0 ? ls.n_window : 0;
+        view.n_window = observations && want.window > 0 ? ls.n_window : 0;
         view.chunk_begin = ls.chunk_begin;
         view.chunk_end = ls.chunk_end;
         view.final_chunk = true;
@@ -224,6 +222,19 @@ ReplayResult replay_policy(const PrefillSnapshot& s, Evictor& policy, const ops:
             view.queries = std::span<const float>(ls.queries).subspan(skip * stride);
             view.query_positions = std::span<const int32_t>(ls.query_positions).subspan(skip);
         }
+        return view;
+    };
+    if (want.all_layers) {
+        for (int l = 0; l < s.n_layer; ++l) policy.observe(make_view(l, true));
+    }
+    for (int l = 0; l < s.n_layer; ++l) {
+        const LayerSnapshot& ls = s.layers[sz(l)];
+        for (size_t h = 0; h < H; ++h) {
+            const auto n = static_cast<int32_t>(ls.positions[h].size());
+            r.cache.append(l, static_cast<int>(h), n, ls.keys[h].data(), D, ls.values[h].data(), D,
+                           ls.positions[h].data());
+        }
+        const LayerView view = make_view(l, !want.all_layers);
         KeepLists keep(H);
         if (!policy.on_prefill(view, keep)) continue;
         check_keep_lists(view, keep);

@@ -61,6 +61,15 @@ struct ObservationRequest {
     // combined with window scores, column sums, the last row, decode-time calls or Chunk scope.
     int reconstruct_chunk = 0;
     int reconstruct_sinks = 0;
+    // The policy decides for every layer together (budgets shared across layers): in each forward
+    // step that evicts, the engine shows every layer's view to Evictor::observe as the step
+    // reaches it, and calls the hook of every layer (in layer order) only after the step's last
+    // layer. A layer's output never depends on the compaction of another, so this changes nothing
+    // but when layers are compacted: one-shot compression already holds every layer in full until
+    // the prompt's last chunk. The hook calls' views carry no window scores and no last row
+    // (they went to observe); positions, keys, values and column sums as usual. Cannot be combined
+    // with context reconstruction.
+    bool all_layers = false;
 };
 
 // The model's rotary embedding, for policies that rotate query statistics themselves. The angle of
@@ -144,6 +153,10 @@ public:
 
     // Right after layer view.layer's attention at a decode step, every decode_interval steps.
     virtual bool on_decode(const LayerView& view, KeepLists& keep) { return false; }
+
+    // ObservationRequest::all_layers: right after layer view.layer's attention in a step that
+    // evicts (the view the hook would get), before the hook of any layer of that step is called.
+    virtual void observe(const LayerView& view) {}
 
     // Called after on_prefill / on_decode returned true, with the validated keep lists, before
     // the layer is compacted. Return true and fill `out` (one list of new positions per head,

@@ -126,6 +126,9 @@ void Session::set_evictor(Evictor* evictor) {
              "reconstruction chunk ({}) or sink count ({})", request_.window, request_.decode_interval,
              request_.queries, request_.reconstruct_chunk, request_.reconstruct_sinks);
     }
+    if (request_.reconstruct_chunk > 0 && request_.all_layers) {
+        fail("eviction policy requests context reconstruction together with all-layer decisions");
+    }
     if (request_.reconstruct_chunk > 0 && (request_.window > 0 || request_.column_sums || request_.last_row ||
                                            request_.decode_interval > 0)) {
         fail("eviction policy requests context reconstruction together with window scores, column sums, the "
@@ -274,6 +277,7 @@ void Session::forward(const int32_t* tokens, const int32_t* positions, int32_t T
     const ops::RopeParams& rope = rope_;
     repositioned_layers_ = 0;
     reposition_map_.clear();
+    observed_layers_.clear();
 
     ops::get_rows(W.token_embd, tokens, T, x_.data());  // x [T, E]
     for (int l = 0; l < c.n_layer; ++l) {
@@ -301,6 +305,12 @@ void Session::forward(const int32_t* tokens, const int32_t* positions, int32_t T
         ops::swiglu(gate_.data(), up_.data(), gate_.data(), T * F);
         matmul(gate_.data(), T, L.w_down, proj_.data());  // [T, E]
         ops::add(x_.data(), proj_.data(), T * E);
+    }
+    // All-layer policies: the hook of every observed layer, now that the step's last layer ran.
+    if (!observed_layers_.empty()) {
+        const std::vector<int> layers = std::move(observed_layers_);
+        observed_layers_.clear();
+        for (int l : layers) run_evictor(l, T, positions, step, final_chunk, 0, false, false, false, true);
     }
     finish_repositioning();
     if (all_logits) {
@@ -518,11 +528,11 @@ void Session::attention(int layer, int32_t T, const int32_t* positions, Step ste
 // The eviction hook of one layer after its attention: builds the view, asks the policy, compacts
 // (and re-positions) the layer.
 void Session::run_evictor(int layer, int32_t T, const int32_t* positions, Step step, bool final_chunk,
-                          int32_t n_window, bool want_window, bool want_last, bool ring_window) {
+                          int32_t n_window, bool want_window, bool want_last, bool ring_window, bool deferred) {
     const ModelConfig& c = model_.config();
     const int G = c.n_group(), Hkv = c.n_head_kv;
     const bool want_colsum = request_.column_sums;
-    const bool recent_window = (step == Step::Decode && request_.window > 0) || ring_window;
+    const bool recent_window = !deferred && ((step == Step::Decode && request_.window > 0) || ring_window);
     if (recent_window) {
         Timer observe;
         window_from_recent_queries(layer);
@@ -579,8 +589,14 @@ void Session::run_evictor(int layer, int32_t T, const int32_t* positions, Step s
         view.queries = queries_view_;
         view.query_positions = query_positions_view_;
     }
-    KeepLists keep(sz(Hkv));
     Timer policy_timer;
+    if (request_.all_layers && !deferred) {  // the hook runs after the step's last layer
+        evictor_->observe(view);
+        eviction_stats_.policy_seconds += policy_timer.seconds();
+        observed_layers_.push_back(layer);
+        return;
+    }
+    KeepLists keep(sz(Hkv));
     ++eviction_stats_.calls;
     const bool compress = step == Step::Decode ? evictor_->on_decode(view, keep) : evictor_->on_prefill(view, keep);
     if (!compress) {

@@ -163,8 +163,10 @@ private:
     const float* float_keys(int layer, int h);
     const float* float_values(int layer, int h);
     void check_positions(std::span<const int32_t> positions) const;
+    // deferred: the hook call of an all-layer policy after the step's last layer (no window
+    // scores or last row in the view).
     void run_evictor(int layer, int32_t T, const int32_t* positions, Step step, bool final_chunk,
-                     int32_t n_window, bool want_window, bool want_last, bool ring_window);
+                     int32_t n_window, bool want_window, bool want_last, bool ring_window, bool deferred = false);
     std::vector<std::vector<float>> apply_repositioning(int layer, const LayerView& view,
                                                         const KeepLists& keep,
                                                         const Repositioning& r);
@@ -176,6 +178,7 @@ private:
     Evictor* evictor_ = nullptr;
     bool eviction_paused_ = false;
     ObservationRequest request_;
+    std::vector<int> observed_layers_;  // all-layer policies: layers observed in this step, hook pending
 
     int32_t n_past_ = 0;
     int32_t n_prompt_ = 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <queue>
 #include <unordered_map>
 
@@ -334,6 +335,60 @@ KvecSelection kvec_select(const std::vector<std::vector<float>>& scores,
             out.budgets = std::move(ada.budgets);
             out.keep = std::move(ada.keep);
             out.fallback = true;
+        }
+    }
+    return out;
+}
+
+std::vector<KvecSelection> kvec_select_global(const std::vector<KvecLayer>& layers, const KvecOptions& options) {
+    if (layers.empty()) return {};
+    const size_t H = layers.front().scores.size();
+    int64_t max_unit = -1;
+    bool weighted = false;
+    for (size_t l = 0; l < layers.size(); ++l) {
+        const KvecLayer& layer = layers[l];
+        if (layer.scores.size() != H || layer.units.size() != H) {
+            fail("kvec: layer {} has {} score rows and {} unit rows for {} heads", l, layer.scores.size(),
+                 layer.units.size(), H);
+        }
+        if (!layer.weights.empty() && layer.weights.size() != H) fail("kvec: layer {} has {} weight rows", l, layer.weights.size());
+        weighted = weighted || !layer.weights.empty();
+        for (const auto& head : layer.units) {
+            for (int32_t u : head) max_unit = std::max<int64_t>(max_unit, u);
+        }
+    }
+    const int64_t stride = max_unit + 1;
+    if (stride * static_cast<int64_t>(layers.size()) > std::numeric_limits<int32_t>::max()) {
+        fail("kvec: {} layers x {} units do not fit the coverage units", layers.size(), stride);
+    }
+    std::vector<std::vector<float>> scores;    // [L * H][m]
+    std::vector<std::vector<int32_t>> units;   // [L * H][m]
+    std::vector<std::vector<double>> weights;  // [L * H][m] or empty
+    for (size_t l = 0; l < layers.size(); ++l) {
+        const KvecLayer& layer = layers[l];
+        for (size_t h = 0; h < H; ++h) {
+            scores.push_back(layer.scores[h]);
+            std::vector<int32_t> u(layer.units[h]);
+            for (int32_t& x : u) x = static_cast<int32_t>(static_cast<int64_t>(l) * stride + x);
+            units.push_back(std::move(u));
+            if (weighted) {
+                weights.push_back(layer.weights.empty() ? std::vector<double>(layer.scores[h].size(), 1.0) : layer.weights[h]);
+            }
+        }
+    }
+    KvecOptions o = options;
+    o.mu = 0.0;
+    const KvecSelection flat = kvec_select(scores, spans_of(units), UnitSet{}, o, spans_of(weights));
+    std::vector<KvecSelection> out(layers.size());
+    for (size_t l = 0; l < layers.size(); ++l) {
+        KvecSelection& sel = out[l];
+        sel.lambda = flat.lambda;
+        sel.fallback = flat.fallback;
+        for (size_t h = 0; h < H; ++h) {
+            const size_t g = l * H + h;
+            sel.picks.push_back(flat.picks[g]);
+            sel.budgets.push_back(flat.budgets[g]);
+            sel.keep.push_back(flat.keep[g]);
         }
     }
     return out;

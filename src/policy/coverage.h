@@ -96,6 +96,24 @@ KvecSelection kvec_select(const std::vector<std::vector<float>>& scores,    // [
                           const KvecOptions& options,
                           std::span<const std::span<const double>> weights = {});  // [H][m_h] or empty
 
+// One layer's input to the cross-layer selection.
+struct KvecLayer {
+    std::vector<std::vector<float>> scores;   // [H][m_h]
+    std::vector<std::vector<int32_t>> units;  // [H][m_h]
+    std::vector<std::vector<double>> weights;  // [H][m_h] or empty (uniform)
+};
+
+// K-VEC across layers (layers = global): the heads of every layer form one pool, so that the
+// prefix budget L x H x b is shared by all (layer, head) pairs; coverage stays within a layer (a
+// layer can only attend to its own cache: a unit kept by another layer does not cover it). This
+// is kvec_select on the flattened problem: head (l, h) becomes head l * H + h and unit u of layer
+// l becomes l * stride + u (stride = 1 + the largest unit). earlier is not used (the cross-layer
+// novelty term has no meaning here). Per-layer results, in layer order, keep[h] ascending; the
+// lambda and fallback of the whole problem are copied into each. With gamma = 0 this is Ada-KV's
+// allocation with one pool over every head of every layer. kvec::Error if the flattened units
+// exceed int32 or layers disagree in their head counts.
+std::vector<KvecSelection> kvec_select_global(const std::vector<KvecLayer>& layers, const KvecOptions& options);
+
 // lambda of step 1 on prepared scores.
 double kvec_lambda(const std::vector<std::vector<double>>& scores,  // [H][m_h]
                    int64_t b, double gamma);

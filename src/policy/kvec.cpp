@@ -1,13 +1,16 @@
 // K-VEC: coverage-aware eviction (docs/policies.md). SnapKV window scores, Ada-KV's per-head
-// budgets, plus a cross-head coverage term (lambda = gamma x the rank-b score) and a cross-layer
+// budgets, plus a cross-head coverage term (lambda = gamma x the rank-b score), and across layers
+// either one budget pool for every head of every layer (layers = global: the engine shows the
+// policy every layer before it compresses any, ObservationRequest::all_layers) or, per layer, a
 // novelty term (mu) over the units kept by earlier layers of the same compression round.
-// kvec_select() in coverage.h holds the mathematics; gamma = mu = 0 is Ada-SnapKV bit for bit
-// (with the same normalize setting).
+// kvec_select() / kvec_select_global() in coverage.h hold the mathematics; with layers = local and
+// gamma = mu = 0 this is Ada-SnapKV bit for bit (with the same normalize setting).
 #include <algorithm>
 
 #include "policy/coverage.h"
 #include "policy/policy.h"
 #include "policy/registry.h"
+#include "util/error.h"
 
 namespace kvec::policy {
 
@@ -16,18 +19,59 @@ namespace {
 class KvecPolicy : public WindowScoredPolicy {
 public:
     KvecPolicy(const FrameOptions& frame, const SnapOptions& snap, const KvecOptions& kvec,
-               CoverageUnit unit, UnitWeight weight, int key_bits)
-        : WindowScoredPolicy("kvec", frame, snap), kvec_(kvec), unit_(unit), weight_(weight), key_bits_(key_bits) {}
+               CoverageUnit unit, UnitWeight weight, int key_bits, bool global)
+        : WindowScoredPolicy("kvec", frame, snap),
+          kvec_(kvec),
+          unit_(unit),
+          weight_(weight),
+          key_bits_(key_bits),
+          global_(global) {}
 
     void begin_sequence(int32_t) override {
         earlier_.clear();
         last_layer_ = -1;
         round_n_past_ = -1;
+        observed_.clear();
+        selection_.clear();
+    }
+
+    // layers = global: every layer's scores, units and weights, then one selection for them all.
+    void observe(const LayerView& view) override {
+        if (!acts_on(view)) return;
+        if (view.layer == 0 || static_cast<int>(observed_.size()) != view.n_layer) {
+            observed_.assign(static_cast<size_t>(view.n_layer), KvecLayer{});
+            selection_.clear();
+        }
+        KvecLayer& layer = observed_.at(static_cast<size_t>(view.layer));
+        layer.scores = layer_scores(view);
+        layer.units = layer_units(view, frame().window);
+        layer.weights = weight_ == UnitWeight::idf ? idf_weights(spans_of(layer.units)) : std::vector<std::vector<double>>{};
     }
 
 protected:
+    void add_observations(ObservationRequest& request) const override {
+        WindowScoredPolicy::add_observations(request);
+        request.all_layers = global_;
+    }
+
+    // layers = global: every layer with an entry is compressed, to its share of the one pool (a
+    // layer may keep more than B per head, another fewer; a prompt of at most B tokens keeps all).
+    int64_t layer_budget(const LayerView& view, int64_t budget) const override { return global_ ? 0 : budget; }
+
     void select(const LayerView& view, int64_t budget, KeepLists& keep) override {
         const int64_t w = frame().window;
+        if (global_) {
+            if (selection_.empty()) {
+                if (static_cast<int>(observed_.size()) != view.n_layer) {
+                    fail("policy kvec: the engine did not show every layer before the first compression");
+                }
+                KvecOptions options = kvec_;
+                options.b = budget - w;
+                selection_ = kvec_select_global(observed_, options);
+            }
+            keep_with_window(view, selection_.at(static_cast<size_t>(view.layer)).keep, w, keep);
+            return;
+        }
         // A new compression round (prompt, chunk or decode step) starts again at layer 0.
         if (view.layer <= last_layer_ || view.n_past != round_n_past_) earlier_.clear();
         last_layer_ = view.layer;
@@ -92,6 +136,9 @@ private:
     CoverageUnit unit_;
     UnitWeight weight_;
     int key_bits_;
+    bool global_;
+    std::vector<KvecLayer> observed_;        // [n_layer] this round's layers (layers = global)
+    std::vector<KvecSelection> selection_;   // [n_layer] their selection, once computed
     UnitSet earlier_;  // U: units kept by earlier layers of this round
     int last_layer_ = -1;
     int32_t round_n_past_ = -1;
@@ -118,6 +165,9 @@ PolicyEntry kvec_entry() {
                                     "weight of a unit in the coverage term: 1, or its rarity among the "
                                     "layer's candidates (log M / count, mean 1)"));
     options.push_back(int_option("bits", 8, 1, 16, "unit=key: hash bits (2^bits key directions per head)"));
+    options.push_back(choice_option("layers", "local", {"local", "global"},
+                                    "local: each layer keeps B per head (Ada-KV inside the layer); global: one "
+                                    "pool of L x H x (B - w) entries over every head of every layer"));
     options.push_back(bool_option("normalize", true,
                                   "divide each head's scores by their sum (heads comparable)"));
     return {"kvec", "K-VEC: coverage-aware eviction (Ada-SnapKV + cross-head/cross-layer coverage)",
@@ -130,7 +180,8 @@ PolicyEntry kvec_entry() {
                 return std::make_unique<KvecPolicy>(read_frame_options(v), read_snap_options(v), k,
                                                     parse_coverage_unit(v.get_choice("unit")),
                                                     parse_unit_weight(v.get_choice("weight")),
-                                                    static_cast<int>(v.get_int("bits")));
+                                                    static_cast<int>(v.get_int("bits")),
+                                                    v.get_choice("layers") == "global");
             }};
 }
 

@@ -140,14 +140,17 @@ bool FramePolicy::compress(const LayerView& view, KeepLists& keep) {
     return true;
 }
 
+bool FramePolicy::acts_on(const LayerView& view) const {
+    if (view.phase == EvictionPhase::Decode) return frame_.decode_interval > 0;
+    return frame_.chunked || view.final_chunk;  // one-shot: after the whole prompt
+}
+
 bool FramePolicy::on_prefill(const LayerView& view, KeepLists& keep) {
-    if (!frame_.chunked && !view.final_chunk) return false;  // one-shot: after the whole prompt
-    return compress(view, keep);
+    return acts_on(view) && compress(view, keep);
 }
 
 bool FramePolicy::on_decode(const LayerView& view, KeepLists& keep) {
-    if (frame_.decode_interval <= 0) return false;
-    return compress(view, keep);
+    return acts_on(view) && compress(view, keep);
 }
 
 WindowScoredPolicy::WindowScoredPolicy(std::string name, const FrameOptions& frame,

@@ -79,6 +79,9 @@ public:
     int64_t budget_for_prompt(int64_t n_prompt) const;
     // Entries the policy always keeps (the window, the sinks): the smallest budget it accepts.
     int64_t min_budget() const { return min_budget_; }
+    // Whether the hook of this view may compress: a decode step with decode-time eviction on, a
+    // chunked prefill's every chunk, or a one-shot prompt's final chunk.
+    bool acts_on(const LayerView& view) const;
 
 protected:
     // Observations the policy needs (window scores, column sums, last row). Default: none.

@@ -119,7 +119,7 @@ TEST(PrefillShare, ReplayEqualsAttachedPolicy) {
     const std::vector<std::string> specs = {
         "full",           "snapkv:budget=48",     "h2o:budget=40",         "streaming:budget=40",
         "streaming:budget=40,rerotate=true",      "pyramidkv:budget=64",   "ada-snapkv:budget=48",
-        "kvec:budget=48", "kvec:budget=48,unit=token", "tova:budget=40",   "keydiff:budget=40",
+        "kvec:budget=48", "kvec:budget=48,unit=token", "kvec:budget=48,layers=global", "tova:budget=40",   "keydiff:budget=40",
         "random:budget=40,seed=3", "snapkv:budget=64,window=8", "knorm:budget=40",
         "lagkv:budget=40,lag=16",  "lagkv:budget=48,lag=8,cross=true,ada=true",
         "expected-attention:budget=40,queries=24", "expected-attention:budget=48,window=8,ada=true",

@@ -305,6 +305,66 @@ TEST(Session, DecodeTimeEvictionEveryKSteps) {
     EXPECT_EQ(s.kv_cache().positions(0, 0)[8], 26);
 }
 
+// An all-layer policy: every layer of a step is observed (with its window scores) before the
+// hook of any layer runs, the hooks come in layer order without window scores, and the cache
+// ends as a per-layer policy making the same decisions leaves it.
+class AllLayersEvictor : public SinkRecentEvictor {
+public:
+    AllLayersEvictor(ObservationRequest r) : SinkRecentEvictor(2, 6, 1, r) {}
+    void observe(const LayerView& view) override {
+        events.push_back("o" + std::to_string(view.layer));
+        observed_window.push_back(view.heads[0].window_scores != nullptr);
+    }
+    std::vector<std::string> events;
+    std::vector<bool> observed_window;
+};
+
+TEST(Session, AllLayerPoliciesSeeEveryLayerBeforeAnyCompression) {
+    const auto tokens = some_tokens(40);
+    ObservationRequest req;
+    req.window = 4;
+    req.window_scope = WindowScope::Prompt;
+    req.all_layers = true;
+    AllLayersEvictor ev(req);
+    ev.inspect = [&](const LayerView& v) {
+        ev.events.push_back("h" + std::to_string(v.layer));
+        EXPECT_EQ(v.heads[0].window_scores, nullptr);
+        EXPECT_EQ(v.heads[0].n_entries, 40);  // no layer is compacted before every hook ran
+    };
+    SessionOptions o = f32_options();
+    o.n_batch = 64;
+    Session s(tiny_model(), o);
+    s.set_evictor(&ev);
+    const float a = s.prefill(tokens)[3];
+    const int L = tiny_model().config().n_layer;
+    std::vector<std::string> want;
+    for (int l = 0; l < L; ++l) want.push_back("o" + std::to_string(l));
+    for (int l = 0; l < L; ++l) want.push_back("h" + std::to_string(l));
+    EXPECT_EQ(ev.events, want);
+    for (bool w : ev.observed_window) EXPECT_TRUE(w);
+    // The same decisions, layer by layer.
+    req.all_layers = false;
+    SinkRecentEvictor per_layer(2, 6, 1, req);
+    Session t(tiny_model(), o);
+    t.set_evictor(&per_layer);
+    EXPECT_EQ(t.prefill(tokens)[3], a);
+    for (int l = 0; l < L; ++l) {
+        for (int h = 0; h < tiny_model().config().n_head_kv; ++h) {
+            ASSERT_EQ(s.kv_cache().size(l, h), t.kv_cache().size(l, h));
+            EXPECT_TRUE(std::equal(s.kv_cache().positions(l, h), s.kv_cache().positions(l, h) + s.kv_cache().size(l, h),
+                                   t.kv_cache().positions(l, h)));
+        }
+    }
+    EXPECT_EQ(s.decode(9)[5], t.decode(9)[5]);
+    // Reconstruction and all-layer decisions do not combine.
+    ObservationRequest both;
+    both.reconstruct_chunk = 8;
+    both.all_layers = true;
+    SinkRecentEvictor bad(2, 6, 0, both);
+    Session u(tiny_model(), o);
+    EXPECT_THROW(u.set_evictor(&bad), Error);
+}
+
 class BadEvictor : public Evictor {
 public:
     ObservationRequest request() const override { return {}; }

@@ -176,6 +176,51 @@ TEST(Kvec, KeyHashUnitsGroupSimilarKeys) {
     EXPECT_THROW(key_hash_units(keys, 7, bits, 42, 0), Error);
 }
 
+TEST(Kvec, GlobalPoolSharesTheBudgetAcrossLayers) {
+    // Two layers of two heads, b = 2, alpha 0, gamma 0: one pool of L * H * b = 8 pairs over all
+    // (layer, head) pairs, so the layer whose scores are high takes most of the budget; the
+    // result equals Ada-KV on the flattened heads, and the total is exactly 8.
+    std::vector<KvecLayer> layers(2);
+    layers[0].scores = {{0.9f, 0.8f, 0.7f, 0.6f}, {0.5f, 0.4f, 0.3f, 0.2f}};
+    layers[1].scores = {{0.01f, 0.02f, 0.03f, 0.04f}, {0.05f, 0.06f, 0.07f, 0.08f}};
+    for (auto& l : layers) l.units = positions(l.scores);
+    const auto sel = kvec_select_global(layers, opts(2, 0.0, 0.0, 0.0, false));
+    ASSERT_EQ(sel.size(), 2u);
+    const Scores flat = {layers[0].scores[0], layers[0].scores[1], layers[1].scores[0], layers[1].scores[1]};
+    const AdaSelection ada = ada_select(flat, 2, 0.0, false);
+    EXPECT_EQ(sel[0].keep, (HeadSelection{ada.keep[0], ada.keep[1]}));
+    EXPECT_EQ(sel[1].keep, (HeadSelection{ada.keep[2], ada.keep[3]}));
+    EXPECT_EQ(sel[0].budgets, (std::vector<int64_t>{4, 4}));
+    EXPECT_EQ(sel[1].budgets, (std::vector<int64_t>{0, 0}));
+    // A safeguard keeps every head of every layer above floor(alpha b).
+    const auto safe = kvec_select_global(layers, opts(2, 0.5, 0.0, 0.0, false));
+    for (const auto& l : safe) {
+        for (int64_t bh : l.budgets) EXPECT_GE(bh, 1);
+        EXPECT_EQ(total_kept(l.keep), l.budgets[0] + l.budgets[1]);
+    }
+    EXPECT_EQ(total_kept(safe[0].keep) + total_kept(safe[1].keep), 8);
+}
+
+TEST(Kvec, GlobalPoolCoverageIsPerLayer) {
+    // The same position in two layers: covering it in layer 0 does not cover it in layer 1.
+    // One head per layer, b = 1, gamma 1 (lambda = mean rank-1 score .5), alpha 0: units {0, 1}
+    // in both layers with scores .5 / .4 (layer 0) and .5 / .1 (layer 1). Per-layer coverage:
+    // gains .5 + .5 = 1 in both layers for unit 0: both layers keep index 0, as Ada-KV does.
+    std::vector<KvecLayer> layers(2);
+    layers[0].scores = {{0.5f, 0.4f}};
+    layers[1].scores = {{0.5f, 0.1f}};
+    for (auto& l : layers) l.units = {{0, 1}};
+    const auto sel = kvec_select_global(layers, opts(1, 0.0, 1.0, 0.0, false));
+    EXPECT_EQ(sel[0].keep, (HeadSelection{{0}}));
+    EXPECT_EQ(sel[1].keep, (HeadSelection{{0}}));
+    EXPECT_FALSE(sel[0].fallback);
+    // Layers must have the same number of heads.
+    layers[1].scores.push_back({0.1f});
+    layers[1].units.push_back({0});
+    EXPECT_THROW(kvec_select_global(layers, opts(1, 0.0, 1.0, 0.0, false)), Error);
+    EXPECT_TRUE(kvec_select_global({}, opts(1, 0.0, 1.0, 0.0, false)).empty());
+}
+
 TEST(Kvec, SafeguardIsTopByScore) {
     // alpha 1: every head keeps exactly its top b by score, coverage cannot move anything.
     const Scores s = {{0.5f, 0.3f, 0.2f}, {0.45f, 0.35f, 0.2f}};

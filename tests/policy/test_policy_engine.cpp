@@ -89,6 +89,29 @@ TEST(PolicyEngine, EveryPolicyMeetsTheBudgetExactly) {
     }
 }
 
+// K-VEC with one pool for every layer: layers keep different counts, the total is exactly
+// L x H x B; chunked and decode-time modes hold it too.
+TEST(PolicyEngine, KvecGlobalPoolMeetsTheTotalBudget) {
+    const auto prompt = prompt_tokens();
+    for (const char* spec : {"kvec:budget=48,window=8,layers=global", "kvec:budget=48,window=8,layers=global,gamma=0",
+                             "kvec:budget=48,window=8,layers=global,unit=token,weight=idf"}) {
+        auto policy = make_policy(spec);
+        Session s(tiny_model(), session_options());
+        s.set_evictor(policy.get());
+        s.prefill(prompt);
+        EXPECT_EQ(s.kv_cache().total_entries(), int64_t{kLayers} * kHeadsKv * 48) << spec;
+    }
+    auto chunked = make_policy("kvec:budget=48,window=8,layers=global,chunked=true,decode=2");
+    SessionOptions o = session_options();
+    o.n_batch = 32;
+    Session s(tiny_model(), o);
+    s.set_evictor(chunked.get());
+    s.prefill(prompt);
+    EXPECT_EQ(s.kv_cache().total_entries(), int64_t{kLayers} * kHeadsKv * 48);
+    for (int i = 0; i < 4; ++i) s.decode(5);
+    EXPECT_EQ(s.kv_cache().total_entries(), int64_t{kLayers} * kHeadsKv * 48);  // re-selected at step 4
+}
+
 TEST(PolicyEngine, DecodeTimeEvictionHoldsTheBudget) {
     const auto prompt = prompt_tokens();
     for (const char* spec : {"h2o:budget=48,window=8,decode=1", "tova:budget=48,decode=1",
