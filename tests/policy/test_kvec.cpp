@@ -190,6 +190,10 @@ TEST(Kvec, GlobalPoolSharesTheBudgetAcrossLayers) {
     const AdaSelection ada = ada_select(flat, 2, 0.0, false);
     EXPECT_EQ(sel[0].keep, (HeadSelection{ada.keep[0], ada.keep[1]}));
     EXPECT_EQ(sel[1].keep, (HeadSelection{ada.keep[2], ada.keep[3]}));
+    const auto per_layer = ada_select_layers({layers[0].scores, layers[1].scores}, 2, 0.0, false);
+    EXPECT_EQ(per_layer[0].keep, sel[0].keep);
+    EXPECT_EQ(per_layer[1].keep, sel[1].keep);
+    EXPECT_EQ(per_layer[1].budgets, sel[1].budgets);
     EXPECT_EQ(sel[0].budgets, (std::vector<int64_t>{4, 4}));
     EXPECT_EQ(sel[1].budgets, (std::vector<int64_t>{0, 0}));
     // A safeguard keeps every head of every layer above floor(alpha b).
