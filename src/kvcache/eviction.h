@@ -67,8 +67,8 @@ struct ObservationRequest {
     // layer. A layer's output never depends on the compaction of another, so this changes nothing
     // but when layers are compacted: one-shot compression already holds every layer in full until
     // the prompt's last chunk. The hook calls' views carry no window scores and no last row
-    // (they went to observe); positions, keys, values and column sums as usual. Cannot be combined
-    // with context reconstruction.
+    // (they went to observe); positions, keys, values, column sums and reconstruction scores as
+    // usual. With context reconstruction, every layer is observed after the reconstruction pass.
     bool all_layers = false;
 };
 

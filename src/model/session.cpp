@@ -126,9 +126,6 @@ void Session::set_evictor(Evictor* evictor) {
              "reconstruction chunk ({}) or sink count ({})", request_.window, request_.decode_interval,
              request_.queries, request_.reconstruct_chunk, request_.reconstruct_sinks);
     }
-    if (request_.reconstruct_chunk > 0 && request_.all_layers) {
-        fail("eviction policy requests context reconstruction together with all-layer decisions");
-    }
     if (request_.reconstruct_chunk > 0 && (request_.window > 0 || request_.column_sums || request_.last_row ||
                                            request_.decode_interval > 0)) {
         fail("eviction policy requests context reconstruction together with window scores, column sums, the "
@@ -306,12 +303,7 @@ void Session::forward(const int32_t* tokens, const int32_t* positions, int32_t T
         matmul(gate_.data(), T, L.w_down, proj_.data());  // [T, E]
         ops::add(x_.data(), proj_.data(), T * E);
     }
-    // All-layer policies: the hook of every observed layer, now that the step's last layer ran.
-    if (!observed_layers_.empty()) {
-        const std::vector<int> layers = std::move(observed_layers_);
-        observed_layers_.clear();
-        for (int l : layers) run_evictor(l, T, positions, step, final_chunk, 0, false, false, false, true);
-    }
+    run_observed_hooks(T, positions, step, final_chunk);
     finish_repositioning();
     if (all_logits) {
         ops::rms_norm(x_.data(), W.output_norm.data(), xn_.data(), T, E, c.rms_eps);
@@ -621,6 +613,15 @@ void Session::run_evictor(int layer, int32_t T, const int32_t* positions, Step s
     eviction_stats_.compact_seconds += compact_timer.seconds();
 }
 
+// All-layer policies (ObservationRequest::all_layers): the hook of every layer observed in this
+// step, in layer order, now that the step's last layer ran.
+void Session::run_observed_hooks(int32_t T, const int32_t* positions, Step step, bool final_chunk) {
+    if (observed_layers_.empty()) return;
+    const std::vector<int> layers = std::move(observed_layers_);
+    observed_layers_.clear();
+    for (int l : layers) run_evictor(l, T, positions, step, final_chunk, 0, false, false, false, true);
+}
+
 // The keys of (layer, h) as float for a policy's view: the cache itself (F32) or a converted copy
 // (F16; only when the policy runs, never on the attention path).
 const float* Session::float_keys(int layer, int h) {
@@ -690,6 +691,7 @@ void Session::reconstruct_and_evict(std::span<const int32_t> context, std::span<
     reposition_map_.clear();
     const auto T = static_cast<int32_t>(last_positions.size());
     for (int l = 0; l < L; ++l) run_evictor(l, T, last_positions.data(), Step::PrefillChunk, true, 0, false, false, false);
+    run_observed_hooks(T, last_positions.data(), Step::PrefillChunk, true);
     recon_ready_ = false;
     recon_.clear();
     finish_repositioning();

@@ -167,6 +167,7 @@ private:
     // scores or last row in the view).
     void run_evictor(int layer, int32_t T, const int32_t* positions, Step step, bool final_chunk,
                      int32_t n_window, bool want_window, bool want_last, bool ring_window, bool deferred = false);
+    void run_observed_hooks(int32_t T, const int32_t* positions, Step step, bool final_chunk);
     std::vector<std::vector<float>> apply_repositioning(int layer, const LayerView& view,
                                                         const KeepLists& keep,
                                                         const Repositioning& r);

@@ -49,10 +49,7 @@ public:
     }
 
 protected:
-    void add_observations(ObservationRequest& request) const override {
-        WindowScoredPolicy::add_observations(request);
-        request.all_layers = global_;
-    }
+    bool decides_all_layers() const override { return global_; }
 
     // layers = global: every layer with an entry is compressed, to its share of the one pool (a
     // layer may keep more than B per head, another fewer; a prompt of at most B tokens keeps all).

@@ -50,6 +50,11 @@ public:
         return scores;
     }
 
+    // layers = global: only the prompt's layers (with reconstruction scores) share the pool.
+    void observe(const LayerView& view) override {
+        if (scored(view)) ScoredPolicy::observe(view);
+    }
+
 protected:
     void add_observations(ObservationRequest& r) const override {
         r.reconstruct_chunk = static_cast<int>(chunk_);
@@ -59,11 +64,12 @@ protected:
     // Only the prompt is scored: a later prefill (text appended to a compressed context) arrives
     // without reconstruction scores and is left as it is.
     int64_t layer_budget(const LayerView& view, int64_t budget) const override {
-        const bool scored = !view.heads.empty() && view.heads[0].reconstruction != nullptr;
-        return scored ? budget : std::numeric_limits<int64_t>::max();
+        return scored(view) ? ScoredPolicy::layer_budget(view, budget) : std::numeric_limits<int64_t>::max();
     }
 
 private:
+    static bool scored(const LayerView& view) { return !view.heads.empty() && view.heads[0].reconstruction != nullptr; }
+
     int64_t sinks_;
     int64_t chunk_;
 };
@@ -79,7 +85,7 @@ PolicyEntry kvzip_entry() {
     options.push_back(int_option("chunk", 2048, 1, 1 << 24,
                                  "prompt tokens reconstructed per pass (bounds the pass's extra "
                                  "memory to repeat prompt + chunk entries per head)"));
-    for (auto& o : alloc_option_specs(true, 0.0)) options.push_back(std::move(o));
+    for (auto& o : alloc_option_specs(true, 0.0, true)) options.push_back(std::move(o));
     return {"kvzip", "KVzip: max attention received while the model repeats the context (2nd pass)",
             options, [](const OptionValues& v) {
                 return std::make_unique<KvzipPolicy>(read_frame_options(v), v.get_int("sinks"),

@@ -45,18 +45,23 @@ FrameOptions read_frame_options(const OptionValues& values, int64_t fixed_window
     return f;
 }
 
-std::vector<OptionSpec> alloc_option_specs(bool default_ada, double default_alpha) {
+std::vector<OptionSpec> alloc_option_specs(bool default_ada, double default_alpha, bool default_global) {
     return {
         bool_option("ada", default_ada,
                     "Ada-KV per-head budgets: the layer's top H_kv x (B - w) entries decide each "
                     "head's share"),
         float_option("alpha", default_alpha, 0.0, 1.0,
                      "with ada: every head keeps at least floor(alpha * (B - w))"),
+        choice_option("layers", default_global ? "global" : "local", {"local", "global"},
+                      "local: B per head in every layer; global: one Ada-KV pool of L x H_kv x (B - w) "
+                      "entries over every head of every layer (implies ada)"),
     };
 }
 
 AllocOptions read_alloc_options(const OptionValues& values) {
-    return {values.get_bool("ada"), values.get_float("alpha")};
+    AllocOptions a{values.get_bool("ada"), values.get_float("alpha"), values.get_choice("layers") == "global"};
+    a.ada = a.ada || a.global;
+    return a;
 }
 
 OptionSpec sinks_option_spec(int64_t default_sinks) {
@@ -116,6 +121,7 @@ ObservationRequest FramePolicy::request() const {
     // chunk's own last w queries.
     r.window_scope = frame_.chunked ? WindowScope::Chunk : WindowScope::Prompt;
     add_observations(r);
+    r.all_layers = decides_all_layers();
     return r;
 }
 
@@ -150,7 +156,7 @@ bool FramePolicy::on_prefill(const LayerView& view, KeepLists& keep) {
 }
 
 bool FramePolicy::on_decode(const LayerView& view, KeepLists& keep) {
-    return acts_on(view) && compress(view, keep);
+    return frame_.decode_interval > 0 && compress(view, keep);
 }
 
 WindowScoredPolicy::WindowScoredPolicy(std::string name, const FrameOptions& frame,
@@ -170,8 +176,33 @@ std::vector<std::vector<float>> WindowScoredPolicy::layer_scores(const LayerView
     return snap_scores(view, frame().window, snap_, name());
 }
 
+void ScoredPolicy::begin_sequence(int32_t) {
+    observed_.clear();
+    selection_.clear();
+}
+
+void ScoredPolicy::observe(const LayerView& view) {
+    if (!alloc_.global || !acts_on(view)) return;
+    if (view.layer == 0 || static_cast<int>(observed_.size()) != view.n_layer) {
+        observed_.assign(static_cast<size_t>(view.n_layer), {});
+        selection_.clear();
+    }
+    observed_.at(static_cast<size_t>(view.layer)) = scores(view);
+}
+
 void ScoredPolicy::select(const LayerView& view, int64_t budget, KeepLists& keep) {
-    keep_by_scores(view, scores(view), budget, frame().window, alloc_, keep);
+    if (!alloc_.global) {
+        keep_by_scores(view, scores(view), budget, frame().window, alloc_, keep);
+        return;
+    }
+    const int64_t w = frame().window;
+    if (selection_.empty()) {
+        if (static_cast<int>(observed_.size()) != view.n_layer) {
+            fail("policy {}: the engine did not show every layer before the first compression", name());
+        }
+        selection_ = ada_select_layers(observed_, budget - w, alloc_.alpha, false);
+    }
+    keep_with_window(view, selection_.at(static_cast<size_t>(view.layer)).keep, w, keep);
 }
 
 void require(bool present, const std::string& policy, const char* what, const LayerView& view) {

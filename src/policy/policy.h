@@ -51,8 +51,9 @@ std::string window_text(int64_t window);
 struct AllocOptions {
     bool ada = false;
     double alpha = 0.2;
+    bool global = false;  // layers = global: one Ada-KV pool over every head of every layer
 };
-std::vector<OptionSpec> alloc_option_specs(bool default_ada, double default_alpha);
+std::vector<OptionSpec> alloc_option_specs(bool default_ada, double default_alpha, bool default_global = false);
 AllocOptions read_alloc_options(const OptionValues& values);
 
 // Sink entries (the first `sinks` of a head, always ranked first) option, and "the <s> sinks and
@@ -86,6 +87,9 @@ public:
 protected:
     // Observations the policy needs (window scores, column sums, last row). Default: none.
     virtual void add_observations(ObservationRequest& request) const {}
+    // True when the policy shares its budget across layers and must see every layer first
+    // (ObservationRequest::all_layers; Evictor::observe before the hooks).
+    virtual bool decides_all_layers() const { return false; }
     // Fills keep[h] for every head. Called only when some head holds more than
     // layer_budget(view, budget) entries.
     virtual void select(const LayerView& view, int64_t budget, KeepLists& keep) = 0;
@@ -112,11 +116,22 @@ public:
     // Scores of every head's prefix candidates (the first n_h - w entries), higher = keep: [H][m_h].
     virtual std::vector<std::vector<float>> scores(const LayerView& view) const = 0;
 
+    // layers = global: the scores of every layer of the round, then one allocation for them all.
+    void observe(const LayerView& view) override;
+    void begin_sequence(int32_t n_prompt) override;
+
 protected:
     void select(const LayerView& view, int64_t budget, KeepLists& keep) override;
+    bool decides_all_layers() const override { return alloc_.global; }
+    // layers = global: every layer is compressed to its share of the one pool.
+    int64_t layer_budget(const LayerView& view, int64_t budget) const override {
+        return alloc_.global ? 0 : budget;
+    }
 
 private:
     AllocOptions alloc_;
+    std::vector<std::vector<std::vector<float>>> observed_;  // [n_layer][H][m_h] (layers = global)
+    std::vector<AdaSelection> selection_;                    // [n_layer], once computed
 };
 
 // A policy scored by the window queries (SnapKV family): requests window scores for w queries

@@ -356,13 +356,22 @@ TEST(Session, AllLayerPoliciesSeeEveryLayerBeforeAnyCompression) {
         }
     }
     EXPECT_EQ(s.decode(9)[5], t.decode(9)[5]);
-    // Reconstruction and all-layer decisions do not combine.
+    // With context reconstruction: every layer is observed after the reconstruction pass (its
+    // scores in the view), then every hook runs.
     ObservationRequest both;
-    both.reconstruct_chunk = 8;
+    both.reconstruct_chunk = 16;
     both.all_layers = true;
-    SinkRecentEvictor bad(2, 6, 0, both);
+    AllLayersEvictor recon(both);
+    bool scored = true;
+    recon.inspect = [&](const LayerView& v) {
+        recon.events.push_back("h" + std::to_string(v.layer));
+        scored = scored && v.heads[0].reconstruction != nullptr;
+    };
     Session u(tiny_model(), o);
-    EXPECT_THROW(u.set_evictor(&bad), Error);
+    u.set_evictor(&recon);
+    u.prefill(tokens);
+    EXPECT_EQ(recon.events, want);
+    EXPECT_TRUE(scored);
 }
 
 class BadEvictor : public Evictor {

@@ -224,6 +224,7 @@ public:
           mask_(static_cast<size_t>(n_layer) * n_head_kv * n_total, n_total) {}
     ObservationRequest request() const override { return inner_.request(); }
     void begin_sequence(int32_t n_prompt) override { inner_.begin_sequence(n_prompt); }
+    void observe(const LayerView& v) override { inner_.observe(v); }
     bool on_prefill(const LayerView& v, KeepLists& keep) override { return record(v, keep, inner_.on_prefill(v, keep)); }
     bool on_decode(const LayerView& v, KeepLists& keep) override { return record(v, keep, inner_.on_decode(v, keep)); }
     const std::vector<int32_t>& mask() const { return mask_; }

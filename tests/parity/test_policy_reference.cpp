@@ -40,7 +40,9 @@ struct PolicyCase {
     std::string spec;      // the engine's policy
     std::string ref_args;  // the reference's policy-scores arguments
     int64_t window = 0;    // w of the spec
-    bool pool = false;     // kept set = the layer's top H_kv x (B - w) (ada with alpha 0)
+    // Kept sets: each head's top B - w, the layer's top H_kv x (B - w) (ada with alpha 0), or the
+    // model's top L x H_kv x (B - w) (layers=global, alpha 0).
+    enum class Pool { Head, Layer, Model } pool = Pool::Head;
 };
 
 std::vector<PolicyCase> policy_cases() {
@@ -52,8 +54,9 @@ std::vector<PolicyCase> policy_cases() {
         {"expected-attention:" + b + ",queries=24,future=64", "--policy expected-attention --queries 24 --future 64", 0},
         {"expected-attention:" + b + ",window=8,sinks=1,covariance=false,vnorm=false",
          "--policy expected-attention --sinks 1 --no-covariance --no-vnorm", 8},
-        {"kvzip:" + b + ",chunk=32", "--policy kvzip --chunk 32", 0, true},
-        {"kvzip:" + b + ",ada=false,window=4", "--policy kvzip --chunk 2048", 4},
+        {"kvzip:" + b + ",chunk=32", "--policy kvzip --chunk 32", 0, PolicyCase::Pool::Model},
+        {"kvzip:" + b + ",chunk=32,layers=local", "--policy kvzip --chunk 32", 0, PolicyCase::Pool::Layer},
+        {"kvzip:" + b + ",ada=false,layers=local,window=4", "--policy kvzip --chunk 2048", 4},
     };
 }
 
@@ -79,6 +82,7 @@ public:
     explicit Capture(policy::ScoredPolicy& inner) : inner_(inner) {}
     ObservationRequest request() const override { return inner_.request(); }
     void begin_sequence(int32_t n) override { inner_.begin_sequence(n); }
+    void observe(const LayerView& v) override { inner_.observe(v); }
     bool on_prefill(const LayerView& v, KeepLists& keep) override {
         if (!inner_.on_prefill(v, keep)) return false;
         if (scores.size() < static_cast<size_t>(v.n_layer)) {
@@ -193,14 +197,25 @@ void check_model(const std::string& model_path, const std::string& tag) {
         std::printf("  [%s %s] max |C++ - reference| score = %.3g (scale %.3g)\n", tag.c_str(), c.spec.c_str(), worst, scale);
         // Kept sets from the reference's scores.
         const int64_t b = kBudget - c.window;
+        auto boundary_of = [&](std::vector<double> v, int64_t k) {
+            std::sort(v.begin(), v.end(), std::greater<>());
+            return v[static_cast<size_t>(k - 1)];
+        };
+        double model_boundary = 0.0;
+        if (c.pool == PolicyCase::Pool::Model) {
+            std::vector<double> all;  // [L * H * m] every candidate of the model
+            for (int l = 0; l < L; ++l) {
+                for (int h = 0; h < H; ++h) {
+                    for (int j = 0; j < m; ++j) all.push_back(r(l, h, j));
+                }
+            }
+            model_boundary = boundary_of(all, int64_t{L} * H * b);
+        }
+        int64_t model_total = 0;
         for (int l = 0; l < L; ++l) {
-            std::vector<double> pool;  // the scores competing for the layer's (or head's) places
-            auto boundary_of = [&](std::vector<double> v, int64_t k) {
-                std::sort(v.begin(), v.end(), std::greater<>());
-                return v[static_cast<size_t>(k - 1)];
-            };
-            double layer_boundary = 0.0;
-            if (c.pool) {
+            double layer_boundary = model_boundary;
+            if (c.pool == PolicyCase::Pool::Layer) {
+                std::vector<double> pool;  // the layer's candidates
                 for (int h = 0; h < H; ++h) {
                     for (int j = 0; j < m; ++j) pool.push_back(r(l, h, j));
                 }
@@ -211,11 +226,11 @@ void check_model(const std::string& model_path, const std::string& tag) {
                 SCOPED_TRACE(fmt::format("layer {} head {}", l, h));
                 std::vector<double> head;
                 for (int j = 0; j < m; ++j) head.push_back(r(l, h, j));
-                const double boundary = c.pool ? layer_boundary : boundary_of(head, b);
+                const double boundary = c.pool == PolicyCase::Pool::Head ? boundary_of(head, b) : layer_boundary;
                 const auto& kept_v = cap.kept[static_cast<size_t>(l)][static_cast<size_t>(h)];
                 const std::set<int32_t> kept(kept_v.begin(), kept_v.end());
                 kept_total += static_cast<int64_t>(kept.size());
-                if (!c.pool) {
+                if (c.pool == PolicyCase::Pool::Head) {
                     EXPECT_EQ(kept.size(), static_cast<size_t>(kBudget));
                 }
                 for (int j = m; j < kPrompt; ++j) EXPECT_TRUE(kept.count(j)) << "window entry " << j;
@@ -228,8 +243,10 @@ void check_model(const std::string& model_path, const std::string& tag) {
                     }
                 }
             }
-            EXPECT_EQ(kept_total, int64_t{H} * kBudget) << "layer " << l;
+            if (c.pool != PolicyCase::Pool::Model) EXPECT_EQ(kept_total, int64_t{H} * kBudget) << "layer " << l;
+            model_total += kept_total;
         }
+        EXPECT_EQ(model_total, int64_t{L} * H * kBudget);
     }
 }
 

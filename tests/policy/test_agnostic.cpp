@@ -24,6 +24,7 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 Keep prefill(Evictor& e, FakeLayer& f) {
     Keep keep(f.heads.size());
     const LayerView v = f.view();
+    if (e.request().all_layers) e.observe(v);  // a one-layer model: the engine's order
     if (!e.on_prefill(v, keep)) return {};
     check_keep_lists(v, keep);
     return keep;
@@ -250,9 +251,11 @@ TEST(AgnosticPolicies, KvzipMaxOverGroupAndLayerPool) {
     // head 1 {0, 4, 5}.
     auto p = make_policy("kvzip:budget=3,sinks=1");
     EXPECT_EQ(prefill(*p, f), (Keep{{0, 1, 2}, {0, 4, 5}}));
-    auto uniform = make_policy("kvzip:budget=3,sinks=1,ada=false");
+    auto local = make_policy("kvzip:budget=3,sinks=1,layers=local");
+    EXPECT_EQ(prefill(*local, f), (Keep{{0, 1, 2}, {0, 4, 5}}));  // one layer: the same pool
+    auto uniform = make_policy("kvzip:budget=3,sinks=1,ada=false,layers=local");
     EXPECT_EQ(prefill(*uniform, f), (Keep{{0, 1, 2}, {0, 4, 5}}));
-    auto four = make_policy("kvzip:budget=4,sinks=1,ada=false");
+    auto four = make_policy("kvzip:budget=4,sinks=1,ada=false,layers=local");
     EXPECT_EQ(prefill(*four, f), (Keep{{0, 1, 2, 5}, {0, 3, 4, 5}}));
     // Without reconstruction scores (a prefill appended to a compressed context) nothing happens.
     f.heads[0].reconstruction.clear();
@@ -271,7 +274,8 @@ TEST(AgnosticPolicies, OptionsAndErrors) {
     EXPECT_FALSE(make_policy("expected-attention:vnorm=false")->request().values);
     EXPECT_EQ(make_policy("kvzip:chunk=512,sinks=2")->request().reconstruct_chunk, 512);
     EXPECT_EQ(policy_options("kvzip").canonical(),
-              "kvzip:budget=128,window=0,ratio=0,chunked=false,decode=0,sinks=4,chunk=2048,ada=true,alpha=0");
+              "kvzip:budget=128,window=0,ratio=0,chunked=false,decode=0,sinks=4,chunk=2048,ada=true,alpha=0,"
+              "layers=global");
     expect_error([] { make_policy("kvzip:chunked=true"); }, "chunked=true is not supported");
     expect_error([] { make_policy("kvzip:decode=2"); }, "decode-time eviction");
     expect_error([] { make_policy("lagkv:lag=0"); }, "lag");
