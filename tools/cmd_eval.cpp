@@ -44,6 +44,7 @@ struct EvalOptions {
     std::string data;
     std::string policies = "full,streamingllm,h2o,snapkv,pyramidkv,adakv,kvec";
     std::string budgets = "64,128,256,512";
+    std::string compression;  // "0.25,0.5": compression ratios instead of budgets
     int samples = 0;
     std::string tasks;
     std::string out;
@@ -238,7 +239,27 @@ int run_eval(const EvalOptions& o) {
         fail("--protocol: fidelity is query-agnostic by nature (the prefix is compressed, the continuation is not)");
     }
     const std::vector<eval::PolicyChoice> policies = eval::parse_policy_list(o.policies);
-    const std::vector<int64_t> budgets = parse_budgets(o.budgets);
+    std::vector<int64_t> budgets;  // B > 0, or compression codes (eval::compression_code)
+    if (o.compression.empty()) {
+        budgets = parse_budgets(o.budgets);
+    } else {
+        for (const std::string& piece : split_commas(o.compression)) {
+            size_t used = 0;
+            double c = 0;
+            try {
+                c = std::stod(piece, &used);
+            } catch (const std::exception&) {
+                used = 0;
+            }
+            if (used != piece.size()) fail("--compression: '{}' is not a number", piece);
+            const int64_t code = eval::compression_code(c);
+            if (std::find(budgets.begin(), budgets.end(), code) != budgets.end()) {
+                fail("--compression: {} is listed twice", piece);
+            }
+            budgets.push_back(code);
+        }
+        if (budgets.empty()) fail("--compression is empty");
+    }
     const std::vector<eval::Combo> combos = eval::make_combos(policies, budgets);
     std::vector<std::string> data_files = split_commas(o.data);
     for (const auto& f : data_files) check_readable_file(f, "data file");
@@ -500,6 +521,10 @@ void add_eval_command(CLI::App& app, Action& action) {
         ->capture_default_str();
     cmd->add_option("--budgets", o->budgets, "KV budgets B (entries per KV head per layer), comma-separated")
         ->capture_default_str();
+    cmd->add_option("--compression", o->compression,
+                    "compression ratios instead of budgets, comma-separated (kvpress's view: 0.75 evicts 75 % of the "
+                    "compressed prompt's entries; B = 0.25 x its tokens per head)")
+        ->excludes(cmd->get_option("--budgets"));
     cmd->add_option("--samples", o->samples, "first N samples per task (suite) or per file (default: all)");
     cmd->add_option("--tasks", o->tasks, "suite: only these tasks, comma-separated (default: every task)");
     cmd->add_option("--out", o->out, "output directory (default: kvec-eval-<suite|longbench|fidelity>)");

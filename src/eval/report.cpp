@@ -31,7 +31,9 @@ const Cell* column_cell(const SweepSummary& s, size_t p, int64_t budget) {
     return find_cell(s, s.policies[p], s.budgeted[p] ? budget : 0);
 }
 
-std::string budget_text(int64_t b) { return b == 0 ? "-" : std::to_string(b); }
+std::string budget_text(int64_t b) {
+    return b == 0 ? "-" : is_compression(b) ? budget_label(b) : std::to_string(b);
+}
 
 // A CSV field, quoted (with doubled quotes) when it holds a comma, a quote or a newline.
 std::string csv_quote(const std::string& v) {
@@ -216,7 +218,7 @@ std::string summary_markdown(const SweepSummary& s, const std::string& header) {
     std::string out = header;
     auto pivot = [&](const std::string& title, const std::string& note, auto value) {
         out += fmt::format("\n## {}\n\n{}\n\n| policy |", title, note);
-        for (int64_t b : s.budgets) out += fmt::format(" B={} |", b);
+        for (int64_t b : s.budgets) out += fmt::format(" {} |", budget_label(b));
         out += "\n|---|";
         for (size_t i = 0; i < s.budgets.size(); ++i) out += "---:|";
         out += "\n";
@@ -270,7 +272,7 @@ std::string summary_markdown(const SweepSummary& s, const std::string& header) {
                            "bootstrap interval over the same items; ▲ significantly better, ▼ significantly worse "
                            "(the interval excludes 0), P = share of resamples above 0.\n\n| other policy |",
                            s.policies[ref], s.policies[ref]);
-        for (int64_t b : s.budgets) out += fmt::format(" B={} |", b);
+        for (int64_t b : s.budgets) out += fmt::format(" {} |", budget_label(b));
         out += "\n|---|";
         for (size_t i = 0; i < s.budgets.size(); ++i) out += "---:|";
         out += "\n";

@@ -123,10 +123,23 @@ std::vector<PolicyChoice> parse_policy_list(const std::string& list) {
     return out;
 }
 
+int64_t compression_code(double c) {
+    const double code = std::round(c * 1000.0);
+    if (!(c > 0.0 && c < 1.0) || std::fabs(code - c * 1000.0) > 1e-6) {
+        fail("a compression ratio is a share of the prompt's entries evicted, in (0, 1) in steps of 0.001; got {}", c);
+    }
+    return -static_cast<int64_t>(code);
+}
+
+std::string budget_label(int64_t budget) {
+    return is_compression(budget) ? fmt::format("c={}", compression_of(budget)) : fmt::format("B={}", budget);
+}
+
 std::vector<Combo> make_combos(const std::vector<PolicyChoice>& policies, const std::vector<int64_t>& budgets) {
     if (budgets.empty()) fail("--budgets is empty");
     for (int64_t b : budgets) {
-        if (b <= 0) fail("budgets must be positive, got {}", b);
+        if (b == 0) fail("budgets must be positive, got {}", b);
+        if (is_compression(b)) (void)compression_code(compression_of(b));  // validates the code
     }
     std::vector<Combo> out;
     for (size_t p = 0; p < policies.size(); ++p) {
@@ -139,11 +152,12 @@ std::vector<Combo> make_combos(const std::vector<PolicyChoice>& policies, const 
             Combo c;
             c.policy = p;
             c.budget = b;
-            c.spec = pc.spec + (pc.spec.find(':') == std::string::npos ? ":" : ",") + fmt::format("budget={}", b);
+            c.spec = pc.spec + (pc.spec.find(':') == std::string::npos ? ":" : ",") +
+                     (is_compression(b) ? fmt::format("ratio={}", 1.0 - compression_of(b)) : fmt::format("budget={}", b));
             try {
                 (void)policy::make_policy(c.spec);
             } catch (const Error& e) {
-                fail("policy '{}' at budget {}: {}", pc.label, b, e.what());
+                fail("policy '{}' at {}: {}", pc.label, budget_label(b), e.what());
             }
             out.push_back(std::move(c));
         }
@@ -157,6 +171,7 @@ nlohmann::ordered_json to_json(const EvalRecord& r) {
     j["task"] = r.task;
     j["policy"] = r.policy;
     j["budget"] = r.budget;
+    if (is_compression(r.budget)) j["compression"] = compression_of(r.budget);
     j["prediction"] = r.prediction;
     j["references"] = r.references;
     j["score"] = r.score;

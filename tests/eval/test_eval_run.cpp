@@ -101,6 +101,17 @@ TEST(PolicyList, AliasesOptionsAndErrors) {
     EXPECT_THROW(parse_policy_list("snapkv,snapkv"), Error);
     EXPECT_THROW(make_combos(parse_policy_list("snapkv"), {16}), Error);  // below the window 32
     EXPECT_THROW(make_combos(parse_policy_list("snapkv"), {}), Error);
+    // Compression ratios (kvpress's view) as budget columns: the policy's ratio option.
+    EXPECT_EQ(compression_code(0.875), -875);
+    EXPECT_EQ(budget_label(-875), "c=0.875");
+    EXPECT_EQ(budget_label(128), "B=128");
+    const auto ratio = make_combos(parse_policy_list("full,snapkv"), {compression_code(0.75)});
+    ASSERT_EQ(ratio.size(), 2u);
+    EXPECT_EQ(ratio[1].spec, "snapkv:ratio=0.25");
+    EXPECT_EQ(ratio[1].budget, -750);
+    EXPECT_THROW(compression_code(1.0), Error);
+    EXPECT_THROW(compression_code(0.0), Error);
+    EXPECT_THROW(compression_code(0.1234), Error);
 }
 
 // For each one-shot policy: the cache derived from one recorded prefill equals the cache of a
