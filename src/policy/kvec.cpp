@@ -146,15 +146,13 @@ private:
 PolicyEntry kvec_entry() {
     std::vector<OptionSpec> options = frame_option_specs(32);
     for (auto& o : snap_option_specs()) options.push_back(std::move(o));
-    options.push_back(float_option("gamma", 1.0, 0.0, 1e6,
-                                   "cross-head coverage weight, in units of the rank-b score "
-                                   "(provisional default)"));
-    options.push_back(float_option("mu", 1.0, 0.0, 1e6,
-                                   "cross-layer novelty: units no earlier layer kept count 1 + mu "
-                                   "(provisional default)"));
+    options.push_back(float_option("gamma", 0.0, 0.0, 1e6,
+                                   "cross-head coverage weight, in units of the rank-b score (0: off; no "
+                                   "setting changed accuracy on the development split, docs/results.md)"));
+    options.push_back(float_option("mu", 0.0, 0.0, 1e6,
+                                   "layers=local only: units no earlier layer kept count 1 + mu (0: off)"));
     options.push_back(float_option("alpha", 0.2, 0.0, 1.0,
-                                   "safeguard: every head keeps its top floor(alpha * b) "
-                                   "(provisional default)"));
+                                   "safeguard: every head keeps its top floor(alpha * b)"));
     options.push_back(choice_option("unit", "position", {"position", "token", "key"},
                                     "coverage unit: prompt positions, token identities, or key directions "
                                     "(a hash of the key)"));
@@ -162,11 +160,12 @@ PolicyEntry kvec_entry() {
                                     "weight of a unit in the coverage term: 1, or its rarity among the "
                                     "layer's candidates (log M / count, mean 1)"));
     options.push_back(int_option("bits", 8, 1, 16, "unit=key: hash bits (2^bits key directions per head)"));
-    options.push_back(choice_option("layers", "local", {"local", "global"},
+    options.push_back(choice_option("layers", "global", {"local", "global"},
                                     "local: each layer keeps B per head (Ada-KV inside the layer); global: one "
                                     "pool of L x H x (B - w) entries over every head of every layer"));
-    options.push_back(bool_option("normalize", true,
-                                  "divide each head's scores by their sum (heads comparable)"));
+    options.push_back(bool_option("normalize", false,
+                                  "divide each head's scores by their sum (every head then weighs the same, "
+                                  "which removes the signal the budget allocation reads)"));
     return {"kvec", "K-VEC: coverage-aware eviction (Ada-SnapKV + cross-head/cross-layer coverage)",
             options, [](const OptionValues& v) {
                 KvecOptions k;

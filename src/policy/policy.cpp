@@ -75,7 +75,8 @@ std::string sinks_text(int64_t sinks, int64_t window) {
 
 std::vector<OptionSpec> snap_option_specs() {
     return {
-        int_option("kernel", 7, 1, 1001, "pooling kernel along tokens (odd; 1 = no pooling)"),
+        int_option("kernel", 15, 1, 1001,
+                   "pooling kernel along tokens (odd; 1 = no pooling; the published SnapKV scripts use 7)"),
         int_option("follow", 0, 0, 1000,
                    "the pooling also carries each score to this many following positions (the "
                    "tokens after what a query attends to)"),

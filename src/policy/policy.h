@@ -32,7 +32,7 @@ FrameOptions read_frame_options(const OptionValues& values, int64_t fixed_window
 
 // SnapKV scoring options: kernel, follow, pooling, gqa.
 struct SnapOptions {
-    int64_t kernel = 7;
+    int64_t kernel = 15;
     int64_t follow = 0;  // the pooling window also reaches this many positions after a score
     Pooling pooling = Pooling::max;
     GqaReduce gqa = GqaReduce::mean;
