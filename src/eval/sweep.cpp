@@ -268,12 +268,21 @@ void for_each_policy_cache(Session& session, std::span<const int32_t> prompt,
             separate.push_back(c);
         }
     }
+    // Window-less combinations join another group's prefill: the first one, except that those
+    // observing attention (column sums, the last row) cannot join a context reconstruction
+    // (negative keys) and join the first window group instead, or keep their own prefill.
     if (groups.size() > 1 && groups.count(0) != 0) {
-        auto any = groups[0];
+        const std::vector<size_t> any = std::move(groups[0]);
         groups.erase(0);
-        auto& first = groups.begin()->second;
-        first.insert(first.end(), any.begin(), any.end());
-        std::sort(first.begin(), first.end());
+        const auto window_group = groups.upper_bound(0);
+        for (size_t c : any) {
+            const bool observes = request_of[c].column_sums || request_of[c].last_row;
+            auto& target = !observes ? groups.begin()->second
+                           : window_group != groups.end() ? window_group->second
+                                                          : groups[0];
+            target.push_back(c);
+        }
+        for (auto& [key, members] : groups) std::sort(members.begin(), members.end());
     }
     for (const auto& [key, members] : groups) {
         std::vector<ObservationRequest> requests;

@@ -279,7 +279,7 @@ TEST(Sweep, QueryAgnosticBaselinesSharedEqualsSeparate) {
         items.push_back(it);
     }
     const auto policies =
-        parse_policy_list("full,snapkv,knorm,lagkv:lag=16,expected-attention:queries=32,kvzip:chunk=64");
+        parse_policy_list("full,snapkv,knorm,lagkv:lag=16,expected-attention:queries=32,kvzip:chunk=64,h2o,tova");
     const auto combos = make_combos(policies, {40, 64});
     auto run = [&](bool share, SweepStats* stats) {
         std::vector<EvalRecord> recs;
@@ -304,7 +304,15 @@ TEST(Sweep, QueryAgnosticBaselinesSharedEqualsSeparate) {
         EXPECT_DOUBLE_EQ(shared[i].c_head, separate[i].c_head);
         EXPECT_EQ(shared[i].mode, "shared");
     }
+    // Two prefills per item: KVzip's reconstruction with the window-less policies that observe no
+    // attention (full, knorm, lagkv, expected-attention), and the window group (snapkv) with the
+    // column sums and last row of h2o and tova, which a reconstruction cannot record.
     EXPECT_EQ(s1.prefills, static_cast<int64_t>(items.size() * 2));
+    // Without a window group those two need a prefill of their own.
+    const auto no_window = parse_policy_list("knorm,kvzip:chunk=64,h2o");
+    SweepOptions o;
+    SweepStats st = run_sweep(session, tok, items, no_window, make_combos(no_window, {40}), {}, o);
+    EXPECT_EQ(st.prefills, static_cast<int64_t>(items.size() * 2));
 }
 
 // The whole sweep: shared and separate modes give identical records; chunked and decode-time
