@@ -166,7 +166,7 @@ PolicyEntry kvec_entry() {
     options.push_back(bool_option("normalize", false,
                                   "divide each head's scores by their sum (every head then weighs the same, "
                                   "which removes the signal the budget allocation reads)"));
-    return {"kvec", "K-VEC: coverage-aware eviction (Ada-SnapKV + cross-head/cross-layer coverage)",
+    return {"kvec", "K-VEC: SnapKV scores, one Ada-KV budget pool over every head of every layer (cross-layer module), optional cross-head coverage",
             options, [](const OptionValues& v) {
                 KvecOptions k;
                 k.gamma = v.get_float("gamma");
