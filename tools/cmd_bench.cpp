@@ -11,7 +11,9 @@
 // Each test runs -r times: mean and sample standard deviation of tokens/s.
 //
 // Also reported: KV bytes after the test and the peak (allocated bytes, KvCache::bytes()), the
-// share of the timed section spent in eviction (Session::eviction_stats()), and for tg tests the
+// share of the timed section spent in eviction (Session::eviction_stats(): scoring, selection,
+// compaction), the share spent in context reconstruction passes (KVzip's second forward pass,
+// its own column), and for tg tests the
 // bytes read per token (weights of the matrices + live KV entries) as a share of the measured
 // streaming-read bandwidth (--bandwidth, on by default; measured before and after each tg test,
 // the best of both, since on a shared machine it moves with the load).
@@ -163,6 +165,7 @@ struct BenchResult {
     Stats tokens_per_second;      // one per repetition
     Stats seconds;                // timed section per repetition
     Stats evict_share;            // eviction time / timed section
+    Stats recon_share;            // context reconstruction time / timed section
     Stats depth_seconds;          // untimed depth prefill (incl. its eviction)
     Stats depth_evict_seconds;    // eviction work of the depth prefill
     size_t kv_bytes = 0;          // allocated KV bytes after the test (last repetition)
@@ -260,6 +263,7 @@ void run_test(const Model& model, const RunConfig& rc, const BenchTest& t, int r
             r.kv_entries = session.kv_cache().total_entries();
         }
         const double evict_before = eviction_seconds(session.eviction_stats());
+        const double recon_before = session.eviction_stats().reconstruct_seconds;
         const size_t kv_used_before = session.kv_cache().used_bytes();
         const auto tokens = random_tokens(t.n_tokens, session.n_vocab(), rng);
         Timer timer;
@@ -272,6 +276,7 @@ void run_test(const Model& model, const RunConfig& rc, const BenchTest& t, int r
         r.seconds.v.push_back(s);
         r.tokens_per_second.v.push_back(t.n_tokens / s);
         r.evict_share.v.push_back((eviction_seconds(session.eviction_stats()) - evict_before) / s);
+        r.recon_share.v.push_back((session.eviction_stats().reconstruct_seconds - recon_before) / s);
         r.kv_bytes = session.kv_cache().bytes();
         r.kv_peak = session.kv_cache().peak_bytes();
         if (t.kind == BenchTest::Kind::Generation) {
@@ -299,14 +304,15 @@ std::string budget_column(const std::string& spec) {
 
 void print_markdown(const std::vector<BenchResult>& rs) {
     fmt::print("| model | size | params | threads | kv | chunk | policy | budget | test | t/s | KV bytes | KV peak | "
-               "evict % | GB/s | bw % |\n");
-    fmt::print("| --- | ---: | ---: | ---: | --- | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+               "evict % | recon % | GB/s | bw % |\n");
+    fmt::print("| --- | ---: | ---: | ---: | --- | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for (const BenchResult& r : rs) {
-        fmt::print("| {} {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", r.model, r.model_type,
+        fmt::print("| {} {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", r.model, r.model_type,
                    format_bytes(r.model_bytes), format_count(r.model_params), r.threads, r.kv_type, r.chunk,
                    r.policy, budget_column(r.policy), r.test.name(), pm(r.tokens_per_second, 2),
                    format_bytes(r.kv_bytes), format_bytes(r.kv_peak),
                    fmt::format("{:.1f}", 100.0 * r.evict_share.mean()),
+                   r.recon_share.mean() > 0 ? fmt::format("{:.1f}", 100.0 * r.recon_share.mean()) : std::string("-"),
                    r.bandwidth > 0 ? fmt::format("{:.1f}", r.bandwidth / 1e9) : std::string("-"),
                    r.bw_share >= 0 ? fmt::format("{:.0f}", 100.0 * r.bw_share) : std::string("-"));
     }
@@ -321,16 +327,16 @@ std::string csv_field(const std::string& s) {
 
 void print_csv(const std::vector<BenchResult>& rs) {
     fmt::print("model,type,model_bytes,params,threads,kv_type,chunk,policy,test,kind,n_tokens,depth,reps,tps_mean,"
-               "tps_stddev,seconds_mean,kv_bytes,kv_peak_bytes,kv_entries,evict_share,depth_prefill_seconds,"
+               "tps_stddev,seconds_mean,kv_bytes,kv_peak_bytes,kv_entries,evict_share,reconstruct_share,depth_prefill_seconds,"
                "depth_evict_seconds,bytes_per_token,bandwidth_bytes_per_second,bandwidth_share\n");
     for (const BenchResult& r : rs) {
-        fmt::print("{},{},{},{},{},{},{},{},{},{},{},{},{},{:.4f},{:.4f},{:.6f},{},{},{},{:.5f},{:.4f},{:.4f},{:.0f},{:.0f},{:.4f}\n",
+        fmt::print("{},{},{},{},{},{},{},{},{},{},{},{},{},{:.4f},{:.4f},{:.6f},{},{},{},{:.5f},{:.5f},{:.4f},{:.4f},{:.0f},{:.0f},{:.4f}\n",
                    csv_field(r.model), r.model_type, r.model_bytes, r.model_params, r.threads, r.kv_type, r.chunk,
                    csv_field(r.policy), r.test.name(), r.test.kind == BenchTest::Kind::Prompt ? "pp" : "tg",
                    r.test.n_tokens, r.test.depth, r.tokens_per_second.v.size(), r.tokens_per_second.mean(),
                    r.tokens_per_second.stddev(), r.seconds.mean(), r.kv_bytes, r.kv_peak, r.kv_entries,
-                   r.evict_share.mean(), r.depth_seconds.mean(), r.depth_evict_seconds.mean(), r.bytes_per_token,
-                   r.bandwidth, r.bw_share);
+                   r.evict_share.mean(), r.recon_share.mean(), r.depth_seconds.mean(), r.depth_evict_seconds.mean(),
+                   r.bytes_per_token, r.bandwidth, r.bw_share);
     }
 }
 
@@ -364,13 +370,14 @@ void print_json(const std::vector<BenchResult>& rs, double bandwidth, const std:
                    "\"kv_type\": {}, \"chunk\": {}, \"policy\": {}, \"test\": {}, \"n_tokens\": {}, \"depth\": {}, "
                    "\"tokens_per_second\": {}, \"tps_mean\": {:.4f}, \"tps_stddev\": {:.4f}, \"seconds\": {}, "
                    "\"kv_bytes\": {}, \"kv_peak_bytes\": {}, \"kv_entries\": {}, \"evict_share\": {:.5f}, "
+                   "\"reconstruct_share\": {:.5f}, "
                    "\"depth_prefill_seconds\": {:.4f}, \"depth_evict_seconds\": {:.4f}, \"bytes_per_token\": {:.0f}, "
                    "\"bandwidth_bytes_per_second\": {:.0f}, \"bandwidth_share\": {:.4f}}}{}\n",
                    json_string(r.model), json_string(r.model_type), r.model_bytes, r.model_params, r.threads,
                    json_string(r.kv_type), r.chunk, json_string(r.policy), json_string(r.test.name()), r.test.n_tokens,
                    r.test.depth, json_array(r.tokens_per_second.v), r.tokens_per_second.mean(),
                    r.tokens_per_second.stddev(), json_array(r.seconds.v), r.kv_bytes, r.kv_peak, r.kv_entries,
-                   r.evict_share.mean(), r.depth_seconds.mean(), r.depth_evict_seconds.mean(), r.bytes_per_token,
+                   r.evict_share.mean(), r.recon_share.mean(), r.depth_seconds.mean(), r.depth_evict_seconds.mean(), r.bytes_per_token,
                    r.bandwidth, r.bw_share, i + 1 < rs.size() ? "," : "");
     }
     fmt::print("  ]\n}}\n");

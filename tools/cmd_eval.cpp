@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -21,7 +22,9 @@
 #include "eval/provenance.h"
 #include "eval/report.h"
 #include "eval/sha256.h"
+#include "eval/stats.h"
 #include "eval/sweep.h"
+#include "eval/text_source.h"
 #include "model/model.h"
 #include "model/session.h"
 #include "tokenizer/tokenizer.h"
@@ -39,12 +42,16 @@ struct EvalOptions {
     LoadMode load = LoadMode::Auto;
     std::string suite;
     std::string data;
-    std::string policies = "full,streamingllm,h2o,snapkv,pyramidkv,adakv,kvec";
+    std::string policies = "full,streamingllm,h2o,snapkv,pyramidkv,adakv,knorm,lagkv,expected-attention,kvzip,kvec";
     std::string budgets = "64,128,256,512";
+    std::string compression;  // "0.25,0.5": compression ratios instead of budgets
     int samples = 0;
+    std::string tasks;
     std::string out;
     int threads = 0;
-    uint64_t seed = eval::kDefaultSynthSeed;
+    std::optional<uint64_t> seed;
+    std::string split = "all";
+    std::string protocol = "query-aware";
     int ctx = 0;
     int batch = 512;
     std::string kv_type = "f16";
@@ -138,19 +145,54 @@ void write_fidelity(const eval::FidelityReport& rep, const std::vector<eval::Pol
     std::string md = header;
     md += fmt::format("\nPrompt {} tokens, continuation {} tokens (teacher-forced), {} segment(s).\n\n", rep.prefix,
                       rep.continuation, rep.segments);
-    md += "| policy | budget | KL mean (nats) | KL max | top-1 agreement | C_head | KV bytes | mode |\n"
-          "|---|---:|---:|---:|---:|---:|---:|---|\n";
-    std::string csv = "policy,budget,kl_mean,kl_max,top1,c_head,kv_bytes,steps,mode\n";
-    for (const auto& r : rep.rows) {
+    md += fmt::format("Continuation NLL with the full cache: {:.4f} nats per token (PPL {:.3f}). Intervals: 95 % "
+                      "bootstrap over segments ({} resamples, seed {}); paired over the same segments.\n\n",
+                      rep.full_nll_mean, std::exp(rep.full_nll_mean), eval::kBootstrapResamples, eval::kBootstrapSeed);
+    md += "| policy | budget | KL mean (nats) | KL max | top-1 agreement | NLL | PPL | NLL - full NLL | C_head | KV bytes | mode |\n"
+          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
+    std::string csv = "policy,budget,kl_mean,kl_max,top1,nll,ppl,dnll_full,dnll_full_lo,dnll_full_hi,c_head,kv_bytes,steps,mode\n";
+    for (size_t i = 0; i < rep.rows.size(); ++i) {
+        const auto& r = rep.rows[i];
+        const eval::Estimate vs_full = eval::paired_nll(rep, i, -1);
         rows.push_back({{"policy", r.policy}, {"budget", r.budget}, {"kl_mean", r.kl_mean}, {"kl_max", r.kl_max},
-                        {"top1", r.top1}, {"c_head", r.c_head}, {"kv_bytes", r.kv_bytes}, {"steps", r.steps},
+                        {"top1", r.top1}, {"nll", r.nll_mean}, {"dnll_full", {{"mean", vs_full.mean}, {"lo", vs_full.lo}, {"hi", vs_full.hi}}},
+                        {"segment_nll", r.segment_nll}, {"c_head", r.c_head}, {"kv_bytes", r.kv_bytes}, {"steps", r.steps},
                         {"mode", r.mode}});
-        md += fmt::format("| {} | {} | {:.5f} | {:.5f} | {:.4f} | {:.3f} | {:.0f} | {} |\n", r.policy,
+        md += fmt::format("| {} | {} | {:.5f} | {:.5f} | {:.4f} | {:.4f} | {:.3f} | {} | {:.3f} | {:.0f} | {} |\n", r.policy,
                           r.budget == 0 ? std::string("-") : std::to_string(r.budget), r.kl_mean, r.kl_max, r.top1,
-                          r.c_head, r.kv_bytes, r.mode);
-        csv += fmt::format("{},{},{:.8f},{:.8f},{:.6f},{:.6f},{:.1f},{},{}\n", r.policy, r.budget, r.kl_mean,
-                           r.kl_max, r.top1, r.c_head, r.kv_bytes, r.steps, r.mode);
+                          r.nll_mean, std::exp(r.nll_mean), eval::format_estimate(vs_full, 4, true), r.c_head,
+                          r.kv_bytes, r.mode);
+        csv += fmt::format("{},{},{:.8f},{:.8f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.1f},{},{}\n", r.policy,
+                           r.budget, r.kl_mean, r.kl_max, r.top1, r.nll_mean, std::exp(r.nll_mean), vs_full.mean,
+                           vs_full.lo, vs_full.hi, r.c_head, r.kv_bytes, r.steps, r.mode);
     }
+    // Paired NLL differences between the policies at each budget: every pair in the CSV, the
+    // comparisons of the kvec policies (registry name) in the table.
+    std::string pcsv = "policy_a,policy_b,budget,dnll,lo,hi,p_above,segments\n";
+    std::string ptable;
+    for (size_t a = 0; a < rep.rows.size(); ++a) {
+        for (size_t b = 0; b < rep.rows.size(); ++b) {
+            if (a == b || rep.rows[a].budget != rep.rows[b].budget || rep.rows[a].budget == 0) continue;
+            const eval::Estimate d = eval::paired_nll(rep, a, static_cast<int64_t>(b));
+            if (a < b) {
+                pcsv += fmt::format("{},{},{},{:.6f},{:.6f},{:.6f},{:.4f},{}\n", rep.rows[a].policy, rep.rows[b].policy,
+                                    rep.rows[a].budget, d.mean, d.lo, d.hi, d.p_above, d.n);
+            }
+            const auto pa = std::find_if(policies.begin(), policies.end(),
+                                         [&](const eval::PolicyChoice& p) { return p.label == rep.rows[a].policy; });
+            if (pa != policies.end() && pa->name == "kvec") {
+                ptable += fmt::format("| {} | {} | {} | {} {}|\n", rep.rows[a].policy, rep.rows[b].policy,
+                                      rep.rows[a].budget, eval::format_estimate(d, 4, true),
+                                      d.hi < 0 ? "▲ lower NLL " : d.lo > 0 ? "▼ higher NLL " : "");
+            }
+        }
+    }
+    if (!ptable.empty()) {
+        md += "\nPaired per-segment NLL difference (first - second, nats per token; negative = the first predicts the "
+              "continuation better; ▲/▼ where the interval excludes 0):\n\n| policy | against | budget | NLL difference |\n"
+              "|---|---|---:|---:|\n" + ptable;
+    }
+    eval::write_text_file(dir + "/fidelity_paired.csv", pcsv);
     j["results"] = rows;
     eval::write_text_file(dir + "/fidelity.json", j.dump(2) + "\n");
     eval::write_text_file(dir + "/fidelity.md", md);
@@ -189,12 +231,43 @@ int run_eval(const EvalOptions& o) {
     if (o.batch <= 0) fail("--batch-size must be positive, got {}", o.batch);
     if (o.ctx < 0) fail("--ctx-size must be positive, got {}", o.ctx);
     if (o.samples < 0) fail("--samples must be positive, got {}", o.samples);
+    const eval::Protocol protocol = eval::parse_protocol(o.protocol);
+    const eval::HeldoutSplit split = eval::parse_heldout_split(o.split);
+    const uint64_t seed = o.seed.value_or(eval::default_seed(split));
+    if (split != eval::HeldoutSplit::All && o.suite.empty()) fail("--split goes with --suite (the synthetic suite's text and seed)");
+    if (protocol != eval::Protocol::QueryAware && fidelity) {
+        fail("--protocol: fidelity is query-agnostic by nature (the prefix is compressed, the continuation is not)");
+    }
     const std::vector<eval::PolicyChoice> policies = eval::parse_policy_list(o.policies);
-    const std::vector<int64_t> budgets = parse_budgets(o.budgets);
+    std::vector<int64_t> budgets;  // B > 0, or compression codes (eval::compression_code)
+    if (o.compression.empty()) {
+        budgets = parse_budgets(o.budgets);
+    } else {
+        for (const std::string& piece : split_commas(o.compression)) {
+            size_t used = 0;
+            double c = 0;
+            try {
+                c = std::stod(piece, &used);
+            } catch (const std::exception&) {
+                used = 0;
+            }
+            if (used != piece.size()) fail("--compression: '{}' is not a number", piece);
+            const int64_t code = eval::compression_code(c);
+            if (std::find(budgets.begin(), budgets.end(), code) != budgets.end()) {
+                fail("--compression: {} is listed twice", piece);
+            }
+            budgets.push_back(code);
+        }
+        if (budgets.empty()) fail("--compression is empty");
+    }
     const std::vector<eval::Combo> combos = eval::make_combos(policies, budgets);
     std::vector<std::string> data_files = split_commas(o.data);
     for (const auto& f : data_files) check_readable_file(f, "data file");
-    if (fidelity) check_readable_file(o.fidelity, "fidelity text file");
+    // --fidelity heldout:SPLIT: the held-out addresses of that split (dev for choosing, test for reporting).
+    const bool heldout_fidelity = fidelity && o.fidelity.rfind("heldout:", 0) == 0;
+    const eval::HeldoutSplit fidelity_split =
+        heldout_fidelity ? eval::parse_heldout_split(o.fidelity.substr(8)) : eval::HeldoutSplit::All;
+    if (fidelity && !heldout_fidelity) check_readable_file(o.fidelity, "fidelity text file");
 
     set_num_threads(o.threads);
     auto model = Model::load(o.model, o.load);
@@ -230,9 +303,13 @@ int run_eval(const EvalOptions& o) {
     run["ctx"] = session.n_ctx();
     run["batch"] = session.options().n_batch;
     run["kv_type"] = kv_type_name(so.kv_type);
-    run["seed"] = o.seed;
+    run["seed"] = seed;
+    // Written only when not the default, so that runs made before these options resume.
+    if (protocol != eval::Protocol::QueryAware) run["protocol"] = eval::protocol_name(protocol);
+    if (split != eval::HeldoutSplit::All) run["split"] = eval::heldout_split_name(split);
     run["chat"] = o.chat ? "on" : o.no_chat ? "off" : "auto";
     run["samples"] = o.samples;
+    if (!o.tasks.empty()) run["tasks"] = split_commas(o.tasks);  // only when given: older runs resume
     run["max_length"] = o.max_length;
     run["max_new_tokens_cap"] = o.max_new_tokens;
     run["coverage_window"] = 32;
@@ -243,7 +320,11 @@ int run_eval(const EvalOptions& o) {
         run["data"] = files;
     }
     if (fidelity) {
-        run["fidelity_text"] = {{"file", fs::path(o.fidelity).filename().string()}, {"sha256", eval::sha256_file(o.fidelity)}};
+        run["fidelity_text"] = heldout_fidelity
+                                   ? nlohmann::ordered_json{{"heldout", eval::heldout_split_name(fidelity_split)},
+                                                            {"sha256", eval::sha256_hex(eval::heldout_text(eval::default_text_dir(), fidelity_split))}}
+                                   : nlohmann::ordered_json{{"file", fs::path(o.fidelity).filename().string()},
+                                                            {"sha256", eval::sha256_file(o.fidelity)}};
         run["prefix"] = o.prefix;
         run["continuation"] = o.continuation;
         run["segments"] = o.segments;
@@ -263,10 +344,16 @@ int run_eval(const EvalOptions& o) {
     const std::string pred_path = out_dir + "/predictions.jsonl";
     if (fidelity) {
         eval::write_text_file(config_path, config.dump(2) + "\n");
-        std::ifstream in(o.fidelity, std::ios::binary);
-        std::stringstream ss;
-        ss << in.rdbuf();
-        const std::vector<int32_t> tokens = eval::tokenize_for_perplexity(tokenizer, ss.str());
+        std::string text;
+        if (heldout_fidelity) {
+            text = eval::heldout_text(eval::default_text_dir(), fidelity_split);
+        } else {
+            std::ifstream in(o.fidelity, std::ios::binary);
+            std::stringstream ss;
+            ss << in.rdbuf();
+            text = ss.str();
+        }
+        const std::vector<int32_t> tokens = eval::tokenize_for_perplexity(tokenizer, text);
         eval::FidelityOptions fo;
         fo.prefix = o.prefix;
         fo.continuation = o.continuation;
@@ -282,7 +369,7 @@ int run_eval(const EvalOptions& o) {
         real.finish();
         const std::string header = fmt::format("# kvec eval --fidelity\n\nModel `{}` (sha256 {}), text `{}`, kvec {} ({}).\n",
                                                fs::path(o.model).filename().string(), model_hash.substr(0, 12),
-                                               fs::path(o.fidelity).filename().string(), eval::engine_version(),
+                                               heldout_fidelity ? o.fidelity : fs::path(o.fidelity).filename().string(), eval::engine_version(),
                                                eval::git_commit());
         write_fidelity(rep, policies, budgets, out_dir, header);
         fmt::print(stderr, "fidelity: {} combinations in {:.1f} s; results in {}/\n", combos.size(), t.seconds(), out_dir);
@@ -315,7 +402,9 @@ int run_eval(const EvalOptions& o) {
     io.suite = o.suite;
     io.data_files = data_files;
     io.samples = o.samples;
-    io.seed = o.seed;
+    io.tasks = split_commas(o.tasks);
+    io.seed = seed;
+    io.split = split;
     io.chat = o.chat ? eval::ChatMode::On : o.no_chat ? eval::ChatMode::Off : eval::ChatMode::Auto;
     io.max_length = o.max_length;
     io.max_new_tokens = o.max_new_tokens;
@@ -352,6 +441,7 @@ int run_eval(const EvalOptions& o) {
                           : "on: one-shot policies share one prefill per sample");
     eval::ProgressBar bar("eval", total);
     eval::SweepOptions so2;
+    so2.protocol = protocol;
     so2.share_prefill = !o.no_share;
     so2.on_record = [&](const eval::EvalRecord& r) {
         pred << eval::to_json(r).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
@@ -395,15 +485,18 @@ int run_eval(const EvalOptions& o) {
     eval::write_text_file(out_dir + "/metrics.json", metrics.dump(2) + "\n");
     const std::string what = !o.suite.empty() ? o.suite : std::string("LongBench");
     const std::string header = fmt::format(
-        "# kvec eval: {}\n\nModel `{}` (sha256 {}), {} samples, format {}, kvec {} ({}).\n\nMode: {}. "
+        "# kvec eval: {}\n\nModel `{}` (sha256 {}), {} samples, format {}, protocol {}{}, kvec {} ({}).\n\nMode: {}. "
         "Sweep wall time {:.1f} s in total ({:.0f} prefills for {:.0f} generations over {:.0f} invocation(s); "
         "this one {:.1f} s, {} threads).\n",
         what, fs::path(o.model).filename().string(), model_hash.substr(0, 12), items.size(), isum.format,
+        eval::protocol_name(protocol),
+        o.suite.empty() ? std::string() : fmt::format(", split {} (seed {})", eval::heldout_split_name(split), seed),
         eval::engine_version(), eval::git_commit(), mode_text, total_wall, total_prefills, total_generations,
         earlier("invocations") + 1, st.wall_seconds, num_threads());
     const std::string md = eval::summary_markdown(summary, header);
     eval::write_text_file(out_dir + "/summary.md", md);
     eval::write_text_file(out_dir + "/summary.csv", eval::summary_csv(summary));
+    eval::write_text_file(out_dir + "/paired.csv", eval::paired_csv(summary));
     eval::write_sweep_plots(summary, out_dir, what);
     fmt::print("{}", md);
     fmt::print(stderr, "\n{}; wall {:.1f} s (prefill {:.1f} s, replay {:.2f} s, decode {:.1f} s); results in {}/\n",
@@ -421,15 +514,32 @@ void add_eval_command(CLI::App& app, Action& action) {
     add_load_flags(cmd, o->load);
     cmd->add_option("--suite", o->suite, "synthetic suite: synthetic-1k|2k|4k|8k|16k|32k");
     cmd->add_option("--data", o->data, "LongBench JSONL file(s), comma-separated (named <dataset>.jsonl)");
-    cmd->add_option("--fidelity", o->fidelity, "text file: KL divergence and top-1 agreement with the full cache");
+    cmd->add_option("--fidelity", o->fidelity,
+                    "text file (or heldout:dev|test|all, the held-out addresses): KL divergence, top-1 agreement and "
+                    "continuation NLL against the full cache");
     cmd->add_option("--policies", o->policies, "policies, comma-separated; options as name:key=value,key=value")
         ->capture_default_str();
     cmd->add_option("--budgets", o->budgets, "KV budgets B (entries per KV head per layer), comma-separated")
         ->capture_default_str();
+    cmd->add_option("--compression", o->compression,
+                    "compression ratios instead of budgets, comma-separated (kvpress's view: 0.75 evicts 75 % of the "
+                    "compressed prompt's entries; B = 0.25 x its tokens per head)")
+        ->excludes(cmd->get_option("--budgets"));
     cmd->add_option("--samples", o->samples, "first N samples per task (suite) or per file (default: all)");
+    cmd->add_option("--tasks", o->tasks, "suite: only these tasks, comma-separated (default: every task)");
     cmd->add_option("--out", o->out, "output directory (default: kvec-eval-<suite|longbench|fidelity>)");
     cmd->add_option("-t,--threads", o->threads, "threads (default: all hardware threads)");
-    cmd->add_option("--seed", o->seed, "seed of the synthetic instances")->capture_default_str();
+    cmd->add_option("--seed", o->seed, "seed of the synthetic instances (default: 1; 2 with --split dev)");
+    cmd->add_option("--split", o->split,
+                    "held-out material of the synthetic suite: all, or its disjoint halves dev (choosing defaults) "
+                    "and test (reporting)")
+        ->check(CLI::IsMember({"all", "dev", "test"}))
+        ->capture_default_str();
+    cmd->add_option("--protocol", o->protocol,
+                    "query-aware: compress the whole prompt (question included); query-agnostic: compress the "
+                    "context before the question is seen, then ask")
+        ->check(CLI::IsMember({"query-aware", "query-agnostic"}))
+        ->capture_default_str();
     cmd->add_option("-c,--ctx-size", o->ctx, "context size (default: the model's training context)");
     cmd->add_option("-b,--batch-size", o->batch, "prefill chunk size")->capture_default_str();
     cmd->add_option("--kv-type", o->kv_type, "KV-cache element type")->check(CLI::IsMember({"f16", "f32"}))->capture_default_str();

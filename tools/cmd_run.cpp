@@ -164,6 +164,10 @@ void print_eviction_report(const Session& session, const Evictor& evictor, const
                e.evicted, e.repositioned > 0 ? fmt::format(", {} re-rotations", e.repositioned) : "");
     fmt::print(stderr, "            policy time {:.4f} s (scoring + selection; {:.2f}% of the prompt time), compaction {:.4f} s\n",
                policy_s, s.prompt_seconds > 0 ? 100.0 * policy_s / s.prompt_seconds : 0.0, e.compact_seconds);
+    if (e.reconstruct_seconds > 0) {
+        fmt::print(stderr, "            context reconstruction {:.4f} s ({:.2f}% of the prompt time; a second forward pass over the prompt)\n",
+                   e.reconstruct_seconds, s.prompt_seconds > 0 ? 100.0 * e.reconstruct_seconds / s.prompt_seconds : 0.0);
+    }
     print_coverage(probe.report(), c.n_layer);
 }
 

@@ -12,6 +12,11 @@ Commands:
              [0] column sums of the causal attention probabilities over all queries (H2O),
              [1] mean of the probability rows of the last min(W, T) queries (SnapKV window),
              [2] the probability row of the last query (TOVA).
+  policy-scores --model M.gguf --tokens ... --policy knorm|lagkv|expected-attention|kvzip --out s.f32
+             [--sinks 4] [--lag 128] [--cross] [--queries 128] [--future 512] [--no-covariance]
+             [--no-vnorm] [--chunk 2048] [--overlap 8] [--repeat-first IDS] [--repeat-later IDS]
+             [--repeat-suffix IDS]: the policy's scores of the prompt's entries (kvec_ref.policies),
+             raw little-endian float32 [n_layer, n_head_kv, T]; +inf for entries always kept.
   info       --model M.gguf [--json]: configuration and tensor summary.
   batch      --file cmds.txt (or - for stdin): runs one command per line (same syntax, without
              the program name; '#' starts a comment) in one process, loading each model once.
@@ -125,6 +130,30 @@ def cmd_keydiff_scores(args) -> None:
     _write_f32(args.out, np.stack(out))  # [n_layer, n_head_kv, T]
 
 
+def _id_list(text: str) -> list:
+    return [] if not text else _parse_tokens(text)
+
+
+def cmd_policy_scores(args) -> None:
+    from . import policies
+
+    model, _, _ = _load(args.model, args.precision)
+    toks = _parse_tokens(args.tokens)
+    if args.policy == "knorm":
+        out = policies.knorm_scores(model, toks)
+    elif args.policy == "lagkv":
+        out = policies.lagkv_scores(model, toks, sinks=args.sinks, lag=args.lag, cross=args.cross)
+    elif args.policy == "expected-attention":
+        out = policies.expected_attention_scores(model, toks, sinks=args.sinks, n_queries=args.queries,
+                                                 n_future=args.future, covariance=not args.no_covariance,
+                                                 vnorm=not args.no_vnorm)
+    else:
+        out = policies.kvzip_scores(model, toks, _id_list(args.repeat_first), _id_list(args.repeat_later),
+                                    _id_list(args.repeat_suffix), overlap=args.overlap, chunk=args.chunk,
+                                    sinks=args.sinks)
+    _write_f32(args.out, out)
+
+
 def cmd_info(args) -> None:
     from .gguf import GGUFReader
     from .config import config_from_gguf
@@ -190,6 +219,24 @@ def build_parser() -> argparse.ArgumentParser:
     common(sp)
     sp.add_argument("--out", required=True)
     sp.set_defaults(fn=cmd_keydiff_scores)
+
+    sp = sub.add_parser("policy-scores", help="query-agnostic policy scores float32 [n_layer, n_head_kv, T]")
+    common(sp)
+    sp.add_argument("--policy", required=True, choices=("knorm", "lagkv", "expected-attention", "kvzip"))
+    sp.add_argument("--sinks", type=int, default=4)
+    sp.add_argument("--lag", type=int, default=128)
+    sp.add_argument("--cross", action="store_true")
+    sp.add_argument("--queries", type=int, default=128)
+    sp.add_argument("--future", type=int, default=512)
+    sp.add_argument("--no-covariance", action="store_true")
+    sp.add_argument("--no-vnorm", action="store_true")
+    sp.add_argument("--chunk", type=int, default=2048)
+    sp.add_argument("--overlap", type=int, default=8)
+    sp.add_argument("--repeat-first", default="", help="token ids of the first chunk's repeat prompt")
+    sp.add_argument("--repeat-later", default="", help="token ids of the later chunks' repeat prompt")
+    sp.add_argument("--repeat-suffix", default="", help="token ids after the repeat prompt")
+    sp.add_argument("--out", required=True)
+    sp.set_defaults(fn=cmd_policy_scores)
 
     sp = sub.add_parser("info", help="configuration and tensors")
     sp.add_argument("--model", required=True)

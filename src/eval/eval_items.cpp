@@ -25,6 +25,30 @@ std::vector<int32_t> tokenize(const Generator& generator, const std::string& pro
     return generator.tokenize_prompt(g);
 }
 
+// Prompt tokens before byte `context_end` of `prompt` (the text before the question): the
+// longest common prefix of the prompt's tokens and those of its first context_end bytes, rendered
+// through the chat template when `chat` (the template's text before the message included). A
+// token that spans the boundary belongs to the question part. 0 when the message cannot be
+// found verbatim in the rendered template.
+int32_t context_token_count(const Tokenizer& tokenizer, const Generator& generator,
+                            const std::vector<int32_t>& tokens, const std::string& prompt, size_t context_end,
+                            bool chat) {
+    KVEC_CHECK(context_end <= prompt.size());
+    std::vector<int32_t> prefix;  // [n] tokens of the text before the question
+    if (chat) {
+        const std::string rendered = tokenizer.apply_chat_template({{"user", prompt}}, true);
+        const size_t at = rendered.find(prompt);
+        if (at == std::string::npos) return 0;
+        prefix = tokenizer.encode(rendered.substr(0, at + context_end), /*add_special=*/true, /*parse_special=*/true);
+        const int32_t bos = tokenizer.bos();
+        if (bos >= 0 && prefix.size() >= 2 && prefix[0] == bos && prefix[1] == bos) prefix.erase(prefix.begin());
+    } else {
+        prefix = tokenize(generator, prompt.substr(0, context_end), false);
+    }
+    const auto mismatch = std::mismatch(prefix.begin(), prefix.end(), tokens.begin(), tokens.end());
+    return static_cast<int32_t>(mismatch.first - prefix.begin());
+}
+
 void add_task(ItemSummary* summary, const std::string& task) {
     if (summary == nullptr) return;
     if (std::find(summary->tasks.begin(), summary->tasks.end(), task) == summary->tasks.end()) {
@@ -41,6 +65,12 @@ void check_fits(const EvalItem& item, int32_t n_ctx) {
     }
 }
 
+std::string join_task_names(const SuiteSpec& suite) {
+    std::string out;
+    for (const auto& t : suite.tasks) out += (out.empty() ? "" : ", ") + t.first;
+    return out;
+}
+
 std::vector<EvalItem> synthetic_items(const ItemOptions& o, const Tokenizer& tokenizer,
                                       const Generator& generator, int32_t n_ctx,
                                       ItemSummary* summary) {
@@ -50,7 +80,8 @@ std::vector<EvalItem> synthetic_items(const ItemOptions& o, const Tokenizer& tok
         fail("--chat: the model has no chat template the tokenizer can render");
     }
     const bool chat = o.chat == ChatMode::On || (o.chat == ChatMode::Auto && has_template);
-    const TextSource text = TextSource::heldout(o.text_dir.empty() ? default_text_dir() : o.text_dir);
+    const TextSource text = TextSource::heldout(o.text_dir.empty() ? default_text_dir() : o.text_dir,
+                                                o.split);
     SynthConfig config;
     config.split = Split::Eval;
     config.format = chat ? PromptFormat::Chat : PromptFormat::Completion;
@@ -60,25 +91,38 @@ std::vector<EvalItem> synthetic_items(const ItemOptions& o, const Tokenizer& tok
         summary->source = "suite " + suite.name;
         summary->format = chat ? "chat" : "completion";
     }
+    for (const std::string& t : o.tasks) {
+        if (std::none_of(suite.tasks.begin(), suite.tasks.end(), [&](const auto& st) { return st.first == t; })) {
+            fail("--tasks: '{}' is not a task of {} ({})", t, suite.name, join_task_names(suite));
+        }
+    }
     std::vector<EvalItem> items;
     for (const auto& [task, n_default] : suite.tasks) {
+        if (!o.tasks.empty() && std::find(o.tasks.begin(), o.tasks.end(), task) == o.tasks.end()) continue;
         const int n = o.samples > 0 ? o.samples : n_default;
         for (int i = 0; i < n; ++i) {
             const SynthInstance inst = gen.generate(task, o.seed, i, suite.length);
-            EvalItem item;
-            item.id = inst.id;
-            item.task = inst.task;
-            item.longbench = false;
-            item.metric = inst.metric;
-            item.prompt = tokenize(generator, inst.prompt, chat);
-            item.references = inst.answers;
-            item.max_new_tokens = inst.max_new_tokens;
-            if (o.max_new_tokens > 0) item.max_new_tokens = std::min(item.max_new_tokens, o.max_new_tokens);
-            item.chat = chat;
-            item.length = inst.length;
-            check_fits(item, n_ctx);
-            add_task(summary, item.task);
-            items.push_back(std::move(item));
+            // One item per question: niah_askmany asks several about one context.
+            std::vector<SynthAsk> asks = inst.asks;
+            if (asks.empty()) asks.push_back({inst.input, inst.prompt, inst.answer_prefix, inst.target, inst.answers, inst.keys});
+            for (size_t q = 0; q < asks.size(); ++q) {
+                EvalItem item;
+                item.id = inst.asks.empty() ? inst.id : fmt::format("{}/q{}", inst.id, q);
+                item.task = inst.task;
+                item.longbench = false;
+                item.metric = inst.metric;
+                item.prompt = tokenize(generator, asks[q].prompt, chat);
+                item.n_context =
+                    context_token_count(tokenizer, generator, item.prompt, asks[q].prompt, inst.context_end, chat);
+                item.references = asks[q].answers;
+                item.max_new_tokens = inst.max_new_tokens;
+                if (o.max_new_tokens > 0) item.max_new_tokens = std::min(item.max_new_tokens, o.max_new_tokens);
+                item.chat = chat;
+                item.length = inst.length;
+                check_fits(item, n_ctx);
+                add_task(summary, item.task);
+                items.push_back(std::move(item));
+            }
         }
     }
     return items;
@@ -148,6 +192,16 @@ std::vector<EvalItem> longbench_items(const ItemOptions& o, const Tokenizer& tok
             const TruncatedPrompt t = truncate_middle(tokenizer, prompt, M);
             item.truncated = t.truncated;
             item.prompt = tokenize(generator, t.text, item.chat);
+            // The question part: the template after {context}, which middle truncation keeps
+            // unless it is longer than half the prompt.
+            const size_t at = spec.prompt_template.find("{context}");
+            if (at != std::string::npos) {
+                const std::string tail = build_prompt(spec.prompt_template.substr(at + 9), s);
+                if (t.text.size() >= tail.size() && t.text.compare(t.text.size() - tail.size(), tail.size(), tail) == 0) {
+                    item.n_context = context_token_count(tokenizer, generator, item.prompt, t.text,
+                                                         t.text.size() - tail.size(), item.chat);
+                }
+            }
             std::string base = s.id.empty() ? fmt::format("{}/{}", dataset, s.line) : s.id;
             const int dup = seen_ids[base]++;
             item.id = dup == 0 ? base : fmt::format("{}#{}", base, dup);
@@ -164,6 +218,8 @@ std::vector<EvalItem> longbench_items(const ItemOptions& o, const Tokenizer& tok
 
 }  // namespace
 
+uint64_t default_seed(HeldoutSplit split) { return split == HeldoutSplit::Dev ? 2 : kDefaultSynthSeed; }
+
 bool has_chat_template(const Tokenizer& tokenizer) { return LengthMeter(&tokenizer).has_chat_template(); }
 
 std::vector<EvalItem> build_items(const ItemOptions& options, const Tokenizer& tokenizer,
@@ -171,6 +227,7 @@ std::vector<EvalItem> build_items(const ItemOptions& options, const Tokenizer& t
     if (options.suite.empty() == options.data_files.empty()) {
         fail("give exactly one of --suite or --data");
     }
+    if (!options.tasks.empty() && options.suite.empty()) fail("--tasks goes with --suite");
     if (!options.suite.empty()) return synthetic_items(options, tokenizer, generator, n_ctx, summary);
     return longbench_items(options, tokenizer, generator, n_ctx, summary);
 }

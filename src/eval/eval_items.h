@@ -25,6 +25,9 @@ struct EvalItem {
     bool longbench = false;
     std::string metric;    // LongBench: metric function name; synthetic: string_match_all/part
     std::vector<int32_t> prompt;        // [n_prompt] tokens, BOS and chat template included
+    // Tokens of the prompt before the question (instruction and context): what the
+    // query-agnostic protocol compresses before the question is seen. 0: not known.
+    int32_t n_context = 0;
     std::vector<std::string> references;
     std::vector<std::string> all_classes;
     int max_new_tokens = 0;
@@ -35,11 +38,17 @@ struct EvalItem {
     int64_t length = -1;                // LongBench "length" (words)
 };
 
+// The seed a held-out split (text_source.h) uses unless one is given: 1 for all and test, 2 for
+// dev. Defaults are chosen on dev and results reported on test: different addresses, seeds.
+uint64_t default_seed(HeldoutSplit split);
+
 struct ItemOptions {
     std::string suite;                    // "synthetic-2k" (exclusive with data_files)
     std::vector<std::string> data_files;  // LongBench JSONL files
     int samples = 0;                      // > 0: the first N per task (suite) or per file
+    std::vector<std::string> tasks;       // suite: only these tasks (empty: every task)
     uint64_t seed = kDefaultSynthSeed;    // synthetic instances
+    HeldoutSplit split = HeldoutSplit::All;  // synthetic haystack text
     ChatMode chat = ChatMode::Auto;
     int64_t max_length = 0;               // LongBench M; 0: context - max_new_tokens - 64 per task
     int max_new_tokens = 0;               // > 0: cap every task's max_new_tokens (not official)

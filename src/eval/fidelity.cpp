@@ -87,6 +87,16 @@ FidelityReport run_fidelity(Session& session, const std::vector<int32_t>& tokens
         int64_t steps = 0;
         int segs = 0;
         std::string mode;
+        std::vector<double> nll;  // [segments]
+    };
+    // Mean NLL of the continuation: token 0 from the prompt's last logits, token i from row i - 1.
+    auto continuation_nll = [V](std::span<const float> last, const std::vector<float>& rows,
+                                const std::vector<int32_t>& cont) {
+        double sum = -log_prob(last, cont[0]);
+        for (size_t i = 1; i < cont.size(); ++i) {
+            sum -= log_prob(std::span<const float>(rows).subspan((i - 1) * V, V), cont[i]);
+        }
+        return sum / static_cast<double>(cont.size());
     };
     std::vector<Acc> acc(combos.size());
     const int64_t total = int64_t{report.segments} * static_cast<int64_t>(combos.size());
@@ -101,12 +111,15 @@ FidelityReport run_fidelity(Session& session, const std::vector<int32_t>& tokens
         {
             SessionGuard guard{session};
             session.reset();
-            session.prefill(prompt);
+            const std::span<const float> last = session.prefill(prompt);
+            const std::vector<float> last_copy(last.begin(), last.end());  // [V]
             ref = feed(session, cont);
+            report.full_segment_nll.push_back(continuation_nll(last_copy, ref, cont));
         }
-        auto score = [&](size_t c, const std::vector<float>& rows, int64_t entries,
+        auto score = [&](size_t c, std::span<const float> last, const std::vector<float>& rows, int64_t entries,
                          const policy::CoverageReport& cov, const char* mode) {
             Acc& a = acc[c];
+            a.nll.push_back(continuation_nll(last, rows, cont));
             for (size_t i = 0; i < cont.size(); ++i) {
                 const DistributionDiff d = compare_logits(std::span<const float>(ref).subspan(i * V, V),
                                                           std::span<const float>(rows).subspan(i * V, V));
@@ -126,7 +139,8 @@ FidelityReport run_fidelity(Session& session, const std::vector<int32_t>& tokens
         std::iota(all.begin(), all.end(), size_t{0});
         for_each_policy_cache(session, prompt, policies, combos, all, o.share_prefill, o.coverage_window,
                               [&](const PreparedCache& pc) {
-                                  score(pc.combo, feed(session, cont), pc.entries, pc.coverage, pc.mode);
+                                  const std::vector<float> last(pc.logits.begin(), pc.logits.end());  // [V]
+                                  score(pc.combo, last, feed(session, cont), pc.entries, pc.coverage, pc.mode);
                               });
     }
     for (size_t c = 0; c < combos.size(); ++c) {
@@ -141,9 +155,23 @@ FidelityReport run_fidelity(Session& session, const std::vector<int32_t>& tokens
         row.kv_bytes = a.segs > 0 ? a.kv / a.segs : 0;
         row.c_head = a.segs > 0 ? a.c_head / a.segs : 0;
         row.mode = a.mode;
+        row.segment_nll = a.nll;
+        row.nll_mean = a.nll.empty() ? 0 : std::accumulate(a.nll.begin(), a.nll.end(), 0.0) / static_cast<double>(a.nll.size());
         report.rows.push_back(row);
     }
+    report.full_nll_mean = std::accumulate(report.full_segment_nll.begin(), report.full_segment_nll.end(), 0.0) /
+                           static_cast<double>(report.full_segment_nll.size());
     return report;
+}
+
+Estimate paired_nll(const FidelityReport& report, size_t a, int64_t b) {
+    KVEC_CHECK(a < report.rows.size() && b < static_cast<int64_t>(report.rows.size()));
+    const std::vector<double>& x = report.rows[a].segment_nll;
+    const std::vector<double>& y = b < 0 ? report.full_segment_nll : report.rows[sz(b)].segment_nll;
+    KVEC_CHECK(x.size() == y.size());
+    std::vector<double> d(x.size());  // [segments]
+    for (size_t i = 0; i < x.size(); ++i) d[i] = x[i] - y[i];
+    return bootstrap_mean({d});
 }
 
 std::vector<int32_t> tokenize_for_perplexity(const Tokenizer& tokenizer, const std::string& text) {

@@ -6,6 +6,11 @@
 // full cache. After each fed token, the two next-token distributions p (full) and q (compressed)
 // are compared: KL(p || q) = sum_v p_v (log p_v - log q_v) (nats) and top-1 agreement
 // [argmax p == argmax q]. Reported: means over all C steps of all segments, and the largest KL.
+// Also the negative log-likelihood of the continuation itself (nats per token, token i predicted
+// from the prompt's last logits for i = 0, from the step before otherwise) with the compressed
+// and with the full cache, per segment, so that policies compare as paired per-segment NLL
+// differences (perplexity on the same tokens). Fidelity is query-agnostic by nature: the prefix
+// is compressed before the continuation is seen.
 //
 // Perplexity (kvec perplexity): llama.cpp's perplexity tool. The file is tokenized whole (BOS
 // first when the vocabulary adds one); it is cut into n_chunk = floor(tokens / n_ctx) chunks of
@@ -28,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "eval/stats.h"
 #include "eval/sweep.h"
 #include "model/session.h"
 
@@ -52,6 +58,8 @@ struct FidelityRow {
     double kl_mean = 0;  // nats
     double kl_max = 0;
     double top1 = 0;     // agreement in [0, 1]
+    double nll_mean = 0;  // nats per continuation token
+    std::vector<double> segment_nll;  // [segments] mean NLL of each segment's continuation
     int64_t steps = 0;   // compared distributions
     double kv_bytes = 0;  // mean over segments, after the prompt
     double c_head = 0;
@@ -63,7 +71,13 @@ struct FidelityReport {
     int32_t continuation = 0;
     int segments = 0;
     std::vector<FidelityRow> rows;  // one per combination
+    std::vector<double> full_segment_nll;  // [segments] the same with the full cache
+    double full_nll_mean = 0;
 };
+
+// Paired per-segment NLL differences a - b (nats per token) between two rows of a report with
+// segments as items; b = -1 compares row a with the full cache.
+Estimate paired_nll(const FidelityReport& report, size_t a, int64_t b);
 
 // tokens: the whole text (BOS first if wanted). kvec::Error if it is too short for one segment.
 FidelityReport run_fidelity(Session& session, const std::vector<int32_t>& tokens,

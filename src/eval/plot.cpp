@@ -80,20 +80,28 @@ PlotSpec budget_plot(const std::string& title, const std::string& y_label, const
     KVEC_CHECK(policies.size() == budgeted.size());
     PlotSpec spec;
     spec.title = title;
-    spec.x_label = "KV budget B (entries per head per layer)";
     spec.y_label = y_label;
-    spec.log2_x = true;
-    spec.x_ticks.assign(budgets.begin(), budgets.end());
-    std::sort(spec.x_ticks.begin(), spec.x_ticks.end());
+    // Budgets on a log2 axis; compression ratios (negative codes, sweep.h) on a linear one.
+    const bool ratios = !budgets.empty() && std::all_of(budgets.begin(), budgets.end(), [](int64_t b) { return b < 0; });
+    spec.x_label = ratios ? "compression ratio (share of the prompt's entries evicted)"
+                          : "KV budget B (entries per head per layer)";
+    spec.log2_x = !ratios;
+    std::vector<int64_t> columns;  // [budgets] in x order
+    for (int64_t b : budgets) {
+        if (ratios || b > 0) columns.push_back(b);
+    }
+    auto x_of = [ratios](int64_t b) { return ratios ? static_cast<double>(-b) / 1000.0 : static_cast<double>(b); };
+    std::sort(columns.begin(), columns.end(), [&](int64_t a, int64_t b) { return x_of(a) < x_of(b); });
+    for (int64_t b : columns) spec.x_ticks.push_back(x_of(b));
     spec.y_min = y_min;
     spec.y_max = y_max;
     for (size_t p = 0; p < policies.size(); ++p) {
         PlotSeries series;
         series.name = budgeted[p] ? policies[p] : policies[p] + " (no eviction)";
         series.dashed = !budgeted[p];
-        for (double b : spec.x_ticks) {
-            series.x.push_back(b);
-            series.y.push_back(value(p, static_cast<int64_t>(b)));
+        for (int64_t b : columns) {
+            series.x.push_back(x_of(b));
+            series.y.push_back(value(p, b));
         }
         spec.series.push_back(std::move(series));
     }

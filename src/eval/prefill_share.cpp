@@ -1,6 +1,7 @@
 #include "eval/prefill_share.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "policy/policy.h"
 #include "util/error.h"
@@ -19,7 +20,13 @@ bool is_one_shot(const Evictor& policy, std::string_view name) {
            policy.request().decode_interval <= 0;
 }
 
-int share_group_key(const ObservationRequest& request) { return request.window; }
+int share_group_key(const ObservationRequest& request) {
+    if (request.reconstruct_chunk <= 0) return request.window;
+    // Distinct for every (chunk, sinks) and below every window key.
+    const int64_t key = -1 - (int64_t{request.reconstruct_chunk} * 1025 + std::min(request.reconstruct_sinks, 1024));
+    if (key < std::numeric_limits<int>::min()) fail("reconstruction chunk {} is too large", request.reconstruct_chunk);
+    return static_cast<int>(key);
+}
 
 ObservationRequest merge_requests(const std::vector<ObservationRequest>& requests) {
     ObservationRequest r;
@@ -34,6 +41,21 @@ ObservationRequest merge_requests(const std::vector<ObservationRequest>& request
         }
         r.column_sums = r.column_sums || q.column_sums;
         r.last_row = r.last_row || q.last_row;
+        r.values = r.values || q.values;
+        r.queries = std::max(r.queries, q.queries);
+        if (q.reconstruct_chunk > 0) {
+            if (r.reconstruct_chunk > 0 && (r.reconstruct_chunk != q.reconstruct_chunk ||
+                                            r.reconstruct_sinks != q.reconstruct_sinks)) {
+                fail("cannot share one prefill between context reconstructions of chunks {} / {} sinks and "
+                     "{} / {}", r.reconstruct_chunk, r.reconstruct_sinks, q.reconstruct_chunk, q.reconstruct_sinks);
+            }
+            r.reconstruct_chunk = q.reconstruct_chunk;
+            r.reconstruct_sinks = q.reconstruct_sinks;
+        }
+    }
+    if (r.reconstruct_chunk > 0 && (r.window > 0 || r.column_sums || r.last_row)) {
+        fail("cannot share one prefill between a context reconstruction and window scores, column sums or "
+             "the last row");
     }
     return r;
 }
@@ -71,11 +93,15 @@ bool PrefillRecorder::on_prefill(const LayerView& view, KeepLists& keep) {
     l.window.assign(H, {});
     l.column_sums.assign(H, {});
     l.last_row.assign(H, {});
+    l.reconstruction.assign(H, {});
+    l.queries.assign(view.queries.begin(), view.queries.end());
+    l.query_positions.assign(view.query_positions.begin(), view.query_positions.end());
     for (size_t h = 0; h < H; ++h) {
         const KvHeadView& hv = view.heads[h];
         copy_rows(hv.window_scores, hv.n_entries, l.window[h]);
         copy_rows(hv.column_sums, hv.n_entries, l.column_sums[h]);
         copy_rows(hv.last_row, hv.n_entries, l.last_row[h]);
+        copy_rows(hv.reconstruction, hv.n_entries, l.reconstruction[h]);
     }
     if (view.layer == view.n_layer - 1) s.tokens.assign(view.tokens.begin(), view.tokens.end());
     return false;
@@ -141,7 +167,10 @@ ReplayResult replay_policy(const PrefillSnapshot& s, Evictor& policy, const ops:
         fail("replay: the policy needs window scores of {} queries, the prefill recorded {}",
              want.window, s.request.window);
     }
-    if ((want.column_sums && !s.request.column_sums) || (want.last_row && !s.request.last_row)) {
+    if ((want.column_sums && !s.request.column_sums) || (want.last_row && !s.request.last_row) ||
+        want.queries > s.request.queries ||
+        (want.reconstruct_chunk > 0 && (want.reconstruct_chunk != s.request.reconstruct_chunk ||
+                                        want.reconstruct_sinks != s.request.reconstruct_sinks))) {
         fail("replay: the policy needs observations the prefill did not record");
     }
     const int D = s.head_dim;
@@ -149,22 +178,24 @@ ReplayResult replay_policy(const PrefillSnapshot& s, Evictor& policy, const ops:
     int repositioned = 0;
     int32_t next = 0;
     policy.begin_sequence(s.n_prompt);
-    for (int l = 0; l < s.n_layer; ++l) {
+    // The view of layer l as the session's hook would show it; observations = false: as the hook
+    // of an all-layer policy gets it after observe (no window scores, no last row).
+    std::vector<KvHeadView> heads(H);  // [H]
+    auto make_view = [&](int l, bool observations) {
         const LayerSnapshot& ls = s.layers[sz(l)];
         for (size_t h = 0; h < H; ++h) {
-            const auto n = static_cast<int32_t>(ls.positions[h].size());
-            r.cache.append(l, static_cast<int>(h), n, ls.keys[h].data(), D, ls.values[h].data(), D,
-                           ls.positions[h].data());
-        }
-        std::vector<KvHeadView> heads(H);  // [H]
-        for (size_t h = 0; h < H; ++h) {
             KvHeadView& v = heads[h];
+            v = KvHeadView{};
             v.n_entries = static_cast<int32_t>(ls.positions[h].size());
             v.positions = ls.positions[h].data();
             v.keys = ls.keys[h].data();
-            if (want.window > 0 && !ls.window[h].empty()) v.window_scores = ls.window[h].data();
+            if (observations && want.window > 0 && !ls.window[h].empty()) v.window_scores = ls.window[h].data();
             if (want.column_sums && !ls.column_sums[h].empty()) v.column_sums = ls.column_sums[h].data();
-            if (want.last_row && !ls.last_row[h].empty()) v.last_row = ls.last_row[h].data();
+            if (observations && want.last_row && !ls.last_row[h].empty()) v.last_row = ls.last_row[h].data();
+            if (want.values) v.values = ls.values[h].data();
+            if (want.reconstruct_chunk > 0 && !ls.reconstruction[h].empty()) {
+                v.reconstruction = ls.reconstruction[h].data();
+            }
         }
         LayerView view;
         view.phase = EvictionPhase::Prefill;
@@ -173,7 +204,7 @@ ReplayResult replay_policy(const PrefillSnapshot& s, Evictor& policy, const ops:
         view.n_head_kv = s.n_head_kv;
         view.group = s.group;
         view.head_dim = D;
-        view.n_window = want.window > 0 ? ls.n_window : 0;
+        view.n_window = observations && want.window > 0 ? ls.n_window : 0;
         view.chunk_begin = ls.chunk_begin;
         view.chunk_end = ls.chunk_end;
         view.final_chunk = true;
@@ -182,6 +213,28 @@ ReplayResult replay_policy(const PrefillSnapshot& s, Evictor& policy, const ops:
         view.decode_step = 0;
         view.tokens = s.tokens;
         view.heads = heads;
+        view.rope = rope_info(rope);
+        if (want.queries > 0) {
+            // The policy's own ring would hold the last min(its count, seen) of the recorded ones.
+            const size_t n_q = std::min(ls.query_positions.size(), static_cast<size_t>(want.queries));
+            const size_t skip = ls.query_positions.size() - n_q;
+            const size_t stride = n_q > 0 ? ls.queries.size() / ls.query_positions.size() : 0;
+            view.queries = std::span<const float>(ls.queries).subspan(skip * stride);
+            view.query_positions = std::span<const int32_t>(ls.query_positions).subspan(skip);
+        }
+        return view;
+    };
+    if (want.all_layers) {
+        for (int l = 0; l < s.n_layer; ++l) policy.observe(make_view(l, true));
+    }
+    for (int l = 0; l < s.n_layer; ++l) {
+        const LayerSnapshot& ls = s.layers[sz(l)];
+        for (size_t h = 0; h < H; ++h) {
+            const auto n = static_cast<int32_t>(ls.positions[h].size());
+            r.cache.append(l, static_cast<int>(h), n, ls.keys[h].data(), D, ls.values[h].data(), D,
+                           ls.positions[h].data());
+        }
+        const LayerView view = make_view(l, !want.all_layers);
         KeepLists keep(H);
         if (!policy.on_prefill(view, keep)) continue;
         check_keep_lists(view, keep);

@@ -11,6 +11,10 @@
 // decode from the compacted cache (adopt_cache). The result is bit-identical to attaching the
 // policy to the session and prefilling, which tests/eval/test_prefill_share.cpp checks.
 //
+// A policy that asks for a context reconstruction (KVzip) is shared too: the recording prefill
+// runs the reconstruction pass (its entries are dropped again) and the recorder, called after it,
+// keeps the reconstruction scores, so one pass serves every budget of that configuration.
+//
 // Not shareable (they need their own prefill): chunked compression (the policy evicts between
 // chunks, which changes later chunks) and decode-time eviction (the policy must stay attached).
 #pragma once
@@ -46,6 +50,9 @@ struct LayerSnapshot {
     std::vector<std::vector<float>> window;        // [H][group, n_h] (empty: not recorded)
     std::vector<std::vector<float>> column_sums;   // [H][group, n_h] (empty: not recorded)
     std::vector<std::vector<float>> last_row;      // [H][group, n_h] (empty: not recorded)
+    std::vector<std::vector<float>> reconstruction;  // [H][group, n_h] (empty: not recorded)
+    std::vector<float> queries;            // [n_q, n_head * head_dim] recent queries before RoPE
+    std::vector<int32_t> query_positions;  // [n_q]
 };
 
 // Everything a one-shot policy can observe about a prompt, and the prompt's last logits.
@@ -63,7 +70,8 @@ struct PrefillSnapshot {
 };
 
 // An evictor that never evicts and records the final chunk's views. Its request is the union of
-// the requests it serves: window scores (one window size), column sums, last row.
+// the requests it serves: window scores (one window size), column sums, last row, values, the
+// most recent queries any of them asks for, context reconstruction (one configuration).
 class PrefillRecorder : public Evictor {
 public:
     explicit PrefillRecorder(const ObservationRequest& request);
@@ -80,9 +88,11 @@ private:
 };
 
 // Union of the observation requests of one-shot policies; kvec::Error if two need different
-// window sizes (group them first with share_group_key).
+// window sizes or reconstructions, or one a window and another a reconstruction (group them
+// first with share_group_key).
 ObservationRequest merge_requests(const std::vector<ObservationRequest>& requests);
-// Policies with the same key can share one recorded prefill (the window size, 0 = any).
+// Policies with the same key can share one recorded prefill: the window size (0 = any), or for a
+// context reconstruction a negative key naming its chunk and sinks.
 int share_group_key(const ObservationRequest& request);
 
 // Prefills `prompt` on `session` (reset first; any evictor detached afterwards) with a recorder.

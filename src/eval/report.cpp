@@ -31,7 +31,21 @@ const Cell* column_cell(const SweepSummary& s, size_t p, int64_t budget) {
     return find_cell(s, s.policies[p], s.budgeted[p] ? budget : 0);
 }
 
-std::string budget_text(int64_t b) { return b == 0 ? "-" : std::to_string(b); }
+std::string budget_text(int64_t b) {
+    return b == 0 ? "-" : is_compression(b) ? budget_label(b) : std::to_string(b);
+}
+
+// A CSV field, quoted (with doubled quotes) when it holds a comma, a quote or a newline.
+std::string csv_quote(const std::string& v) {
+    if (v.find_first_of(",\"\n") == std::string::npos) return v;
+    std::string q(1, '"');
+    for (char c : v) {
+        q.push_back(c);
+        if (c == '"') q.push_back('"');
+    }
+    q.push_back('"');
+    return q;
+}
 
 }  // namespace
 
@@ -41,12 +55,15 @@ SweepSummary summarize(const std::vector<EvalItem>& items, const std::vector<Pol
     s.budgets = budgets;
     for (const PolicyChoice& p : policies) {
         s.policies.push_back(p.label);
+        s.policy_names.push_back(p.name);
         s.budgeted.push_back(p.budgeted);
     }
     std::map<std::string, size_t> item_index;
     for (size_t i = 0; i < items.size(); ++i) {
         item_index[items[i].id] = i;
-        if (std::find(s.tasks.begin(), s.tasks.end(), items[i].task) == s.tasks.end()) s.tasks.push_back(items[i].task);
+        const auto t = std::find(s.tasks.begin(), s.tasks.end(), items[i].task);
+        s.item_task.push_back(static_cast<size_t>(t - s.tasks.begin()));
+        if (t == s.tasks.end()) s.tasks.push_back(items[i].task);
     }
     int64_t combos = 0;
     for (const PolicyChoice& p : policies) combos += p.budgeted ? static_cast<int64_t>(budgets.size()) : 1;
@@ -70,6 +87,7 @@ SweepSummary summarize(const std::vector<EvalItem>& items, const std::vector<Pol
             auto& [its, preds] = per_task[items[idx].task];
             its.push_back(&items[idx]);
             preds.push_back(r->prediction);
+            cell.item_scores[idx] = 100.0 * score_item(items[idx], r->prediction);
             cell.c_head += r->c_head;
             cell.c_layer += r->c_layer;
             cell.c_head_tokens += r->c_head_tokens;
@@ -92,11 +110,62 @@ SweepSummary summarize(const std::vector<EvalItem>& items, const std::vector<Pol
             sum += score;
         }
         cell.average = per_task.empty() ? 0.0 : sum / static_cast<double>(per_task.size());
+        std::vector<std::vector<double>> strata(s.tasks.size());  // [tasks][items] scores
+        for (const auto& [idx, v] : cell.item_scores) strata[s.item_task[idx]].push_back(v);
+        cell.average_ci = bootstrap_mean(strata);
+        for (size_t t = 0; t < s.tasks.size(); ++t) {
+            if (!strata[t].empty()) cell.task_ci[s.tasks[t]] = bootstrap_mean({strata[t]});
+        }
         s.present += cell.n;
         s.cells[key] = std::move(cell);
     }
     return s;
 }
+
+std::vector<PairedComparison> paired_comparisons(const SweepSummary& s) {
+    std::vector<PairedComparison> out;
+    for (int64_t budget : s.budgets) {
+        for (size_t a = 0; a < s.policies.size(); ++a) {
+            for (size_t b = a + 1; b < s.policies.size(); ++b) {
+                if (!s.budgeted[a] && !s.budgeted[b]) continue;  // no budget involved: not per column
+                const Cell* ca = column_cell(s, a, budget);
+                const Cell* cb = column_cell(s, b, budget);
+                if (ca == nullptr || cb == nullptr) continue;
+                std::vector<std::vector<double>> diffs(s.tasks.size());  // [tasks][common items]
+                bool any = false;
+                for (const auto& [idx, va] : ca->item_scores) {
+                    const auto it = cb->item_scores.find(idx);
+                    if (it == cb->item_scores.end()) continue;
+                    diffs[s.item_task[idx]].push_back(va - it->second);
+                    any = true;
+                }
+                if (any) out.push_back({a, b, budget, bootstrap_mean(diffs)});
+            }
+        }
+    }
+    return out;
+}
+
+std::vector<size_t> reference_policies(const SweepSummary& s) {
+    std::vector<size_t> refs;
+    for (size_t p = 0; p < s.policies.size(); ++p) {
+        if (s.policy_names[p] == "kvec") refs.push_back(p);
+    }
+    if (refs.empty()) {
+        for (size_t p = 0; p < s.policies.size(); ++p) {
+            if (s.budgeted[p]) return {p};
+        }
+    }
+    return refs;
+}
+
+namespace {
+
+nlohmann::ordered_json estimate_json(const Estimate& e) {
+    return {{"mean", e.mean}, {"lo", e.lo}, {"hi", e.hi}, {"p_above", e.p_above}, {"n", e.n}};
+}
+
+}  // namespace
 
 nlohmann::ordered_json metrics_json(const SweepSummary& s) {
     nlohmann::ordered_json j;
@@ -116,6 +185,10 @@ nlohmann::ordered_json metrics_json(const SweepSummary& s) {
             row["budget"] = b;
             row["scores"] = c->task_scores;
             row["average"] = c->average;
+            row["average_ci"] = estimate_json(c->average_ci);
+            nlohmann::ordered_json task_ci;
+            for (const auto& [t, e] : c->task_ci) task_ci[t] = estimate_json(e);
+            row["scores_ci"] = task_ci;
             row["c_head"] = c->c_head;
             row["c_layer"] = c->c_layer;
             row["c_head_tokens"] = c->c_head_tokens;
@@ -127,6 +200,17 @@ nlohmann::ordered_json metrics_json(const SweepSummary& s) {
         }
     }
     j["results"] = results;
+    nlohmann::ordered_json paired = nlohmann::ordered_json::array();
+    for (const PairedComparison& pc : paired_comparisons(s)) {
+        nlohmann::ordered_json row = estimate_json(pc.diff);
+        row["policy_a"] = s.policies[pc.a];
+        row["policy_b"] = s.policies[pc.b];
+        row["budget"] = pc.budget;
+        paired.push_back(row);
+    }
+    j["bootstrap"] = {{"resamples", kBootstrapResamples}, {"seed", kBootstrapSeed}, {"level", 0.95},
+                      {"strata", "tasks"}};
+    j["paired"] = paired;
     return j;
 }
 
@@ -134,7 +218,7 @@ std::string summary_markdown(const SweepSummary& s, const std::string& header) {
     std::string out = header;
     auto pivot = [&](const std::string& title, const std::string& note, auto value) {
         out += fmt::format("\n## {}\n\n{}\n\n| policy |", title, note);
-        for (int64_t b : s.budgets) out += fmt::format(" B={} |", b);
+        for (int64_t b : s.budgets) out += fmt::format(" {} |", budget_label(b));
         out += "\n|---|";
         for (size_t i = 0; i < s.budgets.size(); ++i) out += "---:|";
         out += "\n";
@@ -149,6 +233,11 @@ std::string summary_markdown(const SweepSummary& s, const std::string& header) {
     };
     pivot("Average score", "Unweighted mean of the task scores (0-100).",
           [](const Cell& c) { return fmt_score(c.average); });
+    pivot("Average score with 95 % interval",
+          fmt::format("Stratified bootstrap over items ({} resamples, seed {}, tasks as strata): the interval of the "
+                      "average a new draw of items from the same tasks would give.",
+                      kBootstrapResamples, kBootstrapSeed),
+          [](const Cell& c) { return format_estimate(c.average_ci, 2, false); });
     pivot("Cross-head coverage", "C_head: |union over heads of kept prefix positions| / prefix, mean over "
                                  "layers and samples (prefix = prompt minus the last 32 positions).",
           [](const Cell& c) { return fmt::format("{:.3f}", c.c_head); });
@@ -174,6 +263,55 @@ std::string summary_markdown(const SweepSummary& s, const std::string& header) {
                                fmt_bytes(c->kv_bytes), c->n);
         }
     }
+
+    // Paired comparisons of the reference policies against every other policy.
+    const std::vector<PairedComparison> pairs = paired_comparisons(s);
+    for (size_t ref : reference_policies(s)) {
+        out += fmt::format("\n## Paired: {} against each policy\n\n"
+                           "Mean over tasks of the per-item score difference ({} - other, points) with its 95 % "
+                           "bootstrap interval over the same items; ▲ significantly better, ▼ significantly worse "
+                           "(the interval excludes 0), P = share of resamples above 0.\n\n| other policy |",
+                           s.policies[ref], s.policies[ref]);
+        for (int64_t b : s.budgets) out += fmt::format(" {} |", budget_label(b));
+        out += "\n|---|";
+        for (size_t i = 0; i < s.budgets.size(); ++i) out += "---:|";
+        out += "\n";
+        for (size_t p = 0; p < s.policies.size(); ++p) {
+            if (p == ref) continue;
+            out += fmt::format("| {} |", s.policies[p]);
+            for (int64_t b : s.budgets) {
+                std::string cell = "-";
+                for (const PairedComparison& pc : pairs) {
+                    if (pc.budget != b || !((pc.a == ref && pc.b == p) || (pc.a == p && pc.b == ref))) continue;
+                    const Estimate d = pc.a == ref ? pc.diff : negated(pc.diff);  // stored as p - ref: flip
+                    cell = fmt::format("{} {}P={:.2f}", format_estimate(d, 2, true),
+                                       d.lo > 0 ? "▲ " : d.hi < 0 ? "▼ " : "", d.p_above);
+                }
+                out += fmt::format(" {} |", cell);
+            }
+            out += "\n";
+        }
+    }
+    out += "\n## Per-task 95 % intervals\n\n| policy | budget |";
+    for (const std::string& t : s.tasks) out += fmt::format(" {} |", t);
+    out += "\n|---|---:|";
+    for (size_t i = 0; i < s.tasks.size(); ++i) out += "---:|";
+    out += "\n";
+    for (size_t p = 0; p < s.policies.size(); ++p) {
+        const std::vector<int64_t> budgets = s.budgeted[p] ? s.budgets : std::vector<int64_t>{0};
+        for (int64_t b : budgets) {
+            const Cell* c = find_cell(s, s.policies[p], b);
+            if (c == nullptr) continue;
+            out += fmt::format("| {} | {} |", s.policies[p], budget_text(b));
+            for (const std::string& t : s.tasks) {
+                const auto it = c->task_ci.find(t);
+                out += fmt::format(" {} |", it == c->task_ci.end()
+                                                ? "-"
+                                                : fmt::format("[{:.1f}, {:.1f}]", it->second.lo, it->second.hi));
+            }
+            out += "\n";
+        }
+    }
     if (s.present != s.expected) {
         out += fmt::format("\nIncomplete: {} of {} predictions present (run the same command again to "
                            "continue).\n", s.present, s.expected);
@@ -181,37 +319,37 @@ std::string summary_markdown(const SweepSummary& s, const std::string& header) {
     return out;
 }
 
+std::string paired_csv(const SweepSummary& s) {
+    std::string out = "policy_a,policy_b,budget,diff,lo,hi,p_above,n\n";
+    for (const PairedComparison& pc : paired_comparisons(s)) {
+        out += fmt::format("{},{},{},{:.4f},{:.4f},{:.4f},{:.4f},{}\n", csv_quote(s.policies[pc.a]), csv_quote(s.policies[pc.b]),
+                           pc.budget, pc.diff.mean, pc.diff.lo, pc.diff.hi, pc.diff.p_above, pc.diff.n);
+    }
+    return out;
+}
+
 std::string summary_csv(const SweepSummary& s) {
-    auto quote = [](const std::string& v) {
-        if (v.find_first_of(",\"\n") == std::string::npos) return v;
-        std::string q(1, '"');
-        for (char c : v) {
-            q.push_back(c);
-            if (c == '"') q.push_back('"');
-        }
-        q.push_back('"');
-        return q;
-    };
     std::string out = "policy,budget";
     for (const std::string& t : s.tasks) {
         out.push_back(',');
-        out += quote(t);
+        out += csv_quote(t);
     }
-    out += ",average,c_head,c_layer,c_head_tokens,redundancy,kv_bytes,kv_entries,samples\n";
+    out += ",average,average_lo,average_hi,c_head,c_layer,c_head_tokens,redundancy,kv_bytes,kv_entries,samples\n";
     for (size_t p = 0; p < s.policies.size(); ++p) {
         const std::vector<int64_t> budgets = s.budgeted[p] ? s.budgets : std::vector<int64_t>{0};
         for (int64_t b : budgets) {
             const Cell* c = find_cell(s, s.policies[p], b);
             if (c == nullptr) continue;
-            out += quote(s.policies[p]);
+            out += csv_quote(s.policies[p]);
             out += fmt::format(",{}", b);
             for (const std::string& t : s.tasks) {
                 const auto it = c->task_scores.find(t);
                 out.push_back(',');
                 if (it != c->task_scores.end()) out += fmt::format("{:.2f}", it->second);
             }
-            out += fmt::format(",{:.4f},{:.6f},{:.6f},{:.6f},{:.6f},{:.1f},{:.1f},{}\n", c->average, c->c_head,
-                               c->c_layer, c->c_head_tokens, c->redundancy, c->kv_bytes, c->kv_entries, c->n);
+            out += fmt::format(",{:.4f},{:.4f},{:.4f},{:.6f},{:.6f},{:.6f},{:.6f},{:.1f},{:.1f},{}\n", c->average,
+                               c->average_ci.lo, c->average_ci.hi, c->c_head, c->c_layer, c->c_head_tokens,
+                               c->redundancy, c->kv_bytes, c->kv_entries, c->n);
         }
     }
     return out;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "eval/eval_items.h"
+#include "eval/stats.h"
 #include "eval/sweep.h"
 
 namespace kvec::eval {
@@ -17,6 +18,9 @@ namespace kvec::eval {
 struct Cell {
     std::map<std::string, double> task_scores;  // task -> score (0..100)
     double average = 0;                          // unweighted mean over the tasks present
+    std::map<size_t, double> item_scores;        // item index -> score (0..100)
+    std::map<std::string, Estimate> task_ci;     // task -> bootstrap interval of its mean score
+    Estimate average_ci;                         // bootstrap interval of the average (tasks as strata)
     double c_head = 0;                           // means over the samples
     double c_layer = 0;
     double c_head_tokens = 0;
@@ -28,7 +32,9 @@ struct Cell {
 
 struct SweepSummary {
     std::vector<std::string> tasks;     // in item order
+    std::vector<size_t> item_task;      // [items] index into tasks
     std::vector<std::string> policies;  // labels, in --policies order
+    std::vector<std::string> policy_names;  // [policies] registry names
     std::vector<int64_t> budgets;       // in --budgets order
     std::vector<bool> budgeted;         // [policies] false: one cell at budget 0 (full)
     std::map<std::pair<std::string, int64_t>, Cell> cells;  // (policy, budget) -> cell
@@ -36,13 +42,32 @@ struct SweepSummary {
     int64_t present = 0;                // records found
 };
 
-// Aggregates the records of the run's items and combinations (other records are ignored).
+// A paired comparison of two policies at one budget over the items both have: a - b.
+struct PairedComparison {
+    size_t a = 0;         // policy indices
+    size_t b = 0;
+    int64_t budget = 0;   // the budget column (an unbudgeted policy's single cell serves every one)
+    Estimate diff;        // of the average score (tasks as strata), points
+};
+
+// Aggregates the records of the run's items and combinations (other records are ignored), with
+// bootstrap intervals (stats.h).
 SweepSummary summarize(const std::vector<EvalItem>& items, const std::vector<PolicyChoice>& policies,
                        const std::vector<int64_t>& budgets, const std::vector<EvalRecord>& records);
+
+// Every pair of policies (a before b in --policies order) at every budget column where both have
+// records for some common items.
+std::vector<PairedComparison> paired_comparisons(const SweepSummary& summary);
+
+// The policies whose comparisons summary.md shows: those named kvec (the registry name), else the
+// first budgeted policy.
+std::vector<size_t> reference_policies(const SweepSummary& summary);
 
 nlohmann::ordered_json metrics_json(const SweepSummary& summary);
 std::string summary_markdown(const SweepSummary& summary, const std::string& header);
 std::string summary_csv(const SweepSummary& summary);
+// policy_a,policy_b,budget,diff,lo,hi,p_above,n: one line per paired comparison.
+std::string paired_csv(const SweepSummary& summary);
 
 // score_vs_budget.png and coverage_vs_budget.png in `dir`; unbudgeted policies as dashed
 // horizontal lines. `what` names the score in the titles ("synthetic-2k", "LongBench").

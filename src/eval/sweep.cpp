@@ -53,7 +53,29 @@ std::string format_duration(double s) {
     return fmt::format("{}s", t);
 }
 
+// Items [begin, end) compressed as one: under the query-agnostic protocol, consecutive items
+// with the same context tokens; otherwise one item.
+size_t group_end(const std::vector<EvalItem>& items, size_t begin, Protocol protocol) {
+    size_t end = begin + 1;
+    if (protocol != Protocol::QueryAgnostic) return end;
+    const EvalItem& a = items[begin];
+    auto same_context = [&a](const EvalItem& b) {
+        return b.n_context == a.n_context &&
+               std::equal(a.prompt.begin(), a.prompt.begin() + a.n_context, b.prompt.begin());
+    };
+    while (end < items.size() && same_context(items[end])) ++end;
+    return end;
+}
+
 }  // namespace
+
+const char* protocol_name(Protocol p) { return p == Protocol::QueryAgnostic ? "query-agnostic" : "query-aware"; }
+
+Protocol parse_protocol(std::string_view text) {
+    if (text == "query-aware") return Protocol::QueryAware;
+    if (text == "query-agnostic") return Protocol::QueryAgnostic;
+    fail("unknown protocol '{}' (expected query-aware or query-agnostic)", text);
+}
 
 std::vector<PolicyChoice> parse_policy_list(const std::string& list) {
     std::vector<std::string> pieces;
@@ -101,10 +123,23 @@ std::vector<PolicyChoice> parse_policy_list(const std::string& list) {
     return out;
 }
 
+int64_t compression_code(double c) {
+    const double code = std::round(c * 1000.0);
+    if (!(c > 0.0 && c < 1.0) || std::fabs(code - c * 1000.0) > 1e-6) {
+        fail("a compression ratio is a share of the prompt's entries evicted, in (0, 1) in steps of 0.001; got {}", c);
+    }
+    return -static_cast<int64_t>(code);
+}
+
+std::string budget_label(int64_t budget) {
+    return is_compression(budget) ? fmt::format("c={}", compression_of(budget)) : fmt::format("B={}", budget);
+}
+
 std::vector<Combo> make_combos(const std::vector<PolicyChoice>& policies, const std::vector<int64_t>& budgets) {
     if (budgets.empty()) fail("--budgets is empty");
     for (int64_t b : budgets) {
-        if (b <= 0) fail("budgets must be positive, got {}", b);
+        if (b == 0) fail("budgets must be positive, got {}", b);
+        if (is_compression(b)) (void)compression_code(compression_of(b));  // validates the code
     }
     std::vector<Combo> out;
     for (size_t p = 0; p < policies.size(); ++p) {
@@ -117,11 +152,12 @@ std::vector<Combo> make_combos(const std::vector<PolicyChoice>& policies, const 
             Combo c;
             c.policy = p;
             c.budget = b;
-            c.spec = pc.spec + (pc.spec.find(':') == std::string::npos ? ":" : ",") + fmt::format("budget={}", b);
+            c.spec = pc.spec + (pc.spec.find(':') == std::string::npos ? ":" : ",") +
+                     (is_compression(b) ? fmt::format("ratio={}", 1.0 - compression_of(b)) : fmt::format("budget={}", b));
             try {
                 (void)policy::make_policy(c.spec);
             } catch (const Error& e) {
-                fail("policy '{}' at budget {}: {}", pc.label, b, e.what());
+                fail("policy '{}' at {}: {}", pc.label, budget_label(b), e.what());
             }
             out.push_back(std::move(c));
         }
@@ -135,6 +171,7 @@ nlohmann::ordered_json to_json(const EvalRecord& r) {
     j["task"] = r.task;
     j["policy"] = r.policy;
     j["budget"] = r.budget;
+    if (is_compression(r.budget)) j["compression"] = compression_of(r.budget);
     j["prediction"] = r.prediction;
     j["references"] = r.references;
     j["score"] = r.score;
@@ -231,12 +268,21 @@ void for_each_policy_cache(Session& session, std::span<const int32_t> prompt,
             separate.push_back(c);
         }
     }
+    // Window-less combinations join another group's prefill: the first one, except that those
+    // observing attention (column sums, the last row) cannot join a context reconstruction
+    // (negative keys) and join the first window group instead, or keep their own prefill.
     if (groups.size() > 1 && groups.count(0) != 0) {
-        auto any = groups[0];
+        const std::vector<size_t> any = std::move(groups[0]);
         groups.erase(0);
-        auto& first = groups.begin()->second;
-        first.insert(first.end(), any.begin(), any.end());
-        std::sort(first.begin(), first.end());
+        const auto window_group = groups.upper_bound(0);
+        for (size_t c : any) {
+            const bool observes = request_of[c].column_sums || request_of[c].last_row;
+            auto& target = !observes ? groups.begin()->second
+                           : window_group != groups.end() ? window_group->second
+                                                          : groups[0];
+            target.push_back(c);
+        }
+        for (auto& [key, members] : groups) std::sort(members.begin(), members.end());
     }
     for (const auto& [key, members] : groups) {
         std::vector<ObservationRequest> requests;
@@ -308,27 +354,74 @@ SweepStats run_sweep(Session& session, const Tokenizer& tokenizer, const std::ve
         if (options.on_progress) options.on_progress(finished, total);
     };
 
-    for (const EvalItem& item : items) {
-        std::vector<size_t> pending;  // combos of this item still to run
-        for (size_t c = 0; c < combos.size(); ++c) {
-            if (done.count({item.id, policies[combos[c].policy].label, combos[c].budget}) != 0) {
-                ++stats.skipped;
-                ++finished;
-            } else {
-                pending.push_back(c);
+    const bool agnostic = options.protocol == Protocol::QueryAgnostic;
+    if (agnostic) {
+        for (const Combo& c : combos) {
+            if (policy::make_policy(c.spec)->request().decode_interval > 0) {
+                fail("policy '{}': decode-time eviction does not apply to the query-agnostic protocol (the "
+                     "context is compressed once, then the question and the answer run uncompressed)",
+                     policies[c.policy].label);
             }
+        }
+        for (const EvalItem& item : items) {
+            if (item.n_context <= 0 || item.n_context >= static_cast<int32_t>(item.prompt.size())) {
+                fail("sample '{}': where its question starts is not known, which the query-agnostic protocol "
+                     "needs", item.id);
+            }
+        }
+    }
+    auto is_done = [&](const EvalItem& item, const Combo& c) {
+        return done.count({item.id, policies[c.policy].label, c.budget}) != 0;
+    };
+    for (size_t begin = 0; begin < items.size();) {
+        const size_t end = group_end(items, begin, options.protocol);
+        const std::span<const EvalItem> group(items.data() + begin, end - begin);
+        begin = end;
+        std::vector<size_t> pending;  // combos with an item of the group still to run
+        for (size_t c = 0; c < combos.size(); ++c) {
+            bool any = false;
+            for (const EvalItem& item : group) {
+                if (is_done(item, combos[c])) {
+                    ++stats.skipped;
+                    ++finished;
+                } else {
+                    any = true;
+                }
+            }
+            if (any) pending.push_back(c);
         }
         if (options.on_progress) options.on_progress(finished, total);
         if (pending.empty()) continue;
 
+        const std::vector<int32_t>& prompt = group.front().prompt;
+        const std::span<const int32_t> compressed =
+            agnostic ? std::span<const int32_t>(prompt.data(), static_cast<size_t>(group.front().n_context))
+                     : std::span<const int32_t>(prompt);
         for_each_policy_cache(
-            session, item.prompt, policies, combos, pending, options.share_prefill, options.coverage_window,
+            session, compressed, policies, combos, pending, options.share_prefill, options.coverage_window,
             [&](const PreparedCache& pc) {
-                Timer t;
-                const std::vector<int32_t> generated = greedy_generate(session, tokenizer, pc.logits, item);
-                stats.decode_seconds += t.seconds();
-                if (std::string_view(pc.mode) == "shared") ++stats.shared_generations;
-                emit(item, combos[pc.combo], generated, pc.entries, pc.coverage, pc.mode);
+                const int32_t n_compressed = session.n_past();
+                bool first = true;
+                for (const EvalItem& item : group) {
+                    const Combo& combo = combos[pc.combo];
+                    if (is_done(item, combo)) continue;
+                    std::span<const float> logits = pc.logits;
+                    if (agnostic) {
+                        // The question after the compressed context, which is not compressed further.
+                        if (!first) session.rollback(n_compressed);
+                        first = false;
+                        session.pause_eviction(true);
+                        Timer tq;
+                        logits = session.prefill(std::span<const int32_t>(item.prompt).subspan(
+                            static_cast<size_t>(item.n_context)));
+                        stats.prefill_seconds += tq.seconds();
+                    }
+                    Timer t;
+                    const std::vector<int32_t> generated = greedy_generate(session, tokenizer, logits, item);
+                    stats.decode_seconds += t.seconds();
+                    if (std::string_view(pc.mode) == "shared") ++stats.shared_generations;
+                    emit(item, combo, generated, pc.entries, pc.coverage, pc.mode);
+                }
             },
             &stats);
     }

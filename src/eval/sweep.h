@@ -44,13 +44,22 @@ struct PolicyChoice {
 // policy or option, or a budget given inside a policy (use --budgets).
 std::vector<PolicyChoice> parse_policy_list(const std::string& list);
 
+// A budget column of a sweep: B > 0 entries per KV head per layer, or a compression ratio c in
+// (0, 1) (kvpress's view: each head keeps (1 - c) x the compressed prompt's tokens, the policy's
+// ratio option), stored wherever a budget is (records, tables, resume keys) as -round(1000 c).
+int64_t compression_code(double c);  // kvec::Error unless 0 < c < 1 in steps of 0.001
+inline bool is_compression(int64_t budget) { return budget < 0; }
+inline double compression_of(int64_t budget) { return static_cast<double>(-budget) / 1000.0; }
+std::string budget_label(int64_t budget);  // "B=128" / "c=0.75"
+
 struct Combo {
     size_t policy = 0;   // index into the policy choices
-    int64_t budget = 0;  // 0 for an unbudgeted policy
+    int64_t budget = 0;  // 0 for an unbudgeted policy; < 0: a compression ratio (compression_code)
     std::string spec;    // full registry spec with the budget ("snapkv:budget=128")
 };
-// policies x budgets (unbudgeted policies once). Checks every spec builds (kvec::Error naming the
-// combination otherwise, e.g. a budget below a policy's window).
+// policies x budgets (unbudgeted policies once; a compression code gives the policy's ratio
+// option). Checks every spec builds (kvec::Error naming the combination otherwise, e.g. a budget
+// below a policy's window).
 std::vector<Combo> make_combos(const std::vector<PolicyChoice>& policies,
                                const std::vector<int64_t>& budgets);
 
@@ -93,7 +102,20 @@ struct SweepStats {
     int64_t skipped = 0;          // already in predictions.jsonl
 };
 
+// What a policy compresses (docs/evaluation.md, "Protocols"):
+//   QueryAware    - the whole prompt, question included (the published LongBench protocol: the
+//                   observation window holds the question);
+//   QueryAgnostic - the context alone (EvalItem::n_context tokens) before the question is seen;
+//                   the question is then appended to the compressed cache, uncompressed, and
+//                   answered (NVIDIA kvpress's protocol). Consecutive items with the same context
+//                   (niah_askmany) share one compressed cache: after each question and answer
+//                   the session rolls back to the compressed context ("compress once, ask many").
+enum class Protocol { QueryAware, QueryAgnostic };
+const char* protocol_name(Protocol p);               // "query-aware" / "query-agnostic"
+Protocol parse_protocol(std::string_view text);      // kvec::Error for anything else
+
 struct SweepOptions {
+    Protocol protocol = Protocol::QueryAware;
     bool share_prefill = true;
     int64_t coverage_window = 32;  // w of the coverage definition (policy/coverage_probe.h)
     // Called after every finished record (append it to predictions.jsonl); and for progress.

@@ -104,6 +104,15 @@ struct Needle {
     bool answer = false;  // carries (part of) the answer
 };
 
+// A further question about the same context (niah_askmany).
+struct Ask {
+    std::string question;
+    std::string cue;
+    std::string answer_text;
+    std::vector<std::string> answers;
+    std::vector<std::string> keys;
+};
+
 struct Spec {
     std::string instruction;           // before the context
     std::string question;              // after the context (the LongBench `input`)
@@ -113,19 +122,30 @@ struct Spec {
     std::vector<std::string> keys;
     std::vector<Needle> needles;  // haystack tasks
     std::string list_context;     // list tasks (cwe, fwe): the whole context
+    std::vector<Ask> asks;        // niah_askmany: one question per key (the first = question)
 };
 
 struct Prompt {
     std::string context;
     std::string prompt;
+    size_t context_end = 0;              // bytes of prompt before the question
     std::vector<size_t> needle_offsets;  // [needles] start of each needle in context
 };
+
+// The prompt: instruction, context, question (and the answer cue in the completion format).
+std::string prompt_text(const std::string& instruction, const std::string& context,
+                        const std::string& question, const std::string& cue,
+                        PromptFormat format) {
+    std::string p = instruction + "\n\n" + context + "\n\n" + question;
+    if (format == PromptFormat::Completion) p += "\n" + cue;
+    return p;
+}
 
 Prompt assemble(const Spec& spec, std::string context, PromptFormat format) {
     Prompt p;
     p.context = std::move(context);
-    p.prompt = spec.instruction + "\n\n" + p.context + "\n\n" + spec.question;
-    if (format == PromptFormat::Completion) p.prompt += "\n" + spec.cue;
+    p.prompt = prompt_text(spec.instruction, p.context, spec.question, spec.cue, format);
+    p.context_end = spec.instruction.size() + 2 + p.context.size();
     return p;
 }
 
@@ -203,7 +223,7 @@ Spec make_niah(std::string_view task, Rng& rng, Split split) {
     int n_keys = 1, n_values = 1, n_queries = 1;
     if (task == "niah_multikey") n_keys = kNiahMany;
     if (task == "niah_multivalue") n_values = kNiahMany;
-    if (task == "niah_multiquery") n_keys = n_queries = kNiahMany;
+    if (task == "niah_multiquery" || task == "niah_askmany") n_keys = n_queries = kNiahMany;
 
     std::vector<std::string> keys;
     std::vector<std::vector<std::string>> values;  // [n_keys][n_values]
@@ -237,13 +257,32 @@ Spec make_niah(std::string_view task, Rng& rng, Split split) {
         for (const auto& val : values[k]) s.answers.push_back(val);
     }
     const std::string query = join_and(s.keys);
+    auto single_question = [](const std::string& key) {
+        return "What is the special magic number for " + key + " mentioned in the provided text?";
+    };
+    auto single_cue = [](const std::string& key) { return "The special magic number for " + key + " is:"; };
+    if (task == "niah_askmany") {
+        // One question per key, asked one at a time over the same context.
+        for (size_t k = 0; k < s.keys.size(); ++k) {
+            s.asks.push_back({single_question(s.keys[k]), single_cue(s.keys[k]), s.answers[k],
+                              {s.answers[k]}, {s.keys[k]}});
+        }
+        s.instruction =
+            "Some special magic numbers are hidden within the following text. Make sure "
+            "to memorize them. I will quiz you about the numbers afterwards.";
+        s.question = s.asks[0].question;
+        s.cue = s.asks[0].cue;
+        s.answer_text = s.asks[0].answer_text;
+        s.answers = s.asks[0].answers;
+        s.keys = s.asks[0].keys;
+        return s;
+    }
     if (s.answers.size() == 1) {
         s.instruction =
             "A special magic number is hidden within the following text. Make sure to "
             "memorize it. I will quiz you about the number afterwards.";
-        s.question =
-            "What is the special magic number for " + query + " mentioned in the provided text?";
-        s.cue = "The special magic number for " + query + " is:";
+        s.question = single_question(query);
+        s.cue = single_cue(query);
     } else {
         s.instruction =
             "Some special magic numbers are hidden within the following text. Make sure "
@@ -550,6 +589,8 @@ const std::vector<TaskInfo>& synth_tasks() {
         {"niah_multikey", "string_match_all", 16, "4 needles with different keys; one asked"},
         {"niah_multivalue", "string_match_all", 48, "one key with 4 values; all asked"},
         {"niah_multiquery", "string_match_all", 48, "4 keys; all asked at once"},
+        {"niah_askmany", "string_match_all", 16,
+         "the context of niah_multiquery; one question per key, each scored on its own"},
         {"vt", "string_match_all", 32,
          "variable tracking: 3 chains of 5 variables; one chain asked"},
         {"cwe", "string_match_all", 40, "common word extraction: the 5 most common listed words"},
@@ -882,9 +923,16 @@ SynthInstance SynthGenerator::generate(std::string_view task_name, uint64_t seed
     inst.length_unit = meter_.unit();
     inst.format = format;
     inst.prompt = std::move(out.prompt);
+    inst.context_end = out.context_end;
     inst.answer_prefix = spec.cue;
-    inst.target = format == PromptFormat::Completion ? " " + spec.answer_text + "."
-                                                     : spec.cue + " " + spec.answer_text + ".";
+    auto target_of = [format](const std::string& cue, const std::string& answer_text) {
+        return format == PromptFormat::Completion ? " " + answer_text + "." : cue + " " + answer_text + ".";
+    };
+    inst.target = target_of(spec.cue, spec.answer_text);
+    for (const Ask& a : spec.asks) {
+        inst.asks.push_back({a.question, prompt_text(spec.instruction, inst.context, a.question, a.cue, format),
+                             a.cue, target_of(a.cue, a.answer_text), a.answers, a.keys});
+    }
     inst.max_new_tokens = max_new;
     inst.metric = task.metric;
     inst.keys = spec.keys;
@@ -946,6 +994,18 @@ nlohmann::ordered_json to_json(const SynthInstance& inst) {
     j["depths"] = inst.depths;
     j["depth_percents"] = inst.depth_percents;
     j["n_needles"] = inst.n_needles;
+    if (!inst.asks.empty()) {
+        nlohmann::ordered_json asks = nlohmann::ordered_json::array();
+        for (const SynthAsk& a : inst.asks) {
+            asks.push_back({{"input", a.input},
+                            {"prompt", a.prompt},
+                            {"answer_prefix", a.answer_prefix},
+                            {"target", a.target},
+                            {"answers", a.answers},
+                            {"keys", a.keys}});
+        }
+        j["asks"] = asks;
+    }
     return j;
 }
 

@@ -7,6 +7,8 @@
 //   niah_multikey    4 needles with different keys; one key asked (the others are distractors)
 //   niah_multivalue  4 needles with the same key and different values; all values asked
 //   niah_multiquery  4 needles with different keys; all 4 keys asked at once
+//   niah_askmany     the context of niah_multiquery, with one question per key, asked one at a
+//                    time ("compress once, ask many": one compressed context answers each)
 //   vt               variable tracking: 3 chains of 5 assignments (VAR A = 12345. VAR B = VAR A.
 //                    ...); asked for every variable holding the first chain's value
 //   cwe              common word extraction: a numbered list of words; the 5 most common asked
@@ -78,6 +80,16 @@ struct SuiteSpec {
 const std::vector<SuiteSpec>& synth_suites();        // synthetic-1k, -2k, -4k, -8k, -16k, -32k
 const SuiteSpec& find_suite(std::string_view name);  // throws kvec::Error listing the suites
 
+// One of several questions about the same context (niah_askmany), scored on its own.
+struct SynthAsk {
+    std::string input;                 // the question
+    std::string prompt;                // the prompt with this question (as SynthInstance::prompt)
+    std::string answer_prefix;
+    std::string target;
+    std::vector<std::string> answers;
+    std::vector<std::string> keys;
+};
+
 struct SynthInstance {
     // LongBench fields (THUDM/LongBench data format).
     std::string id;                    // _id: "<task>/<split>/s<seed>/L<length>/<index>"
@@ -107,6 +119,12 @@ struct SynthInstance {
     std::vector<double> depths;       // [n answer-bearing needles] start offset / context size
     std::vector<int> depth_percents;  // [n answer-bearing needles] the drawn depth (0..100)
     int n_needles = 0;                // needles inserted, distractors included
+    // Bytes of `prompt` (and of every ask's prompt) before the question: the instruction and the
+    // context. The query-agnostic protocol compresses this part before the question is seen.
+    size_t context_end = 0;
+    // niah_askmany: every question about this context (the first is the instance's own);
+    // empty for the other tasks.
+    std::vector<SynthAsk> asks;
 };
 
 nlohmann::ordered_json to_json(const SynthInstance& inst);

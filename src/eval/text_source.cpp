@@ -184,7 +184,22 @@ size_t TextSource::count_shared_sentences(std::string_view text) const {
     return shared;
 }
 
-TextSource TextSource::heldout(const std::string& dir) {
+const char* heldout_split_name(HeldoutSplit split) {
+    switch (split) {
+        case HeldoutSplit::Dev: return "dev";
+        case HeldoutSplit::Test: return "test";
+        default: return "all";
+    }
+}
+
+HeldoutSplit parse_heldout_split(std::string_view text) {
+    if (text == "all") return HeldoutSplit::All;
+    if (text == "dev") return HeldoutSplit::Dev;
+    if (text == "test") return HeldoutSplit::Test;
+    fail("unknown held-out split '{}' (expected all, dev or test)", text);
+}
+
+std::vector<std::string> heldout_files(const std::string& dir, HeldoutSplit split) {
     const std::string spec_path = dir + "/heldout.json";
     if (!std::filesystem::exists(spec_path)) {
         fail(
@@ -197,15 +212,39 @@ TextSource TextSource::heldout(const std::string& dir) {
         !spec["files"].is_array() || spec["files"].empty()) {
         fail("'{}': expected an object with a non-empty \"files\" array", spec_path);
     }
-    TextSource src;
+    std::vector<std::string> out;
     for (const auto& entry : spec["files"]) {
         if (!entry.is_object() || !entry.contains("file") || !entry["file"].is_string()) {
             fail("'{}': every entry of \"files\" needs a \"file\" string", spec_path);
         }
-        src.add_document(read_file(dir + "/" + entry["file"].get<std::string>()));
+        if (split != HeldoutSplit::All) {
+            if (!entry.contains("year") || !entry["year"].is_number_integer()) {
+                fail("'{}': the {} split needs a \"year\" in every entry of \"files\"", spec_path,
+                     heldout_split_name(split));
+            }
+            const bool even = entry["year"].get<int64_t>() % 2 == 0;
+            if (even != (split == HeldoutSplit::Dev)) continue;
+        }
+        out.push_back(dir + "/" + entry["file"].get<std::string>());
     }
+    if (out.empty()) fail("'{}': no file of the {} split", spec_path, heldout_split_name(split));
+    return out;
+}
+
+std::string heldout_text(const std::string& dir, HeldoutSplit split) {
+    std::string text;
+    for (const std::string& path : heldout_files(dir, split)) {
+        if (!text.empty()) text += "\n\n";
+        text += read_file(path);
+    }
+    return text;
+}
+
+TextSource TextSource::heldout(const std::string& dir, HeldoutSplit split) {
+    TextSource src;
+    for (const std::string& path : heldout_files(dir, split)) src.add_document(read_file(path));
     src.heldout_ = true;
-    src.name_ = "held-out text " + dir;
+    src.name_ = "held-out text " + dir + (split == HeldoutSplit::All ? "" : fmt::format(" ({})", heldout_split_name(split)));
     src.build_fingerprints();
     return src;
 }

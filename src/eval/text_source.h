@@ -26,13 +26,24 @@ std::vector<std::string> split_sentences(std::string_view text, size_t max_chars
 // data/text/ of this checkout: $KVEC_TEXT_DIR if set, else <source dir>/data/text.
 std::string default_text_dir();
 
+// Halves of the held-out text, for a development/test protocol: dev = the addresses of even
+// years (for choosing defaults), test = those of odd years (for reporting); all = every address.
+enum class HeldoutSplit { All, Dev, Test };
+const char* heldout_split_name(HeldoutSplit split);        // "all" / "dev" / "test"
+HeldoutSplit parse_heldout_split(std::string_view text);  // kvec::Error for anything else
+// The held-out files of a split (paths under dir, as heldout.json lists them), and their text
+// joined by blank lines (`kvec eval --fidelity heldout:dev`).
+std::vector<std::string> heldout_files(const std::string& dir, HeldoutSplit split);
+std::string heldout_text(const std::string& dir, HeldoutSplit split);
+
 class TextSource {
   public:
     TextSource() = default;
 
-    // The held-out text: reads <dir>/heldout.json and every file it lists under "files".
-    // Throws kvec::Error naming the missing or malformed file.
-    static TextSource heldout(const std::string& dir = default_text_dir());
+    // The held-out text: reads <dir>/heldout.json and every file it lists under "files" (only
+    // those of the split's years). Throws kvec::Error naming the missing or malformed file.
+    static TextSource heldout(const std::string& dir = default_text_dir(),
+                              HeldoutSplit split = HeldoutSplit::All);
 
     // Training text. Each path is a UTF-8 text file, or (name ending in ".json") a JSON object with
     // a "text" string or an array of such objects or of strings. When `exclude` is given, a file

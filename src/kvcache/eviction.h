@@ -47,6 +47,41 @@ struct ObservationRequest {
     int decode_interval = 0;
     // Which prefill queries form the window (Chunk: each chunk's own; Prompt: the prompt's last w).
     WindowScope window_scope = WindowScope::Chunk;
+    // The values of every entry as float (KvHeadView::values).
+    bool values = false;
+    // m > 0: the layer's last m queries before RoPE (after the biases and the Q norm), prompt and
+    // generated ones, with their positions (LayerView::queries). The engine keeps them in a ring
+    // of m x n_head x head_dim floats per layer.
+    int queries = 0;
+    // Context reconstruction (KVzip): c > 0 defers the hook of a prefill that starts on an empty
+    // session until the engine has run the model over "repeat the previous context" inputs
+    // appended to the prompt's cache, in chunks of c prompt tokens (docs/eviction-interface.md);
+    // the hook is then called once per layer with KvHeadView::reconstruction. The first
+    // reconstruct_sinks entries take part in the scoring softmax of every chunk. Cannot be
+    // combined with window scores, column sums, the last row, decode-time calls or Chunk scope.
+    int reconstruct_chunk = 0;
+    int reconstruct_sinks = 0;
+    // The policy decides for every layer together (budgets shared across layers): in each forward
+    // step that evicts, the engine shows every layer's view to Evictor::observe as the step
+    // reaches it, and calls the hook of every layer (in layer order) only after the step's last
+    // layer. A layer's output never depends on the compaction of another, so this changes nothing
+    // but when layers are compacted: one-shot compression already holds every layer in full until
+    // the prompt's last chunk. The hook calls' views carry no window scores and no last row
+    // (they went to observe); positions, keys, values, column sums and reconstruction scores as
+    // usual. With context reconstruction, every layer is observed after the reconstruction pass.
+    bool all_layers = false;
+};
+
+// The model's rotary embedding, for policies that rotate query statistics themselves. The angle of
+// rotated pair i < n_rot / 2 at position p is p * freq_scale * freq_base^(-2i / n_rot) /
+// freq_factors[i]; NEOX pairs are (i, i + n_rot / 2), NORM pairs (2i, 2i + 1); dimensions at or
+// past n_rot do not rotate.
+struct RopeInfo {
+    bool neox = false;
+    int n_rot = 0;
+    float freq_base = 10000.0f;
+    float freq_scale = 1.0f;
+    const float* freq_factors = nullptr;  // [n_rot / 2] or null
 };
 
 enum class EvictionPhase { Prefill, Decode };
@@ -61,6 +96,10 @@ struct KvHeadView {
     const float* window_scores = nullptr;    // [group, n] or null (not requested)
     const float* column_sums = nullptr;      // [group, n] or null (not requested)
     const float* last_row = nullptr;         // [group, n] or null (not requested)
+    const float* values = nullptr;           // [n, head_dim] values as float, or null (not requested)
+    // [group, n] or null: per query head, the largest attention (renormalised as described at
+    // ObservationRequest::reconstruct_chunk) any reconstruction query gave the entry.
+    const float* reconstruction = nullptr;
 };
 
 struct LayerView {
@@ -79,6 +118,11 @@ struct LayerView {
     int32_t decode_step = 0;  // decode: steps completed since the prompt (1 at the first step)
     std::span<const int32_t> tokens;    // [n_past] token id at each position (-1: unknown)
     std::span<const KvHeadView> heads;  // [n_head_kv]
+    // The last min(m, seen) queries before RoPE, oldest first (ObservationRequest::queries):
+    // query head q of query t at queries[t * n_head * head_dim + q * head_dim].
+    std::span<const float> queries;            // [n_queries, n_head * head_dim] or empty
+    std::span<const int32_t> query_positions;  // [n_queries]
+    RopeInfo rope;
 };
 
 // keep[h]: strictly increasing entry indices (into KvHeadView h) to keep.
@@ -109,6 +153,10 @@ public:
 
     // Right after layer view.layer's attention at a decode step, every decode_interval steps.
     virtual bool on_decode(const LayerView& view, KeepLists& keep) { return false; }
+
+    // ObservationRequest::all_layers: right after layer view.layer's attention in a step that
+    // evicts (the view the hook would get), before the hook of any layer of that step is called.
+    virtual void observe(const LayerView& view) {}
 
     // Called after on_prefill / on_decode returned true, with the validated keep lists, before
     // the layer is compacted. Return true and fill `out` (one list of new positions per head,

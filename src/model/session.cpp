@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "tensor/attention.h"
 #include "tensor/matmul.h"
@@ -30,6 +31,19 @@ size_t sz(int64_t n) { return static_cast<size_t>(n); }
 // At most this many query positions of a prefill chunk per attention call (kvec::attention_causal).
 constexpr int64_t kPositionsPerCall = 16;
 
+// sum of x[0 .. n) in 8 float lanes (vectorised; the reconstruction's renormalisation).
+double sum_f32(const float* x, int32_t n) {
+    float lane[8] = {};
+    int32_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        for (int k = 0; k < 8; ++k) lane[k] += x[j + k];
+    }
+    double s = 0.0;
+    for (float v : lane) s += v;
+    for (; j < n; ++j) s += x[j];
+    return s;
+}
+
 }  // namespace
 
 ops::RopeParams rope_params(const Model& model) {
@@ -42,6 +56,16 @@ ops::RopeParams rope_params(const Model& model) {
     const auto& factors = model.weights().rope_freqs;
     rope.freq_factors = factors.empty() ? nullptr : factors.data();
     return rope;
+}
+
+RopeInfo rope_info(const ops::RopeParams& rope) {
+    RopeInfo r;
+    r.neox = rope.mode == ops::RopeMode::Neox;
+    r.n_rot = rope.n_rot;
+    r.freq_base = rope.freq_base;
+    r.freq_scale = rope.freq_scale;
+    r.freq_factors = rope.freq_factors;
+    return r;
 }
 
 void rerotate_keys(float* keys, int32_t n, int head_dim, const int32_t* from, const int32_t* to,
@@ -85,7 +109,9 @@ Session::Session(const Model& model, const SessionOptions& options)
     window_.resize(H);
     last_row_.resize(H);
     colsum_.resize(H);
+    values_f_.resize(H);
     rope_ = rope_params(model);
+    rope_info_ = rope_info(rope_);
 }
 
 void Session::set_evictor(Evictor* evictor) {
@@ -94,9 +120,16 @@ void Session::set_evictor(Evictor* evictor) {
     }
     evictor_ = evictor;
     request_ = evictor != nullptr ? evictor->request() : ObservationRequest{};
-    if (request_.window < 0 || request_.decode_interval < 0) {
-        fail("eviction policy requests a negative window ({}) or decode interval ({})", request_.window,
-             request_.decode_interval);
+    if (request_.window < 0 || request_.decode_interval < 0 || request_.queries < 0 ||
+        request_.reconstruct_chunk < 0 || request_.reconstruct_sinks < 0) {
+        fail("eviction policy requests a negative window ({}), decode interval ({}), query count ({}), "
+             "reconstruction chunk ({}) or sink count ({})", request_.window, request_.decode_interval,
+             request_.queries, request_.reconstruct_chunk, request_.reconstruct_sinks);
+    }
+    if (request_.reconstruct_chunk > 0 && (request_.window > 0 || request_.column_sums || request_.last_row ||
+                                           request_.decode_interval > 0)) {
+        fail("eviction policy requests context reconstruction together with window scores, column sums, the "
+             "last row or decode-time calls, which the deferred hook cannot provide");
     }
     const ModelConfig& c = model_.config();
     kv_ = KvCache(cache_config(c, options_.kv_type, request_.column_sums ? c.n_group() : 0));
@@ -107,6 +140,11 @@ void Session::set_evictor(Evictor* evictor) {
     recent_pos_.assign(ring ? L : 0, std::vector<int32_t>(ring ? sz(request_.window) : 0));
     recent_count_.assign(L, 0);
     recent_next_.assign(L, 0);
+    const int64_t m = request_.queries;
+    prerope_q_.assign(m > 0 ? L : 0, std::vector<float>(sz(m * c.q_dim())));
+    prerope_pos_.assign(m > 0 ? L : 0, std::vector<int32_t>(sz(m)));
+    prerope_count_.assign(L, 0);
+    prerope_next_.assign(L, 0);
 }
 
 void Session::reset() {
@@ -117,8 +155,38 @@ void Session::reset() {
     n_decoded_ = 0;
     tokens_.clear();
     eviction_stats_ = EvictionStats{};
+    eviction_paused_ = false;
     std::fill(recent_count_.begin(), recent_count_.end(), 0);
     std::fill(recent_next_.begin(), recent_next_.end(), 0);
+    std::fill(prerope_count_.begin(), prerope_count_.end(), 0);
+    std::fill(prerope_next_.begin(), prerope_next_.end(), 0);
+    defer_hook_ = false;
+    recon_ready_ = false;
+    recon_.clear();
+}
+
+void Session::rollback(int32_t n_past) {
+    if (n_past < 0 || n_past > n_past_) fail("rollback to position {} outside [0, {}]", n_past, n_past_);
+    const ModelConfig& c = model_.config();
+    std::vector<int32_t> keep;  // [kept] entry indices: positions increase, so a prefix
+    for (int l = 0; l < c.n_layer; ++l) {
+        for (int h = 0; h < c.n_head_kv; ++h) {
+            const int32_t n = kv_.size(l, h);
+            const int32_t* pos = kv_.positions(l, h);
+            const auto k = static_cast<int32_t>(std::lower_bound(pos, pos + n, n_past) - pos);
+            if (k == n) continue;
+            keep.resize(sz(k));
+            std::iota(keep.begin(), keep.end(), 0);
+            kv_.compact(l, h, keep);
+        }
+    }
+    n_past_ = n_past;
+    tokens_.resize(sz(n_past));
+    n_decoded_ = 0;
+    std::fill(recent_count_.begin(), recent_count_.end(), 0);
+    std::fill(recent_next_.begin(), recent_next_.end(), 0);
+    std::fill(prerope_count_.begin(), prerope_count_.end(), 0);
+    std::fill(prerope_next_.begin(), prerope_next_.end(), 0);
 }
 
 void Session::check_positions(std::span<const int32_t> positions) const {
@@ -159,6 +227,8 @@ std::span<const float> Session::prefill_at(std::span<const int32_t> tokens,
     }
     const auto n = static_cast<int32_t>(tokens.size());
     if (n_past_ == 0 && evictor_ != nullptr) evictor_->begin_sequence(positions.back() + 1);
+    // Context reconstruction: the hook of a prompt waits for the reconstruction pass.
+    defer_hook_ = evictor_ != nullptr && request_.reconstruct_chunk > 0 && n_past_ == 0;
     n_prompt_ = positions.back() + 1;
     n_decoded_ = 0;
     if (all_logits) all_logits_.resize(sz(int64_t{n} * V));
@@ -175,6 +245,10 @@ std::span<const float> Session::prefill_at(std::span<const int32_t> tokens,
         float* out = all_logits ? all_logits_.data() + int64_t{i} * V : logits_.data();
         forward(tokens.data() + i, chunk_pos.data(), T, all_logits, out, Step::PrefillChunk, i + T == n);
         shift += last + 1 - n_past_;  // > 0 only after a re-positioning
+    }
+    if (defer_hook_) {
+        defer_hook_ = false;
+        reconstruct_and_evict(tokens, chunk_pos);
     }
     if (all_logits) return all_logits_;
     return logits_;
@@ -200,6 +274,7 @@ void Session::forward(const int32_t* tokens, const int32_t* positions, int32_t T
     const ops::RopeParams& rope = rope_;
     repositioned_layers_ = 0;
     reposition_map_.clear();
+    observed_layers_.clear();
 
     ops::get_rows(W.token_embd, tokens, T, x_.data());  // x [T, E]
     for (int l = 0; l < c.n_layer; ++l) {
@@ -214,6 +289,7 @@ void Session::forward(const int32_t* tokens, const int32_t* positions, int32_t T
         if (!L.bv.empty()) ops::add_bias(v_.data(), L.bv.data(), T, KV);
         if (!L.q_norm.empty()) ops::rms_norm(q_.data(), L.q_norm.data(), q_.data(), T * c.n_head, D, c.rms_eps);
         if (!L.k_norm.empty()) ops::rms_norm(k_.data(), L.k_norm.data(), k_.data(), T * c.n_head_kv, D, c.rms_eps);
+        if (request_.queries > 0 && step != Step::Reconstruct) remember_prerope_queries(l, T, positions);
         ops::rope(q_.data(), T, c.n_head, D, positions, rope);     // [T, n_head, D]
         ops::rope(k_.data(), T, c.n_head_kv, D, positions, rope);  // [T, n_head_kv, D]
         attention(l, T, positions, step, final_chunk);             // att [T, Q]
@@ -227,6 +303,7 @@ void Session::forward(const int32_t* tokens, const int32_t* positions, int32_t T
         matmul(gate_.data(), T, L.w_down, proj_.data());  // [T, E]
         ops::add(x_.data(), proj_.data(), T * E);
     }
+    run_observed_hooks(T, positions, step, final_chunk);
     finish_repositioning();
     if (all_logits) {
         ops::rms_norm(x_.data(), W.output_norm.data(), xn_.data(), T, E, c.rms_eps);
@@ -248,6 +325,21 @@ void Session::remember_queries(int layer, int32_t T, const int32_t* positions) {
         pos[sz(slot)] = positions[t];
         recent_next_[sz(layer)] = (slot + 1) % w;
         recent_count_[sz(layer)] = std::min(w, recent_count_[sz(layer)] + 1);
+    }
+}
+
+// The layer's last `queries` queries before RoPE, for policies that model the query distribution.
+void Session::remember_prerope_queries(int layer, int32_t T, const int32_t* positions) {
+    const int64_t Q = model_.config().q_dim();
+    const int32_t m = request_.queries;
+    auto& ring = prerope_q_[sz(layer)];
+    auto& pos = prerope_pos_[sz(layer)];
+    for (int32_t t = std::max(0, T - m); t < T; ++t) {
+        const int32_t slot = prerope_next_[sz(layer)];
+        std::copy(q_.begin() + t * Q, q_.begin() + (t + 1) * Q, ring.begin() + int64_t{slot} * Q);
+        pos[sz(slot)] = positions[t];
+        prerope_next_[sz(layer)] = (slot + 1) % m;
+        prerope_count_[sz(layer)] = std::min(m, prerope_count_[sz(layer)] + 1);
     }
 }
 
@@ -328,11 +420,13 @@ void Session::attention(int layer, int32_t T, const int32_t* positions, Step ste
         kv_.append(layer, h, T, k_.data() + int64_t{h} * D, KV, v_.data() + int64_t{h} * D, KV, positions);
     }
 
-    const bool evict = evictor_ != nullptr &&
+    const bool reconstruct = step == Step::Reconstruct;
+    const bool evict = evictor_ != nullptr && !eviction_paused_ && !defer_hook_ &&
                        (step == Step::PrefillChunk ||
-                        (request_.decode_interval > 0 && n_decoded_ % request_.decode_interval == 0));
+                        (step == Step::Decode && request_.decode_interval > 0 &&
+                         n_decoded_ % request_.decode_interval == 0));
     const bool prompt_scope = request_.window_scope == WindowScope::Prompt;
-    const bool ring = request_.window > 0 && (request_.decode_interval > 0 || prompt_scope);
+    const bool ring = request_.window > 0 && (request_.decode_interval > 0 || prompt_scope) && !reconstruct;
     if (ring) remember_queries(layer, T, positions);
     bool want_window = evict && request_.window > 0 && step == Step::PrefillChunk;
     // Prompt scope: the window is the prompt's last w queries, needed at the final chunk only;
@@ -347,8 +441,9 @@ void Session::attention(int layer, int32_t T, const int32_t* positions, Step ste
         }
     }
     const bool want_last = evict && request_.last_row;
-    const bool want_colsum = request_.column_sums;
+    const bool want_colsum = request_.column_sums && !reconstruct;
     const int32_t n_window = want_window ? std::min(request_.window, T) : 0;
+    const ReconChunk rc = recon_chunk_;
 
     // The kernels read each head's keys and values as stored (F16 in place, no float copy).
     int32_t n_max = 0;
@@ -402,6 +497,18 @@ void Session::attention(int layer, int32_t T, const int32_t* positions, Step ste
                         if (want_last && t == T - 1) {
                             std::copy(p, p + vis, last_row_[sz(h)].begin() + int64_t{g} * n_h);
                         }
+                        if (reconstruct) {
+                            // KVzip's score: the probability renormalised over the sinks, the
+                            // chunk being reconstructed and the reconstruction's own entries.
+                            const double mass = sum_f32(p, rc.sinks) + sum_f32(p + rc.begin, rc.end - rc.begin) +
+                                                sum_f32(p + rc.n_context, vis - rc.n_context);
+                            const auto inv = static_cast<float>(mass > 0.0 ? 1.0 / mass : 0.0);
+                            float* rec = recon_[sz(layer)][sz(h)].data() + int64_t{g} * rc.n_context;  // [n_context]
+                            for (int32_t j = rc.begin; j < rc.end; ++j) {
+                                const float v = p[j] * inv;
+                                rec[j] = rec[j] < v ? v : rec[j];
+                            }
+                        }
                     }
                 }
             }
@@ -413,11 +520,11 @@ void Session::attention(int layer, int32_t T, const int32_t* positions, Step ste
 // The eviction hook of one layer after its attention: builds the view, asks the policy, compacts
 // (and re-positions) the layer.
 void Session::run_evictor(int layer, int32_t T, const int32_t* positions, Step step, bool final_chunk,
-                          int32_t n_window, bool want_window, bool want_last, bool ring_window) {
+                          int32_t n_window, bool want_window, bool want_last, bool ring_window, bool deferred) {
     const ModelConfig& c = model_.config();
     const int G = c.n_group(), Hkv = c.n_head_kv;
     const bool want_colsum = request_.column_sums;
-    const bool recent_window = (step == Step::Decode && request_.window > 0) || ring_window;
+    const bool recent_window = !deferred && ((step == Step::Decode && request_.window > 0) || ring_window);
     if (recent_window) {
         Timer observe;
         window_from_recent_queries(layer);
@@ -430,6 +537,8 @@ void Session::run_evictor(int layer, int32_t T, const int32_t* positions, Step s
         v.positions = kv_.positions(layer, h);
         v.keys = float_keys(layer, h);
         if (want_window || recent_window) v.window_scores = window_[sz(h)].data();
+        if (request_.values) v.values = float_values(layer, h);
+        if (recon_ready_) v.reconstruction = recon_[sz(layer)][sz(h)].data();
         if (want_last) v.last_row = last_row_[sz(h)].data();
         if (want_colsum) {
             auto& cs = colsum_[sz(h)];
@@ -457,8 +566,29 @@ void Session::run_evictor(int layer, int32_t T, const int32_t* positions, Step s
     view.decode_step = n_decoded_;
     view.tokens = tokens_;
     view.heads = heads;
-    KeepLists keep(sz(Hkv));
+    view.rope = rope_info_;
+    if (request_.queries > 0) {
+        // The ring's queries, oldest first.
+        const int64_t Q = c.q_dim();
+        const int32_t m = request_.queries, count = prerope_count_[sz(layer)];
+        queries_view_.resize(sz(count * Q));
+        query_positions_view_.resize(sz(count));
+        for (int32_t i = 0; i < count; ++i) {
+            const int32_t slot = (prerope_next_[sz(layer)] - count + i + m) % m;
+            std::copy_n(prerope_q_[sz(layer)].begin() + slot * Q, Q, queries_view_.begin() + i * Q);
+            query_positions_view_[sz(i)] = prerope_pos_[sz(layer)][sz(slot)];
+        }
+        view.queries = queries_view_;
+        view.query_positions = query_positions_view_;
+    }
     Timer policy_timer;
+    if (request_.all_layers && !deferred) {  // the hook runs after the step's last layer
+        evictor_->observe(view);
+        eviction_stats_.policy_seconds += policy_timer.seconds();
+        observed_layers_.push_back(layer);
+        return;
+    }
+    KeepLists keep(sz(Hkv));
     ++eviction_stats_.calls;
     const bool compress = step == Step::Decode ? evictor_->on_decode(view, keep) : evictor_->on_prefill(view, keep);
     if (!compress) {
@@ -483,6 +613,15 @@ void Session::run_evictor(int layer, int32_t T, const int32_t* positions, Step s
     eviction_stats_.compact_seconds += compact_timer.seconds();
 }
 
+// All-layer policies (ObservationRequest::all_layers): the hook of every layer observed in this
+// step, in layer order, now that the step's last layer ran.
+void Session::run_observed_hooks(int32_t T, const int32_t* positions, Step step, bool final_chunk) {
+    if (observed_layers_.empty()) return;
+    const std::vector<int> layers = std::move(observed_layers_);
+    observed_layers_.clear();
+    for (int l : layers) run_evictor(l, T, positions, step, final_chunk, 0, false, false, false, true);
+}
+
 // The keys of (layer, h) as float for a policy's view: the cache itself (F32) or a converted copy
 // (F16; only when the policy runs, never on the attention path).
 const float* Session::float_keys(int layer, int h) {
@@ -491,6 +630,71 @@ const float* Session::float_keys(int layer, int h) {
     buf.resize(sz(int64_t{kv_.size(layer, h)} * kv_.head_dim()));
     convert_fp16_to_fp32(static_cast<const uint16_t*>(kv_.key_data(layer, h)), buf.data(), static_cast<int64_t>(buf.size()));
     return buf.data();
+}
+
+// The values of (layer, h) as float, like float_keys.
+const float* Session::float_values(int layer, int h) {
+    if (const float* v = kv_.values_f32(layer, h)) return v;
+    auto& buf = values_f_[sz(h)];
+    buf.resize(sz(int64_t{kv_.size(layer, h)} * kv_.head_dim()));
+    convert_fp16_to_fp32(static_cast<const uint16_t*>(kv_.value_data(layer, h)), buf.data(), static_cast<int64_t>(buf.size()));
+    return buf.data();
+}
+
+// KVzip's context reconstruction after a prompt of `context` tokens (every head holds exactly
+// those entries: nothing was evicted yet), then the deferred hook of every layer. Chunk after
+// chunk of the prompt, the model runs over repeat prompt + suffix + the chunk's tokens, at the
+// positions after the prompt, appended to the prompt's cache (the chunk's queries attend to the
+// whole prompt); per query head, each prompt entry of the chunk keeps the largest renormalised
+// probability any of those queries gives it. The reconstruction's entries are dropped after each
+// chunk, so the cache holds at most prompt + repeat prompt + chunk entries per head.
+void Session::reconstruct_and_evict(std::span<const int32_t> context, std::span<const int32_t> last_positions) {
+    Timer timer;
+    const ModelConfig& c = model_.config();
+    const int L = c.n_layer, Hkv = c.n_head_kv, G = c.n_group();
+    const auto n = static_cast<int32_t>(context.size());
+    for (int l = 0; l < L; ++l) {
+        for (int h = 0; h < Hkv; ++h) KVEC_CHECK(kv_.size(l, h) == n);
+    }
+    if (!repeat_) repeat_ = repeat_prompts(model_.file());
+    const RepeatPrompts& rp = *repeat_;
+    recon_.assign(sz(L), std::vector<std::vector<float>>(sz(Hkv), std::vector<float>(sz(int64_t{G} * n), 0.0f)));
+    recon_logits_.resize(sz(c.n_vocab));
+    const std::vector<int32_t> keep_context = [&] {
+        std::vector<int32_t> k(sz(n));  // [n] 0 .. n - 1
+        for (int32_t i = 0; i < n; ++i) k[sz(i)] = i;
+        return k;
+    }();
+    const int32_t chunk = request_.reconstruct_chunk;
+    std::vector<int32_t> input, pos;  // [repeat input], [T]
+    for (int32_t begin = 0; begin < n; begin += chunk) {
+        const int32_t end = std::min(n, begin + chunk);
+        input = begin == 0 ? rp.first : rp.later;
+        if (begin > 0) input.insert(input.end(), context.begin() + std::max(0, begin - rp.overlap), context.begin() + begin);
+        input.insert(input.end(), rp.suffix.begin(), rp.suffix.end());
+        input.insert(input.end(), context.begin() + begin, context.begin() + end);
+        recon_chunk_ = {n, begin, end, std::min(request_.reconstruct_sinks, begin)};
+        const auto n_in = static_cast<int32_t>(input.size());
+        for (int32_t i = 0; i < n_in; i += options_.n_batch) {
+            const int32_t T = std::min(options_.n_batch, n_in - i);
+            pos.resize(sz(T));
+            for (int32_t t = 0; t < T; ++t) pos[sz(t)] = n_past_ + i + t;
+            forward(input.data() + i, pos.data(), T, false, recon_logits_.data(), Step::Reconstruct, false);
+        }
+        for (int l = 0; l < L; ++l) {
+            for (int h = 0; h < Hkv; ++h) kv_.compact(l, h, keep_context);
+        }
+    }
+    eviction_stats_.reconstruct_seconds += timer.seconds();
+    recon_ready_ = true;
+    repositioned_layers_ = 0;
+    reposition_map_.clear();
+    const auto T = static_cast<int32_t>(last_positions.size());
+    for (int l = 0; l < L; ++l) run_evictor(l, T, last_positions.data(), Step::PrefillChunk, true, 0, false, false, false);
+    run_observed_hooks(T, last_positions.data(), Step::PrefillChunk, true);
+    recon_ready_ = false;
+    recon_.clear();
+    finish_repositioning();
 }
 
 // Re-rotates the kept keys of a layer to their new positions (returned [Hkv][kept_h, D]; the

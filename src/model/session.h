@@ -28,12 +28,14 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "kvcache/eviction.h"
 #include "kvcache/kv_cache.h"
 #include "model/model.h"
+#include "model/reconstruction.h"
 #include "tensor/attention.h"
 #include "tensor/ops.h"
 
@@ -42,6 +44,8 @@ namespace kvec {
 // RoPE parameters of a model (mode, rotated dimensions, base, linear scaling, frequency factors).
 // The factors pointer refers to the model's weights.
 ops::RopeParams rope_params(const Model& model);
+// The same as an eviction policy's view sees it (LayerView::rope).
+RopeInfo rope_info(const ops::RopeParams& rope);
 
 // Moves n post-RoPE keys [n, head_dim] from positions from[n] to positions to[n] in place: each
 // rotated pair turns by the RoPE angle of (to - from), which equals RoPE applied at `to` to the
@@ -58,6 +62,7 @@ struct EvictionStats {
     double policy_seconds = 0;   // in Evictor::on_prefill / on_decode / reposition (scoring, selection)
     double observe_seconds = 0;  // window rows computed after the pass (decode; short final chunk)
     double compact_seconds = 0;  // compaction and re-rotation of the layers
+    double reconstruct_seconds = 0;  // context reconstruction passes (KVzip; a forward pass of their own)
     int64_t calls = 0;           // hook calls
     int64_t compressions = 0;    // calls that compacted a layer
     int64_t evicted = 0;         // entries removed
@@ -84,14 +89,29 @@ public:
     void set_evictor(Evictor* evictor);
     Evictor* evictor() const { return evictor_; }
 
-    // Empties the cache and restarts positions at 0.
+    // Empties the cache and restarts positions at 0 (and resumes a paused eviction).
     void reset();
+
+    // While paused, the attached evictor is not called (no observations, no compression): what
+    // is processed next stays in the cache. The query-agnostic protocol compresses a context,
+    // pauses, then appends the question. Column sums still accumulate.
+    void pause_eviction(bool paused) { eviction_paused_ = paused; }
+    bool eviction_paused() const { return eviction_paused_; }
+
+    // Forgets everything from position n_past on: entries at positions >= n_past are dropped from
+    // every (layer, KV head) and the next token goes to n_past. Returns the cache to its state
+    // before a continuation (a question and its answer after a compressed context), so that one
+    // compressed context can answer several questions. kvec::Error unless 0 <= n_past <= n_past().
+    void rollback(int32_t n_past);
 
     // Processes tokens in chunks of n_batch at positions n_past, n_past + 1, ... Returns the logits
     // of the last token [n_vocab], or with all_logits of every token [tokens.size(), n_vocab].
     // The evictor (if any) runs after every layer of every chunk; a prefill on an empty session
-    // starts a sequence (Evictor::begin_sequence). Throws kvec::Error if the context overflows or
-    // a token is outside the vocabulary.
+    // starts a sequence (Evictor::begin_sequence). An evictor that asks for context
+    // reconstruction (ObservationRequest::reconstruct_chunk) is instead called once per layer
+    // after a reconstruction pass that follows a prefill on an empty session; the logits and the
+    // next position stay those of the prompt. Throws kvec::Error if the context overflows or a
+    // token is outside the vocabulary.
     std::span<const float> prefill(std::span<const int32_t> tokens, bool all_logits = false);
 
     // The same at explicit positions: strictly increasing and >= n_past.
@@ -113,13 +133,15 @@ public:
     const EvictionStats& eviction_stats() const { return eviction_stats_; }
 
 private:
-    enum class Step { PrefillChunk, Decode };
+    enum class Step { PrefillChunk, Decode, Reconstruct };
 
     // One forward step over T <= n_batch tokens; writes logits into out ([T or 1, n_vocab]).
     void forward(const int32_t* tokens, const int32_t* positions, int32_t T, bool all_logits,
                  float* out, Step step, bool final_chunk);
     void attention(int layer, int32_t T, const int32_t* positions, Step step, bool final_chunk);
     void remember_queries(int layer, int32_t T, const int32_t* positions);
+    void remember_prerope_queries(int layer, int32_t T, const int32_t* positions);
+    void reconstruct_and_evict(std::span<const int32_t> context, std::span<const int32_t> last_positions);
     void window_from_recent_queries(int layer);
     // Attention work items: (KV head, slice of `width` of its query heads), items = n_head_kv * slices.
     struct GroupSplit {
@@ -139,9 +161,13 @@ private:
     GroupSplit group_split() const;
     KvHeadData head_data(int layer, int h) const;
     const float* float_keys(int layer, int h);
+    const float* float_values(int layer, int h);
     void check_positions(std::span<const int32_t> positions) const;
+    // deferred: the hook call of an all-layer policy after the step's last layer (no window
+    // scores or last row in the view).
     void run_evictor(int layer, int32_t T, const int32_t* positions, Step step, bool final_chunk,
-                     int32_t n_window, bool want_window, bool want_last, bool ring_window);
+                     int32_t n_window, bool want_window, bool want_last, bool ring_window, bool deferred = false);
+    void run_observed_hooks(int32_t T, const int32_t* positions, Step step, bool final_chunk);
     std::vector<std::vector<float>> apply_repositioning(int layer, const LayerView& view,
                                                         const KeepLists& keep,
                                                         const Repositioning& r);
@@ -151,7 +177,9 @@ private:
     SessionOptions options_;
     KvCache kv_;
     Evictor* evictor_ = nullptr;
+    bool eviction_paused_ = false;
     ObservationRequest request_;
+    std::vector<int> observed_layers_;  // all-layer policies: layers observed in this step, hook pending
 
     int32_t n_past_ = 0;
     int32_t n_prompt_ = 0;
@@ -159,6 +187,7 @@ private:
     std::vector<int32_t> tokens_;  // [n_past]
     EvictionStats eviction_stats_;
     ops::RopeParams rope_;
+    RopeInfo rope_info_;  // the same, for policies' views
 
     // Re-positioning within the current forward step.
     int repositioned_layers_ = 0;
@@ -189,6 +218,28 @@ private:
     std::vector<std::vector<int32_t>> recent_pos_;  // [n_layer][window]
     std::vector<int32_t> recent_count_;           // [n_layer]
     std::vector<int32_t> recent_next_;            // [n_layer] next ring slot
+
+    // Recent queries before RoPE per layer (ObservationRequest::queries).
+    std::vector<std::vector<float>> prerope_q_;      // [n_layer][queries, q_dim] ring
+    std::vector<std::vector<int32_t>> prerope_pos_;  // [n_layer][queries]
+    std::vector<int32_t> prerope_count_;             // [n_layer]
+    std::vector<int32_t> prerope_next_;              // [n_layer] next ring slot
+    std::vector<float> queries_view_;                // [n_queries, q_dim] oldest first, for a view
+    std::vector<int32_t> query_positions_view_;      // [n_queries]
+    std::vector<std::vector<float>> values_f_;       // [n_head_kv][n_h, head_dim] values as float (F16 cache)
+
+    // Context reconstruction (ObservationRequest::reconstruct_chunk).
+    struct ReconChunk {
+        int32_t n_context = 0;     // prompt entries per head (indices below are entry indices)
+        int32_t begin = 0, end = 0;  // the prompt entries this chunk reconstructs
+        int32_t sinks = 0;         // entries [0, sinks) also take part in the scoring softmax
+    };
+    bool defer_hook_ = false;      // a prefill whose hook waits for the reconstruction
+    bool recon_ready_ = false;     // the deferred hook runs: views carry the scores
+    ReconChunk recon_chunk_;
+    std::vector<std::vector<std::vector<float>>> recon_;  // [n_layer][n_head_kv][group, n_context]
+    std::vector<float> recon_logits_;                     // [n_vocab] discarded logits of the pass
+    std::optional<RepeatPrompts> repeat_;                 // tokenized once per session
 };
 
 }  // namespace kvec

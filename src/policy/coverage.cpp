@@ -2,20 +2,92 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <queue>
+#include <unordered_map>
 
 #include "util/error.h"
+#include "util/rng.h"
 
 namespace kvec::policy {
 
 CoverageUnit parse_coverage_unit(std::string_view text) {
     if (text == "position") return CoverageUnit::position;
     if (text == "token") return CoverageUnit::token;
-    fail("unknown coverage unit '{}' (expected position or token)", text);
+    if (text == "key") return CoverageUnit::key;
+    fail("unknown coverage unit '{}' (expected position, token or key)", text);
 }
 
 const char* to_string(CoverageUnit unit) {
-    return unit == CoverageUnit::position ? "position" : "token";
+    switch (unit) {
+        case CoverageUnit::token: return "token";
+        case CoverageUnit::key: return "key";
+        default: return "position";
+    }
+}
+
+UnitWeight parse_unit_weight(std::string_view text) {
+    if (text == "uniform") return UnitWeight::uniform;
+    if (text == "idf") return UnitWeight::idf;
+    fail("unknown unit weight '{}' (expected uniform or idf)", text);
+}
+
+const char* to_string(UnitWeight weight) { return weight == UnitWeight::idf ? "idf" : "uniform"; }
+
+std::vector<std::vector<double>> idf_weights(std::span<const std::span<const int32_t>> units) {
+    std::unordered_map<int32_t, int64_t> count;  // unit -> candidates carrying it
+    int64_t m = 0;
+    for (const auto& head : units) {
+        for (int32_t u : head) ++count[u];
+        m += static_cast<int64_t>(head.size());
+    }
+    std::vector<std::vector<double>> w(units.size());  // [H][m_h]
+    double sum = 0;
+    for (size_t h = 0; h < units.size(); ++h) {
+        w[h].resize(units[h].size());
+        for (size_t i = 0; i < units[h].size(); ++i) {
+            // log(M / c) >= 0; + log 2 keeps a unit carried by every candidate above 0.
+            w[h][i] = std::log(2.0 * static_cast<double>(m) / static_cast<double>(count[units[h][i]]));
+            sum += w[h][i];
+        }
+    }
+    if (m > 0 && sum > 0) {
+        const double mean = sum / static_cast<double>(m);
+        for (auto& head : w) {
+            for (double& v : head) v /= mean;
+        }
+    }
+    return w;
+}
+
+std::vector<int32_t> key_hash_units(std::span<const float> keys, int head_dim, int bits, uint64_t seed,
+                                    int32_t base) {
+    if (bits < 1 || bits > 20) fail("kvec: key hash bits must be in [1, 20], got {}", bits);
+    if (head_dim <= 0 || keys.size() % static_cast<size_t>(head_dim) != 0) {
+        fail("kvec: {} key values are not rows of head_dim {}", keys.size(), head_dim);
+    }
+    // Directions [bits, head_dim]: standard normal draws (Box-Muller on splitmix64 uniforms).
+    uint64_t state = mix_seed(seed, static_cast<uint64_t>(head_dim), static_cast<uint64_t>(bits));
+    auto uniform = [&state] { return (static_cast<double>(splitmix64(state) >> 11) + 0.5) * 0x1.0p-53; };
+    std::vector<float> dirs(static_cast<size_t>(bits) * static_cast<size_t>(head_dim));  // [bits, head_dim]
+    for (float& d : dirs) {
+        const double r = std::sqrt(-2.0 * std::log(uniform()));
+        d = static_cast<float>(r * std::cos(2.0 * 3.14159265358979323846 * uniform()));
+    }
+    const size_t n = keys.size() / static_cast<size_t>(head_dim);
+    std::vector<int32_t> out(n);  // [n]
+    for (size_t i = 0; i < n; ++i) {
+        const float* k = keys.data() + i * static_cast<size_t>(head_dim);
+        int32_t code = 0;
+        for (int b = 0; b < bits; ++b) {
+            const float* d = dirs.data() + static_cast<size_t>(b) * static_cast<size_t>(head_dim);
+            double dot = 0;
+            for (int e = 0; e < head_dim; ++e) dot += static_cast<double>(k[e]) * d[e];
+            if (dot >= 0) code |= 1 << b;
+        }
+        out[i] = base + code;
+    }
+    return out;
 }
 
 void UnitSet::insert(int32_t unit) {
@@ -55,9 +127,9 @@ struct WorseThan {  // std::priority_queue keeps the entry that ranks first on t
 
 using Heap = std::priority_queue<Candidate, std::vector<Candidate>, WorseThan>;
 
-// Coverage bonus lambda * value(u) of an uncovered unit.
-double bonus_of(int32_t unit, const UnitSet& earlier, double lambda, double mu) {
-    return lambda * (1.0 + (earlier.contains(unit) ? 0.0 : mu));
+// Coverage bonus lambda * w * value(u) of an uncovered unit of weight w.
+double bonus_of(int32_t unit, double w, const UnitSet& earlier, double lambda, double mu) {
+    return lambda * w * (1.0 + (earlier.contains(unit) ? 0.0 : mu));
 }
 
 // k-th largest value (1-based, NaN ranks last) of `values`, which it reorders. k in [1, size].
@@ -96,7 +168,7 @@ double kvec_lambda(const std::vector<std::vector<double>>& scores, int64_t b, do
 
 KvecSelection kvec_select(const std::vector<std::vector<float>>& scores,
                           std::span<const std::span<const int32_t>> units, const UnitSet& earlier,
-                          const KvecOptions& options) {
+                          const KvecOptions& options, std::span<const std::span<const double>> weights) {
     const size_t H = scores.size();
     const int64_t b = options.b;
     if (b < 0) fail("kvec: prefix budget must be >= 0, got {}", b);
@@ -118,6 +190,18 @@ KvecSelection kvec_select(const std::vector<std::vector<float>>& scores,
             if (u < 0) fail("kvec: head {} has a negative coverage unit {}", h, u);
         }
     }
+    if (!weights.empty() && weights.size() != H) fail("kvec: {} weight rows for {} heads", weights.size(), H);
+    double max_w = 1.0;
+    for (size_t h = 0; h < weights.size(); ++h) {
+        if (weights[h].size() != scores[h].size()) {
+            fail("kvec: head {} has {} scores but {} unit weights", h, scores[h].size(), weights[h].size());
+        }
+        for (double w : weights[h]) {
+            if (!(w >= 0.0) || !std::isfinite(w)) fail("kvec: head {} has a unit weight {}", h, w);
+            max_w = std::max(max_w, w);
+        }
+    }
+    auto weight = [&weights](size_t h, size_t i) { return weights.empty() ? 1.0 : weights[h][i]; };
 
     const std::vector<std::vector<double>> s =
         prepare_scores(scores, options.normalize);  // [H][m_h]
@@ -136,7 +220,7 @@ KvecSelection kvec_select(const std::vector<std::vector<float>>& scores,
 
     // Largest bonus any entry can get; entries whose score plus it stays below the score of the
     // last pick an importance-only pass would make are never picked and stay out of the heaps.
-    const double max_bonus = lambda * (1.0 + mu);
+    const double max_bonus = lambda * (1.0 + mu) * max_w;
 
     // Step 2: coverage-aware allocation pool. Every pick has gain >= the pool-th largest score
     // (until then some entry of the importance-only pool is still available at that gain).
@@ -151,7 +235,7 @@ KvecSelection kvec_select(const std::vector<std::vector<float>>& scores,
             for (size_t i = 0; i < s[h].size(); ++i) {
                 if (!may_be_picked(s[h][i], max_bonus, threshold)) continue;
                 const int32_t u = units[h][i];
-                items.push_back({s[h][i] + bonus_of(u, earlier, lambda, mu),
+                items.push_back({s[h][i] + bonus_of(u, weight(h, i), earlier, lambda, mu),
                                  static_cast<int32_t>(h), static_cast<int32_t>(i), lambda > 0.0});
             }
         }
@@ -201,7 +285,7 @@ KvecSelection kvec_select(const std::vector<std::vector<float>>& scores,
             if (taken_mask[h][i] || !may_be_picked(s[h][i], max_bonus, threshold)) continue;
             const int32_t u = units[h][i];
             const bool bonus = lambda > 0.0 && !covered.contains(u);
-            items.push_back({s[h][i] + (bonus ? bonus_of(u, earlier, lambda, mu) : 0.0),
+            items.push_back({s[h][i] + (bonus ? bonus_of(u, weight(h, i), earlier, lambda, mu) : 0.0),
                              static_cast<int32_t>(h), static_cast<int32_t>(i), bonus});
         }
     }
@@ -228,19 +312,26 @@ KvecSelection kvec_select(const std::vector<std::vector<float>>& scores,
     for (auto& k : out.keep) std::sort(k.begin(), k.end());
 
     // Coverage guard: the greedy is not optimal, and in rare cases (about 1 layer in 10^4 on
-    // random inputs) the cross-layer term or the budget rounding makes it cover fewer units in
-    // this layer than the importance-only selection. Then the importance-only selection (Ada-KV,
-    // same memory) is returned instead, so coverage is never below Ada-KV's.
+    // random inputs) the cross-layer term or the budget rounding makes it cover less (in units,
+    // weighted when weights are given) in this layer than the importance-only selection. Then the
+    // importance-only selection (Ada-KV, same memory) is returned instead, so coverage is never
+    // below Ada-KV's.
     if (lambda > 0.0) {
         AdaSelection ada = ada_select_prepared(s, b, options.alpha);
         auto covered_units = [&](const HeadSelection& keep) {
             UnitSet all;
+            double total = 0;
             for (size_t h = 0; h < H; ++h) {
-                for (int32_t i : keep[h]) all.insert(units[h][static_cast<size_t>(i)]);
+                for (int32_t i : keep[h]) {
+                    const int32_t u = units[h][static_cast<size_t>(i)];
+                    if (all.contains(u)) continue;
+                    all.insert(u);
+                    total += weight(h, static_cast<size_t>(i));
+                }
             }
-            return all.size();
+            return total;
         };
-        if (covered_units(out.keep) < covered_units(ada.keep)) {
+        if (covered_units(out.keep) < covered_units(ada.keep) - 1e-9) {
             out.budgets = std::move(ada.budgets);
             out.keep = std::move(ada.keep);
             out.fallback = true;
@@ -249,9 +340,64 @@ KvecSelection kvec_select(const std::vector<std::vector<float>>& scores,
     return out;
 }
 
+std::vector<KvecSelection> kvec_select_global(const std::vector<KvecLayer>& layers, const KvecOptions& options) {
+    if (layers.empty()) return {};
+    const size_t H = layers.front().scores.size();
+    int64_t max_unit = -1;
+    bool weighted = false;
+    for (size_t l = 0; l < layers.size(); ++l) {
+        const KvecLayer& layer = layers[l];
+        if (layer.scores.size() != H || layer.units.size() != H) {
+            fail("kvec: layer {} has {} score rows and {} unit rows for {} heads", l, layer.scores.size(),
+                 layer.units.size(), H);
+        }
+        if (!layer.weights.empty() && layer.weights.size() != H) fail("kvec: layer {} has {} weight rows", l, layer.weights.size());
+        weighted = weighted || !layer.weights.empty();
+        for (const auto& head : layer.units) {
+            for (int32_t u : head) max_unit = std::max<int64_t>(max_unit, u);
+        }
+    }
+    const int64_t stride = max_unit + 1;
+    if (stride * static_cast<int64_t>(layers.size()) > std::numeric_limits<int32_t>::max()) {
+        fail("kvec: {} layers x {} units do not fit the coverage units", layers.size(), stride);
+    }
+    std::vector<std::vector<float>> scores;    // [L * H][m]
+    std::vector<std::vector<int32_t>> units;   // [L * H][m]
+    std::vector<std::vector<double>> weights;  // [L * H][m] or empty
+    for (size_t l = 0; l < layers.size(); ++l) {
+        const KvecLayer& layer = layers[l];
+        for (size_t h = 0; h < H; ++h) {
+            scores.push_back(layer.scores[h]);
+            std::vector<int32_t> u(layer.units[h]);
+            for (int32_t& x : u) x = static_cast<int32_t>(static_cast<int64_t>(l) * stride + x);
+            units.push_back(std::move(u));
+            if (weighted) {
+                weights.push_back(layer.weights.empty() ? std::vector<double>(layer.scores[h].size(), 1.0) : layer.weights[h]);
+            }
+        }
+    }
+    KvecOptions o = options;
+    o.mu = 0.0;
+    const KvecSelection flat = kvec_select(scores, spans_of(units), UnitSet{}, o, spans_of(weights));
+    std::vector<KvecSelection> out(layers.size());
+    for (size_t l = 0; l < layers.size(); ++l) {
+        KvecSelection& sel = out[l];
+        sel.lambda = flat.lambda;
+        sel.fallback = flat.fallback;
+        for (size_t h = 0; h < H; ++h) {
+            const size_t g = l * H + h;
+            sel.picks.push_back(flat.picks[g]);
+            sel.budgets.push_back(flat.budgets[g]);
+            sel.keep.push_back(flat.keep[g]);
+        }
+    }
+    return out;
+}
+
 double kvec_objective(const std::vector<std::vector<double>>& scores,
                       std::span<const std::span<const int32_t>> units, const UnitSet& earlier,
-                      const HeadSelection& keep, double lambda, double mu) {
+                      const HeadSelection& keep, double lambda, double mu,
+                      std::span<const std::span<const double>> weights) {
     KVEC_CHECK(keep.size() == scores.size() && units.size() == scores.size());
     double importance = 0.0;
     UnitSet covered;
@@ -262,7 +408,8 @@ double kvec_objective(const std::vector<std::vector<double>>& scores,
             const int32_t u = units[h][static_cast<size_t>(i)];
             if (!covered.contains(u)) {
                 covered.insert(u);
-                coverage += 1.0 + (earlier.contains(u) ? 0.0 : mu);
+                const double w = weights.empty() ? 1.0 : weights[h][static_cast<size_t>(i)];
+                coverage += w * (1.0 + (earlier.contains(u) ? 0.0 : mu));
             }
         }
     }

@@ -14,8 +14,10 @@
 
 namespace kvec::policy {
 
-enum class CoverageUnit { position, token };
-// "position" | "token" -> CoverageUnit; anything else throws kvec::Error.
+// position: prompt positions; token: token identities; key: the direction of the entry's key (a
+// locality-sensitive hash of the key, per KV head: entries with similar keys share a unit).
+enum class CoverageUnit { position, token, key };
+// "position" | "token" | "key" -> CoverageUnit; anything else throws kvec::Error.
 CoverageUnit parse_coverage_unit(std::string_view text);
 const char* to_string(CoverageUnit unit);
 
@@ -53,6 +55,23 @@ struct KvecSelection {
     bool fallback = false;         // the coverage guard replaced the greedy by Ada-KV's choice
 };
 
+// Weight of the entries' units in the coverage term (1 for every unit when absent).
+//   uniform: 1;  idf: log(M / c(u)), the self-information of the unit among the M candidates of
+//   the layer (c(u) of them carry u), divided by its mean over the candidates, so that gamma
+//   keeps its scale: a rare unit (a number, a name, an unusual key) counts more than a frequent
+//   one (a common word, a typical key).
+enum class UnitWeight { uniform, idf };
+UnitWeight parse_unit_weight(std::string_view text);  // "uniform" | "idf"
+const char* to_string(UnitWeight weight);
+// -> [H][m_h] the idf weight of each entry's unit (units counted over all heads).
+std::vector<std::vector<double>> idf_weights(std::span<const std::span<const int32_t>> units);
+
+// Units of keys by sign-random-projection hashing: bits random directions (a fixed splitmix64
+// stream of standard normal draws, seeded by `seed` and head_dim), unit = the sign pattern, plus
+// base. Keys [n, head_dim] -> [n] units in [base, base + 2^bits). bits in [1, 20].
+std::vector<int32_t> key_hash_units(std::span<const float> keys, int head_dim, int bits, uint64_t seed,
+                                    int32_t base);
+
 // K-VEC selection for one layer (docs/policies.md, "K-VEC"):
 //  1. s_h = prepare_scores(scores, normalize); lambda = gamma * mean over non-empty heads of the
 //     score at rank min(b, m_h) (1-based) of head h.
@@ -70,19 +89,40 @@ struct KvecSelection {
 //  5. Coverage guard (lambda > 0): if the result covers fewer distinct units than the Ada-KV
 //     selection on the same scores, the Ada-KV selection is returned (fallback = true), so the
 //     cross-head coverage of K-VEC is never below Ada-SnapKV's at the same memory.
+// With weights, the coverage bonus of an entry is lambda * w * value(u) (w: its unit's weight).
 KvecSelection kvec_select(const std::vector<std::vector<float>>& scores,    // [H][m_h]
                           std::span<const std::span<const int32_t>> units,  // [H][m_h]
                           const UnitSet& earlier,  // U: units kept by earlier layers
-                          const KvecOptions& options);
+                          const KvecOptions& options,
+                          std::span<const std::span<const double>> weights = {});  // [H][m_h] or empty
+
+// One layer's input to the cross-layer selection.
+struct KvecLayer {
+    std::vector<std::vector<float>> scores;   // [H][m_h]
+    std::vector<std::vector<int32_t>> units;  // [H][m_h]
+    std::vector<std::vector<double>> weights;  // [H][m_h] or empty (uniform)
+};
+
+// K-VEC across layers (layers = global): the heads of every layer form one pool, so that the
+// prefix budget L x H x b is shared by all (layer, head) pairs; coverage stays within a layer (a
+// layer can only attend to its own cache: a unit kept by another layer does not cover it). This
+// is kvec_select on the flattened problem: head (l, h) becomes head l * H + h and unit u of layer
+// l becomes l * stride + u (stride = 1 + the largest unit). earlier is not used (the cross-layer
+// novelty term has no meaning here). Per-layer results, in layer order, keep[h] ascending; the
+// lambda and fallback of the whole problem are copied into each. With gamma = 0 this is Ada-KV's
+// allocation with one pool over every head of every layer. kvec::Error if the flattened units
+// exceed int32 or layers disagree in their head counts.
+std::vector<KvecSelection> kvec_select_global(const std::vector<KvecLayer>& layers, const KvecOptions& options);
 
 // lambda of step 1 on prepared scores.
 double kvec_lambda(const std::vector<std::vector<double>>& scores,  // [H][m_h]
                    int64_t b, double gamma);
 
-// F(S) = sum_h sum_{i in S_h} s_h[i] + lambda * sum_{u in union_h units(S_h)} value(u).
+// F(S) = sum_h sum_{i in S_h} s_h[i] + lambda * sum_{u in union_h units(S_h)} w(u) value(u).
 double kvec_objective(const std::vector<std::vector<double>>& scores,   // [H][m_h] prepared
                       std::span<const std::span<const int32_t>> units,  // [H][m_h]
-                      const UnitSet& earlier, const HeadSelection& keep, double lambda, double mu);
+                      const UnitSet& earlier, const HeadSelection& keep, double lambda, double mu,
+                      std::span<const std::span<const double>> weights = {});  // [H][m_h] or empty
 
 // Coverage of one layer. kept_units[h] = units of the prefix entries head h keeps (window
 // excluded); universe = N - w for positions, the number of distinct token ids among the prefix

@@ -38,6 +38,7 @@ public:
     ObservationRequest request() const override { return inner_.request(); }
     void begin_sequence(int32_t n_prompt) override;
     bool on_prefill(const LayerView& view, KeepLists& keep) override;
+    void observe(const LayerView& view) override { inner_.observe(view); }
     bool on_decode(const LayerView& view, KeepLists& keep) override {
         return inner_.on_decode(view, keep);
     }

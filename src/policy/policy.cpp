@@ -45,9 +45,41 @@ FrameOptions read_frame_options(const OptionValues& values, int64_t fixed_window
     return f;
 }
 
+std::vector<OptionSpec> alloc_option_specs(bool default_ada, double default_alpha, bool default_global) {
+    return {
+        bool_option("ada", default_ada,
+                    "Ada-KV per-head budgets: the layer's top H_kv x (B - w) entries decide each "
+                    "head's share"),
+        float_option("alpha", default_alpha, 0.0, 1.0,
+                     "with ada: every head keeps at least floor(alpha * (B - w))"),
+        choice_option("layers", default_global ? "global" : "local", {"local", "global"},
+                      "local: B per head in every layer; global: one Ada-KV pool of L x H_kv x (B - w) "
+                      "entries over every head of every layer (implies ada)"),
+    };
+}
+
+AllocOptions read_alloc_options(const OptionValues& values) {
+    AllocOptions a{values.get_bool("ada"), values.get_float("alpha"), values.get_choice("layers") == "global"};
+    a.ada = a.ada || a.global;
+    return a;
+}
+
+OptionSpec sinks_option_spec(int64_t default_sinks) {
+    return int_option("sinks", default_sinks, 0, 1 << 20,
+                      "first entries of every head always kept (attention sinks)");
+}
+
+std::string sinks_text(int64_t sinks, int64_t window) {
+    return fmt::format("the {} sinks and the window {}", sinks, window);
+}
+
 std::vector<OptionSpec> snap_option_specs() {
     return {
-        int_option("kernel", 7, 1, 1001, "pooling kernel along tokens (odd; 1 = no pooling)"),
+        int_option("kernel", 15, 1, 1001,
+                   "pooling kernel along tokens (odd; 1 = no pooling; the published SnapKV scripts use 7)"),
+        int_option("follow", 0, 0, 1000,
+                   "the pooling also carries each score to this many following positions (the "
+                   "tokens after what a query attends to)"),
         choice_option("pooling", "max", {"max", "avg"},
                       "pooling of the window scores (avg counts padding, like avg_pool1d)"),
         gqa_option_spec(),
@@ -65,6 +97,7 @@ SnapOptions read_snap_options(const OptionValues& values) {
     if (s.kernel % 2 == 0) {
         fail("policy {}: option kernel expects an odd number, got {}", values.policy(), s.kernel);
     }
+    s.follow = values.get_int("follow");
     s.pooling = parse_pooling(values.get_choice("pooling"));
     s.gqa = parse_gqa_reduce(values.get_choice("gqa"));
     return s;
@@ -89,6 +122,7 @@ ObservationRequest FramePolicy::request() const {
     // chunk's own last w queries.
     r.window_scope = frame_.chunked ? WindowScope::Chunk : WindowScope::Prompt;
     add_observations(r);
+    r.all_layers = decides_all_layers();
     return r;
 }
 
@@ -113,14 +147,17 @@ bool FramePolicy::compress(const LayerView& view, KeepLists& keep) {
     return true;
 }
 
+bool FramePolicy::acts_on(const LayerView& view) const {
+    if (view.phase == EvictionPhase::Decode) return frame_.decode_interval > 0;
+    return frame_.chunked || view.final_chunk;  // one-shot: after the whole prompt
+}
+
 bool FramePolicy::on_prefill(const LayerView& view, KeepLists& keep) {
-    if (!frame_.chunked && !view.final_chunk) return false;  // one-shot: after the whole prompt
-    return compress(view, keep);
+    return acts_on(view) && compress(view, keep);
 }
 
 bool FramePolicy::on_decode(const LayerView& view, KeepLists& keep) {
-    if (frame_.decode_interval <= 0) return false;
-    return compress(view, keep);
+    return frame_.decode_interval > 0 && compress(view, keep);
 }
 
 WindowScoredPolicy::WindowScoredPolicy(std::string name, const FrameOptions& frame,
@@ -138,6 +175,35 @@ void WindowScoredPolicy::add_observations(ObservationRequest& request) const {
 
 std::vector<std::vector<float>> WindowScoredPolicy::layer_scores(const LayerView& view) const {
     return snap_scores(view, frame().window, snap_, name());
+}
+
+void ScoredPolicy::begin_sequence(int32_t) {
+    observed_.clear();
+    selection_.clear();
+}
+
+void ScoredPolicy::observe(const LayerView& view) {
+    if (!alloc_.global || !acts_on(view)) return;
+    if (view.layer == 0 || static_cast<int>(observed_.size()) != view.n_layer) {
+        observed_.assign(static_cast<size_t>(view.n_layer), {});
+        selection_.clear();
+    }
+    observed_.at(static_cast<size_t>(view.layer)) = scores(view);
+}
+
+void ScoredPolicy::select(const LayerView& view, int64_t budget, KeepLists& keep) {
+    if (!alloc_.global) {
+        keep_by_scores(view, scores(view), budget, frame().window, alloc_, keep);
+        return;
+    }
+    const int64_t w = frame().window;
+    if (selection_.empty()) {
+        if (static_cast<int>(observed_.size()) != view.n_layer) {
+            fail("policy {}: the engine did not show every layer before the first compression", name());
+        }
+        selection_ = ada_select_layers(observed_, budget - w, alloc_.alpha, false);
+    }
+    keep_with_window(view, selection_.at(static_cast<size_t>(view.layer)).keep, w, keep);
 }
 
 void require(bool present, const std::string& policy, const char* what, const LayerView& view) {
@@ -165,7 +231,7 @@ std::vector<std::vector<float>> snap_scores(const LayerView& view, int64_t windo
         if (m == 0) continue;
         require(head.window_scores != nullptr, policy, "window scores", view);
         const auto rows = group_rows(head.window_scores, view.group, head.n_entries, m);
-        out[h] = std::move(window_scores(rows, 1, options.gqa, options.kernel, options.pooling)[0]);
+        out[h] = std::move(window_scores(rows, 1, options.gqa, options.kernel, options.pooling, options.follow)[0]);
     }
     return out;
 }
@@ -194,6 +260,16 @@ void keep_with_window(const LayerView& view, const HeadSelection& prefix_keep, i
         const int64_t n = view.heads[h].n_entries;
         keep[h] = with_window(prefix_keep[h], n, prefix_count(n, window));
     }
+}
+
+void keep_by_scores(const LayerView& view, const std::vector<std::vector<float>>& scores,
+                    int64_t budget, int64_t window, const AllocOptions& alloc, KeepLists& keep) {
+    if (!alloc.ada) {
+        keep_top_per_head(view, scores, budget, window, keep);
+        return;
+    }
+    KVEC_CHECK(budget >= window);
+    keep_with_window(view, ada_select(scores, budget - window, alloc.alpha, false).keep, window, keep);
 }
 
 void keep_top_per_head(const LayerView& view, const std::vector<std::vector<float>>& scores,

@@ -30,9 +30,10 @@ std::vector<OptionSpec> frame_option_specs(int64_t default_window, int64_t defau
 // Reads them back; fixed_window >= 0 is used when the policy has no window option.
 FrameOptions read_frame_options(const OptionValues& values, int64_t fixed_window = -1);
 
-// SnapKV scoring options: kernel, pooling, gqa.
+// SnapKV scoring options: kernel, follow, pooling, gqa.
 struct SnapOptions {
-    int64_t kernel = 7;
+    int64_t kernel = 15;
+    int64_t follow = 0;  // the pooling window also reaches this many positions after a score
     Pooling pooling = Pooling::max;
     GqaReduce gqa = GqaReduce::mean;
 };
@@ -43,6 +44,22 @@ OptionSpec gqa_option_spec();
 
 // "the window <w>", for FramePolicy's kept_what.
 std::string window_text(int64_t window);
+
+// How a scored policy spreads a layer's budget over its KV heads: B - w per head, or Ada-KV's
+// allocation (ada_select in select.h on the raw scores: the layer's top H_kv x (B - w) pairs,
+// every head at least floor(alpha x (B - w))).
+struct AllocOptions {
+    bool ada = false;
+    double alpha = 0.2;
+    bool global = false;  // layers = global: one Ada-KV pool over every head of every layer
+};
+std::vector<OptionSpec> alloc_option_specs(bool default_ada, double default_alpha, bool default_global = false);
+AllocOptions read_alloc_options(const OptionValues& values);
+
+// Sink entries (the first `sinks` of a head, always ranked first) option, and "the <s> sinks and
+// the window <w>" for FramePolicy's kept_what.
+OptionSpec sinks_option_spec(int64_t default_sinks);
+std::string sinks_text(int64_t sinks, int64_t window);
 
 class FramePolicy : public Evictor {
 public:
@@ -63,10 +80,16 @@ public:
     int64_t budget_for_prompt(int64_t n_prompt) const;
     // Entries the policy always keeps (the window, the sinks): the smallest budget it accepts.
     int64_t min_budget() const { return min_budget_; }
+    // Whether the hook of this view may compress: a decode step with decode-time eviction on, a
+    // chunked prefill's every chunk, or a one-shot prompt's final chunk.
+    bool acts_on(const LayerView& view) const;
 
 protected:
     // Observations the policy needs (window scores, column sums, last row). Default: none.
     virtual void add_observations(ObservationRequest& request) const {}
+    // True when the policy shares its budget across layers and must see every layer first
+    // (ObservationRequest::all_layers; Evictor::observe before the hooks).
+    virtual bool decides_all_layers() const { return false; }
     // Fills keep[h] for every head. Called only when some head holds more than
     // layer_budget(view, budget) entries.
     virtual void select(const LayerView& view, int64_t budget, KeepLists& keep) = 0;
@@ -80,6 +103,35 @@ private:
     std::string name_;
     FrameOptions frame_;
     int64_t min_budget_;
+};
+
+// A policy that ranks the prefix candidates of each head by a score of its own and keeps the best
+// (keep_by_scores: B - w per head, or Ada-KV's allocation). The query-agnostic baselines.
+class ScoredPolicy : public FramePolicy {
+public:
+    ScoredPolicy(std::string name, const FrameOptions& frame, int64_t min_budget,
+                 const std::string& kept_what, const AllocOptions& alloc)
+        : FramePolicy(std::move(name), frame, min_budget, kept_what), alloc_(alloc) {}
+
+    // Scores of every head's prefix candidates (the first n_h - w entries), higher = keep: [H][m_h].
+    virtual std::vector<std::vector<float>> scores(const LayerView& view) const = 0;
+
+    // layers = global: the scores of every layer of the round, then one allocation for them all.
+    void observe(const LayerView& view) override;
+    void begin_sequence(int32_t n_prompt) override;
+
+protected:
+    void select(const LayerView& view, int64_t budget, KeepLists& keep) override;
+    bool decides_all_layers() const override { return alloc_.global; }
+    // layers = global: every layer is compressed to its share of the one pool.
+    int64_t layer_budget(const LayerView& view, int64_t budget) const override {
+        return alloc_.global ? 0 : budget;
+    }
+
+private:
+    AllocOptions alloc_;
+    std::vector<std::vector<std::vector<float>>> observed_;  // [n_layer][H][m_h] (layers = global)
+    std::vector<AdaSelection> selection_;                    // [n_layer], once computed
 };
 
 // A policy scored by the window queries (SnapKV family): requests window scores for w queries
@@ -120,6 +172,11 @@ std::vector<std::vector<float>> reduced_scores(const LayerView& view, Observatio
 // head holds at most `budget` entries.
 void keep_top_per_head(const LayerView& view, const std::vector<std::vector<float>>& scores,
                        int64_t budget, int64_t window, KeepLists& keep);
+
+// keep[h] = the head's window + its share of the prefix by score: keep_top_per_head, or with
+// alloc.ada Ada-KV's per-head budgets over the layer. scores [H][m_h] over the prefix candidates.
+void keep_by_scores(const LayerView& view, const std::vector<std::vector<float>>& scores,
+                    int64_t budget, int64_t window, const AllocOptions& alloc, KeepLists& keep);
 
 // keep[h] = prefix picks (ascending, window excluded) + the head's window.
 void keep_with_window(const LayerView& view, const HeadSelection& prefix_keep, int64_t window,

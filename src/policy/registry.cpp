@@ -15,7 +15,11 @@
     X(pyramidkv)            \
     X(ada_snapkv)           \
     X(keydiff)              \
-    X(kvec)
+    X(kvec)                 \
+    X(knorm)                \
+    X(lagkv)                \
+    X(expected_attention)   \
+    X(kvzip)
 
 namespace kvec::policy {
 

@@ -59,15 +59,16 @@ std::vector<std::vector<float>> gqa_reduce(std::span<const std::span<const float
     return out;
 }
 
-std::vector<float> pool1d(std::span<const float> x, int64_t kernel, Pooling mode) {
+std::vector<float> pool1d(std::span<const float> x, int64_t kernel, Pooling mode, int64_t follow) {
     if (kernel < 1 || kernel % 2 == 0) {
         fail("pooling kernel must be an odd number >= 1, got {}", kernel);
     }
+    if (follow < 0) fail("pooling: follow must be >= 0, got {}", follow);
     const int64_t m = static_cast<int64_t>(x.size());
     const int64_t pad = kernel / 2;
     std::vector<float> out(x.size());  // [m]
     for (int64_t j = 0; j < m; ++j) {
-        const int64_t lo = std::max<int64_t>(0, j - pad);
+        const int64_t lo = std::max<int64_t>(0, j - pad - follow);
         const int64_t hi = std::min<int64_t>(m - 1, j + pad);
         if (mode == Pooling::max) {
             float best = x[static_cast<size_t>(lo)];
@@ -79,7 +80,7 @@ std::vector<float> pool1d(std::span<const float> x, int64_t kernel, Pooling mode
         } else {
             double sum = 0.0;
             for (int64_t i = lo; i <= hi; ++i) sum += x[static_cast<size_t>(i)];
-            out[static_cast<size_t>(j)] = static_cast<float>(sum / static_cast<double>(kernel));
+            out[static_cast<size_t>(j)] = static_cast<float>(sum / static_cast<double>(kernel + follow));
         }
     }
     return out;
@@ -87,9 +88,9 @@ std::vector<float> pool1d(std::span<const float> x, int64_t kernel, Pooling mode
 
 std::vector<std::vector<float>> window_scores(std::span<const std::span<const float>> rows,
                                               int64_t n_kv_heads, GqaReduce gqa, int64_t kernel,
-                                              Pooling pooling) {
+                                              Pooling pooling, int64_t follow) {
     std::vector<std::vector<float>> reduced = gqa_reduce(rows, n_kv_heads, gqa);  // [H_kv][m_h]
-    for (auto& head : reduced) head = pool1d(head, kernel, pooling);
+    for (auto& head : reduced) head = pool1d(head, kernel, pooling, follow);
     return reduced;
 }
 

@@ -33,13 +33,19 @@ std::vector<std::vector<float>> gqa_reduce(
 //   avg: out[j] = sum(x[j-p .. j+p] inside the array) / kernel, i.e. padding counts as zeros in
 //        the divisor (PyTorch avg_pool1d, count_include_pad = True).
 // kernel must be odd and >= 1 (1 = identity); kvec::Error otherwise.
-std::vector<float> pool1d(std::span<const float> x, int64_t kernel, Pooling mode);  // [m] -> [m]
+// follow >= 0 extends the window backwards by `follow` positions, so that a score also reaches the
+// `follow` positions that come after it (the tokens that follow what a query attends to):
+//   window of out[j] = x[j - p - follow .. j + p]; avg divides by kernel + follow.
+// follow = 0 is the symmetric pooling above; a negative follow throws kvec::Error.
+std::vector<float> pool1d(std::span<const float> x, int64_t kernel, Pooling mode,
+                          int64_t follow = 0);  // [m] -> [m]
 
 // SnapKV scores of one layer: reduce the per-query-head mean-over-window rows (restricted to
-// each head's prefix candidates) to KV heads, then pool each KV head's row.
+// each head's prefix candidates) to KV heads, then pool each KV head's row (pool1d).
 std::vector<std::vector<float>> window_scores(
     std::span<const std::span<const float>> rows,  // [H_q][m_g] prefix part of each row
-    int64_t n_kv_heads, GqaReduce gqa, int64_t kernel, Pooling pooling);  // -> [H_kv][m_h]
+    int64_t n_kv_heads, GqaReduce gqa, int64_t kernel, Pooling pooling,
+    int64_t follow = 0);  // -> [H_kv][m_h]
 
 // KeyDiff: score_i = -cos(k_i, mean_j k_j) over the n keys of one head (all of them, window
 // included, form the mean). A zero key or zero mean has similarity 0 (score 0).

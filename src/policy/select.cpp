@@ -273,4 +273,26 @@ AdaSelection ada_select(const std::vector<std::vector<float>>& scores, int64_t b
     return ada_select_prepared(prepare_scores(scores, normalize), b, alpha);
 }
 
+std::vector<AdaSelection> ada_select_layers(const std::vector<std::vector<std::vector<float>>>& scores, int64_t b,
+                                            double alpha, bool normalize) {
+    if (scores.empty()) return {};
+    const size_t H = scores.front().size();
+    std::vector<std::vector<float>> flat;  // [L * H][m]
+    for (size_t l = 0; l < scores.size(); ++l) {
+        if (scores[l].size() != H) fail("ada: layer {} has {} heads, layer 0 has {}", l, scores[l].size(), H);
+        flat.insert(flat.end(), scores[l].begin(), scores[l].end());
+    }
+    const AdaSelection all = ada_select(flat, b, alpha, normalize);
+    std::vector<AdaSelection> out(scores.size());
+    for (size_t l = 0; l < scores.size(); ++l) {
+        for (size_t h = 0; h < H; ++h) {
+            const size_t g = l * H + h;
+            out[l].picks.push_back(all.picks[g]);
+            out[l].budgets.push_back(all.budgets[g]);
+            out[l].keep.push_back(all.keep[g]);
+        }
+    }
+    return out;
+}
+
 }  // namespace kvec::policy

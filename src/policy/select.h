@@ -107,6 +107,13 @@ struct AdaSelection {
 AdaSelection ada_select(const std::vector<std::vector<float>>& scores,  // [H][m_h]
                         int64_t b, double alpha, bool normalize);
 
+// Ada-KV with one pool over every head of every layer (layers = global): head (l, h) of the
+// flattened problem is l * H + h, the pool holds L * H * b pairs, each head of each layer keeps
+// at least floor(b alpha). Per-layer results in layer order. kvec::Error if the layers' head
+// counts differ.
+std::vector<AdaSelection> ada_select_layers(const std::vector<std::vector<std::vector<float>>>& scores,  // [L][H][m]
+                                            int64_t b, double alpha, bool normalize);
+
 // Per-head scores as double, divided by their sum when normalize is set and the sum is
 // positive and finite (heads comparable); otherwise the raw values.
 std::vector<std::vector<double>> prepare_scores(const std::vector<std::vector<float>>& scores,

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 
 #include "engine/generator.h"
@@ -15,6 +16,8 @@
 #include "eval/report.h"
 #include "eval/sha256.h"
 #include "eval/sweep.h"
+#include "eval/synthetic.h"
+#include "eval/text_source.h"
 #include "model/model.h"
 #include "model/session.h"
 #include "policy/coverage_probe.h"
@@ -98,6 +101,17 @@ TEST(PolicyList, AliasesOptionsAndErrors) {
     EXPECT_THROW(parse_policy_list("snapkv,snapkv"), Error);
     EXPECT_THROW(make_combos(parse_policy_list("snapkv"), {16}), Error);  // below the window 32
     EXPECT_THROW(make_combos(parse_policy_list("snapkv"), {}), Error);
+    // Compression ratios (kvpress's view) as budget columns: the policy's ratio option.
+    EXPECT_EQ(compression_code(0.875), -875);
+    EXPECT_EQ(budget_label(-875), "c=0.875");
+    EXPECT_EQ(budget_label(128), "B=128");
+    const auto ratio = make_combos(parse_policy_list("full,snapkv"), {compression_code(0.75)});
+    ASSERT_EQ(ratio.size(), 2u);
+    EXPECT_EQ(ratio[1].spec, "snapkv:ratio=0.25");
+    EXPECT_EQ(ratio[1].budget, -750);
+    EXPECT_THROW(compression_code(1.0), Error);
+    EXPECT_THROW(compression_code(0.0), Error);
+    EXPECT_THROW(compression_code(0.1234), Error);
 }
 
 // For each one-shot policy: the cache derived from one recorded prefill equals the cache of a
@@ -116,8 +130,11 @@ TEST(PrefillShare, ReplayEqualsAttachedPolicy) {
     const std::vector<std::string> specs = {
         "full",           "snapkv:budget=48",     "h2o:budget=40",         "streaming:budget=40",
         "streaming:budget=40,rerotate=true",      "pyramidkv:budget=64",   "ada-snapkv:budget=48",
-        "kvec:budget=48", "kvec:budget=48,unit=token", "tova:budget=40",   "keydiff:budget=40",
-        "random:budget=40,seed=3", "snapkv:budget=64,window=8"};
+        "kvec:budget=48", "kvec:budget=48,unit=token", "kvec:budget=48,layers=global", "tova:budget=40",   "keydiff:budget=40",
+        "random:budget=40,seed=3", "snapkv:budget=64,window=8", "knorm:budget=40",
+        "lagkv:budget=40,lag=16",  "lagkv:budget=48,lag=8,cross=true,ada=true",
+        "expected-attention:budget=40,queries=24", "expected-attention:budget=48,window=8,ada=true",
+        "kvzip:budget=40,chunk=64", "kvzip:budget=40,ada=false,window=8"};
     for (const std::string& spec : specs) {
         SCOPED_TRACE(spec);
         const std::string name = policy::parse_policy_spec(spec).name;
@@ -183,6 +200,54 @@ TEST(PrefillShare, ReplayEqualsAttachedPolicy) {
     }
 }
 
+// The sweep lets window-less policies join any group, the reconstruction's included: one recorded
+// prefill (with KVzip's pass) serves KVzip, Knorm, LagKV and Expected Attention (fewer recent
+// queries than recorded) exactly as their own prefills would.
+TEST(PrefillShare, ReconstructionGroupServesWindowlessPolicies) {
+    const Model& model = tiny_model();
+    SessionOptions so;
+    so.n_batch = 32;
+    Session session(model, so);
+    const std::vector<int32_t> prompt = random_tokens(120, 5, model.config().n_vocab);
+    const std::vector<std::string> specs = {"kvzip:budget=40,chunk=50", "knorm:budget=40",
+                                            "lagkv:budget=40,lag=16", "expected-attention:budget=40,queries=16",
+                                            "expected-attention:budget=40,queries=64"};
+    std::vector<ObservationRequest> requests;
+    for (const auto& spec : specs) requests.push_back(policy::make_policy(spec)->request());
+    EXPECT_EQ(share_group_key(requests[1]), 0);
+    EXPECT_LT(share_group_key(requests[0]), 0);
+    const ObservationRequest merged = merge_requests(requests);
+    EXPECT_EQ(merged.queries, 64);
+    EXPECT_EQ(merged.reconstruct_chunk, 50);
+    const PrefillSnapshot snap = record_prefill(session, prompt, merged);
+    const ops::RopeParams rope = rope_params(model);
+    for (const auto& spec : specs) {
+        SCOPED_TRACE(spec);
+        auto attached = policy::make_policy(spec);
+        session.reset();
+        session.set_evictor(attached.get());
+        session.prefill(prompt);
+        auto replayed = policy::make_policy(spec);
+        ReplayResult rr = replay_policy(snap, *replayed, rope);
+        for (int l = 0; l < rr.cache.n_layer(); ++l) {
+            for (int h = 0; h < rr.cache.n_head_kv(); ++h) {
+                const KvCache& kv = session.kv_cache();
+                ASSERT_EQ(std::vector<int32_t>(rr.cache.positions(l, h), rr.cache.positions(l, h) + rr.cache.size(l, h)),
+                          std::vector<int32_t>(kv.positions(l, h), kv.positions(l, h) + kv.size(l, h)));
+            }
+        }
+        session.reset();
+        session.set_evictor(nullptr);
+    }
+    ObservationRequest window;
+    window.window = 32;
+    EXPECT_THROW(merge_requests({requests[0], window}), Error);
+    ObservationRequest other = requests[0];
+    other.reconstruct_chunk = 64;
+    EXPECT_THROW(merge_requests({requests[0], other}), Error);
+    EXPECT_NE(share_group_key(requests[0]), share_group_key(other));
+}
+
 TEST(PrefillShare, NotShareableAndMismatchedRequests) {
     EXPECT_FALSE(is_one_shot(*policy::make_policy("snapkv:chunked=true"), "snapkv"));
     EXPECT_FALSE(is_one_shot(*policy::make_policy("h2o:decode=1"), "h2o"));
@@ -196,6 +261,58 @@ TEST(PrefillShare, NotShareableAndMismatchedRequests) {
     const ObservationRequest m = merge_requests({a, b});
     EXPECT_EQ(m.window, 32);
     EXPECT_TRUE(m.column_sums);
+}
+
+// The query-agnostic baselines in a sweep beside SnapKV: shared and separate modes give the same
+// records; per item one prefill for SnapKV's window and one with KVzip's reconstruction, which the
+// window-less policies join.
+TEST(Sweep, QueryAgnosticBaselinesSharedEqualsSeparate) {
+    const Model& model = tiny_model();
+    const Tokenizer tok = Tokenizer::from_gguf(model.file());
+    SessionOptions so;
+    so.n_batch = 32;
+    Session session(model, so);
+    std::vector<EvalItem> items;
+    for (int i = 0; i < 2; ++i) {
+        EvalItem it = item_with(random_tokens(110 + 20 * i, 40 + i, model.config().n_vocab), 5);
+        it.id = "item" + std::to_string(i);
+        items.push_back(it);
+    }
+    const auto policies =
+        parse_policy_list("full,snapkv,knorm,lagkv:lag=16,expected-attention:queries=32,kvzip:chunk=64,h2o,tova");
+    const auto combos = make_combos(policies, {40, 64});
+    auto run = [&](bool share, SweepStats* stats) {
+        std::vector<EvalRecord> recs;
+        SweepOptions o;
+        o.share_prefill = share;
+        o.on_record = [&](const EvalRecord& r) { recs.push_back(r); };
+        *stats = run_sweep(session, tok, items, policies, combos, {}, o);
+        std::sort(recs.begin(), recs.end(), [](const EvalRecord& a, const EvalRecord& b) {
+            return std::tie(a.id, a.policy, a.budget) < std::tie(b.id, b.policy, b.budget);
+        });
+        return recs;
+    };
+    SweepStats s1, s2;
+    const auto shared = run(true, &s1);
+    const auto separate = run(false, &s2);
+    ASSERT_EQ(shared.size(), items.size() * combos.size());
+    ASSERT_EQ(shared.size(), separate.size());
+    for (size_t i = 0; i < shared.size(); ++i) {
+        SCOPED_TRACE(shared[i].policy + " " + std::to_string(shared[i].budget));
+        EXPECT_EQ(shared[i].prediction, separate[i].prediction);
+        EXPECT_EQ(shared[i].kv_entries, separate[i].kv_entries);
+        EXPECT_DOUBLE_EQ(shared[i].c_head, separate[i].c_head);
+        EXPECT_EQ(shared[i].mode, "shared");
+    }
+    // Two prefills per item: KVzip's reconstruction with the window-less policies that observe no
+    // attention (full, knorm, lagkv, expected-attention), and the window group (snapkv) with the
+    // column sums and last row of h2o and tova, which a reconstruction cannot record.
+    EXPECT_EQ(s1.prefills, static_cast<int64_t>(items.size() * 2));
+    // Without a window group those two need a prefill of their own.
+    const auto no_window = parse_policy_list("knorm,kvzip:chunk=64,h2o");
+    SweepOptions o;
+    SweepStats st = run_sweep(session, tok, items, no_window, make_combos(no_window, {40}), {}, o);
+    EXPECT_EQ(st.prefills, static_cast<int64_t>(items.size() * 2));
 }
 
 // The whole sweep: shared and separate modes give identical records; chunked and decode-time
@@ -274,6 +391,210 @@ TEST(Sweep, SharedAndSeparateModesGiveIdenticalRecords) {
     EXPECT_EQ(back.prediction, shared[3].prediction);
     EXPECT_EQ(back.c_head, shared[3].c_head);
     EXPECT_THROW(record_from_json(nlohmann::json::parse("{\"id\": 1}"), "t"), Error);
+}
+
+// Session::rollback returns the cache to its state before a continuation: the same entries, and
+// the same logits when the continuation is processed again; pause_eviction keeps a policy from
+// touching what follows a compressed context.
+TEST(Session, RollbackAndPausedEviction) {
+    const Model& model = tiny_model();
+    SessionOptions so;
+    so.n_batch = 32;
+    Session session(model, so);
+    const auto context = random_tokens(120, 21, model.config().n_vocab);
+    const auto question = random_tokens(20, 22, model.config().n_vocab);
+    auto policy = policy::make_policy("snapkv:budget=48");
+    session.set_evictor(policy.get());
+    session.prefill(context);
+    const int64_t compressed = session.kv_cache().total_entries();
+    const int32_t n = session.n_past();
+    const int L = model.config().n_layer, H = model.config().n_head_kv;
+    EXPECT_EQ(compressed, int64_t{48} * L * H);
+    session.pause_eviction(true);
+    session.prefill(std::span(question).subspan(1));
+    // The paused policy evicted nothing: every question token joined each head.
+    EXPECT_EQ(session.kv_cache().total_entries(), compressed + int64_t{19} * L * H);
+    const float a = session.decode(5)[7];
+    session.rollback(n);
+    EXPECT_EQ(session.n_past(), n);
+    EXPECT_EQ(session.kv_cache().total_entries(), compressed);
+    for (int l = 0; l < L; ++l) {
+        for (int h = 0; h < H; ++h) {
+            const int32_t k = session.kv_cache().size(l, h);
+            EXPECT_LT(session.kv_cache().positions(l, h)[k - 1], n);
+        }
+    }
+    session.prefill(std::span(question).subspan(1));
+    EXPECT_EQ(session.decode(5)[7], a);  // bit for bit: the same cache, the same computation
+    EXPECT_THROW(session.rollback(session.n_past() + 1), Error);
+    session.reset();
+    EXPECT_FALSE(session.eviction_paused());
+    session.set_evictor(nullptr);
+}
+
+// The query-agnostic protocol: the context (n_context tokens) is compressed alone, the question
+// is appended uncompressed. The sweep equals that computation done by hand with the policy
+// attached, in both sharing modes; items with the same context (niah_askmany) share one
+// compressed cache and give what each would alone.
+TEST(Sweep, QueryAgnosticProtocol) {
+    const Model& model = tiny_model();
+    const Tokenizer tok = Tokenizer::from_gguf(model.file());
+    SessionOptions so;
+    so.n_batch = 32;
+    Session session(model, so);
+    const auto context = random_tokens(150, 31, model.config().n_vocab);
+    std::vector<EvalItem> items;
+    for (int q = 0; q < 3; ++q) {
+        std::vector<int32_t> prompt = context;
+        const auto question = random_tokens(12 + 3 * q, 40 + q, model.config().n_vocab);
+        prompt.insert(prompt.end(), question.begin() + 1, question.end());
+        EvalItem item = item_with(prompt, 6);
+        item.id = "q" + std::to_string(q);
+        item.n_context = static_cast<int32_t>(context.size());
+        items.push_back(item);
+    }
+    const auto policies = parse_policy_list("full,snapkv,kvec,streaming:rerotate=true,h2o:chunked=true");
+    const auto combos = make_combos(policies, {40});
+    auto run = [&](bool share, const std::vector<EvalItem>& its) {
+        std::vector<EvalRecord> recs;
+        SweepOptions o;
+        o.protocol = Protocol::QueryAgnostic;
+        o.share_prefill = share;
+        o.on_record = [&](const EvalRecord& r) { recs.push_back(r); };
+        run_sweep(session, tok, its, policies, combos, {}, o);
+        return recs;
+    };
+    const auto shared = run(true, items);
+    const auto separate = run(false, items);
+    ASSERT_EQ(shared.size(), items.size() * combos.size());
+    ASSERT_EQ(separate.size(), shared.size());
+    for (const EvalRecord& r : shared) {
+        const auto it = std::find_if(separate.begin(), separate.end(), [&](const EvalRecord& x) {
+            return x.id == r.id && x.policy == r.policy;
+        });
+        ASSERT_NE(it, separate.end());
+        EXPECT_EQ(r.prediction, it->prediction) << r.id << " " << r.policy;
+        EXPECT_EQ(r.kv_entries, it->kv_entries);
+        // By hand: attach, compress the context, pause, ask.
+        const EvalItem& item = *std::find_if(items.begin(), items.end(), [&](const EvalItem& i) { return i.id == r.id; });
+        const Combo& combo = *std::find_if(combos.begin(), combos.end(), [&](const Combo& c) {
+            return policies[c.policy].label == r.policy;
+        });
+        auto p = policy::make_policy(combo.spec);
+        session.reset();
+        session.set_evictor(p.get());
+        session.prefill(std::span(item.prompt).first(static_cast<size_t>(item.n_context)));
+        session.pause_eviction(true);
+        const auto logits = session.prefill(std::span(item.prompt).subspan(static_cast<size_t>(item.n_context)));
+        const std::vector<int32_t> gen = greedy_generate(session, tok, logits, item);
+        session.reset();
+        session.set_evictor(nullptr);
+        const std::string text = nlohmann::json(tok.decode(gen, true))
+                                     .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+        EXPECT_EQ(r.prediction, nlohmann::json::parse(text).get<std::string>()) << r.id << " " << r.policy;
+        // Each item alone gives the same as within its group.
+        const auto alone = run(true, {item});
+        const auto a = std::find_if(alone.begin(), alone.end(), [&](const EvalRecord& x) { return x.policy == r.policy; });
+        EXPECT_EQ(a->prediction, r.prediction) << r.id << " " << r.policy;
+    }
+    // Decode-time eviction and items without a known question are refused.
+    SweepOptions o;
+    o.protocol = Protocol::QueryAgnostic;
+    EXPECT_THROW(run_sweep(session, tok, items, parse_policy_list("h2o:decode=1"), make_combos(parse_policy_list("h2o:decode=1"), {40}), {}, o), Error);
+    std::vector<EvalItem> unknown = {items[0]};
+    unknown[0].n_context = 0;
+    EXPECT_THROW(run_sweep(session, tok, unknown, policies, combos, {}, o), Error);
+}
+
+// Items of the bundled model's synthetic suite know where their question starts (n_context), for
+// the completion form and for the LongBench fixture; niah_askmany gives one item per question,
+// all with the same context tokens; the dev and test splits use disjoint held-out text.
+TEST(EvalItems, ContextSplitAskManyAndHeldoutSplits) {
+    const auto model = Model::load(std::string(KVEC_SOURCE_DIR) + "/models/kvec-tiny.gguf");
+    const Tokenizer tok = Tokenizer::from_gguf(model->file());
+    Session session(*model);
+    Generator generator(session, tok);
+    ItemOptions o;
+    o.suite = "synthetic-1k";
+    o.samples = 2;
+    o.split = HeldoutSplit::Dev;
+    o.seed = default_seed(o.split);
+    const std::vector<EvalItem> dev = build_items(o, tok, generator, session.n_ctx());
+    // The same instances, to compare with their text.
+    SynthConfig sc;
+    sc.split = Split::Eval;
+    const TextSource dev_text = TextSource::heldout(default_text_dir(), HeldoutSplit::Dev);
+    SynthGenerator gen(dev_text, &tok, sc);
+    size_t next = 0;
+    int askmany = 0;
+    for (const auto& [task, n] : find_suite("synthetic-1k").tasks) {
+        for (int i = 0; i < 2; ++i) {
+            const SynthInstance inst = gen.generate(task, o.seed, i, 1024);
+            const size_t n_items = inst.asks.empty() ? 1 : inst.asks.size();
+            for (size_t q = 0; q < n_items; ++q) {
+                ASSERT_LT(next, dev.size());
+                const EvalItem& item = dev[next++];
+                SCOPED_TRACE(item.id);
+                const std::string& prompt = inst.asks.empty() ? inst.prompt : inst.asks[q].prompt;
+                ASSERT_GT(item.n_context, 0);
+                ASSERT_LT(item.n_context, static_cast<int32_t>(item.prompt.size()));
+                const auto split = item.prompt.begin() + item.n_context;
+                const std::string before = tok.decode(std::vector<int32_t>(item.prompt.begin(), split), true);
+                const std::string after = tok.decode(std::vector<int32_t>(split, item.prompt.end()), true);
+                // The tokens split the text at the question (a token that spans the boundary, if
+                // any, goes with the question).
+                EXPECT_EQ(before + after, prompt);
+                EXPECT_LE(before.size(), inst.context_end);
+                EXPECT_GE(before.size() + 8, inst.context_end);
+                EXPECT_NE(after.find(inst.asks.empty() ? inst.input : inst.asks[q].input), std::string::npos);
+                if (item.task == "niah_askmany") {
+                    ++askmany;
+                    EXPECT_EQ(item.references, inst.asks[q].answers);
+                }
+            }
+        }
+    }
+    EXPECT_EQ(next, dev.size());
+    EXPECT_EQ(askmany, 2 * 4);  // 2 instances x 4 questions
+    const auto first = std::find_if(dev.begin(), dev.end(), [](const EvalItem& i) { return i.task == "niah_askmany"; });
+    for (int q = 0; q < 4; ++q) {
+        const EvalItem& item = first[q];
+        EXPECT_EQ(item.id, first->id.substr(0, first->id.size() - 1) + std::to_string(q));
+        EXPECT_EQ(item.n_context, first->n_context);
+        EXPECT_TRUE(std::equal(item.prompt.begin(), item.prompt.begin() + item.n_context, first->prompt.begin()));
+        if (q > 0) {
+            EXPECT_NE(item.prompt, first->prompt);
+        }
+    }
+    // The test split: other text, other seed, other prompts.
+    o.split = HeldoutSplit::Test;
+    o.seed = default_seed(o.split);
+    const std::vector<EvalItem> test = build_items(o, tok, generator, session.n_ctx());
+    ASSERT_EQ(test.size(), dev.size());
+    EXPECT_NE(test[0].prompt, dev[0].prompt);
+    const TextSource d = TextSource::heldout(default_text_dir(), HeldoutSplit::Dev);
+    const TextSource t = TextSource::heldout(default_text_dir(), HeldoutSplit::Test);
+    const TextSource all = TextSource::heldout();
+    EXPECT_EQ(d.n_documents() + t.n_documents(), all.n_documents());
+    EXPECT_EQ(d.n_sentences() + t.n_sentences(), all.n_sentences());
+    size_t shared = 0;
+    for (size_t i = 0; i < t.n_sentences(); i += 7) shared += d.count_shared_sentences(t.sentence(i)) > 0 ? 1 : 0;
+    EXPECT_LT(shared, 3u);  // a stock phrase may recur across addresses, not the text
+    EXPECT_THROW(parse_heldout_split("train"), Error);
+
+    // LongBench: the question part follows the template's {context}.
+    ItemOptions lb;
+    for (const auto& e : std::filesystem::directory_iterator(std::string(KVEC_SOURCE_DIR) + "/data/longbench/fixture")) {
+        if (e.path().extension() == ".jsonl") lb.data_files.push_back(e.path().string());
+    }
+    std::sort(lb.data_files.begin(), lb.data_files.end());
+    lb.samples = 1;
+    lb.max_length = 1000;
+    for (const EvalItem& item : build_items(lb, tok, generator, session.n_ctx())) {
+        SCOPED_TRACE(item.id);
+        EXPECT_GT(item.n_context, 0);
+        EXPECT_LT(item.n_context, static_cast<int32_t>(item.prompt.size()));
+    }
 }
 
 TEST(Sweep, GreedyRespectsMinTokensAndEndTokens) {
@@ -472,9 +793,26 @@ TEST(Report, TablesFollowTheRecords) {
     EXPECT_NE(md.find("| full (no eviction) | 75.00 |"), std::string::npos) << md;
     EXPECT_NE(md.find("| snapkv | 25.00 |"), std::string::npos) << md;
     const std::string csv = summary_csv(s);
-    EXPECT_NE(csv.find("snapkv,64,50.00,0.00,25.0000,0.500000"), std::string::npos) << csv;
+    EXPECT_NE(csv.find("snapkv,64,50.00,0.00,25.0000,"), std::string::npos) << csv;
+    // Bootstrap over items with tasks as strata: niah_single {0, 100}, qa {0} give averages of 0,
+    // 25 or 50 (probabilities 1/4, 1/2, 1/4), so the 95 % interval spans [0, 50].
+    EXPECT_DOUBLE_EQ(snap.average_ci.mean, 25.0);
+    EXPECT_DOUBLE_EQ(snap.average_ci.lo, 0.0);
+    EXPECT_DOUBLE_EQ(snap.average_ci.hi, 50.0);
+    EXPECT_DOUBLE_EQ(full.average_ci.lo, 50.0);  // niah_single {100, 0}, qa {100}: 50, 75 or 100
+    EXPECT_DOUBLE_EQ(full.average_ci.hi, 100.0);
+    // Paired full - snapkv over the same items: niah_single {+100, -100}, qa {+100}: mean 50.
+    const std::vector<PairedComparison> pairs = paired_comparisons(s);
+    ASSERT_EQ(pairs.size(), 1u);
+    EXPECT_EQ(pairs[0].a, 0u);
+    EXPECT_EQ(pairs[0].b, 1u);
+    EXPECT_DOUBLE_EQ(pairs[0].diff.mean, 50.0);
+    EXPECT_DOUBLE_EQ(pairs[0].diff.lo, 0.0);
+    EXPECT_DOUBLE_EQ(pairs[0].diff.hi, 100.0);
+    EXPECT_NE(paired_csv(s).find("full,snapkv,64,50.0000,0.0000,100.0000,"), std::string::npos) << paired_csv(s);
     const auto j = metrics_json(s);
     EXPECT_TRUE(j["complete"].get<bool>());
+    EXPECT_EQ(j["paired"].size(), 1u);
 }
 
 }  // namespace

@@ -305,6 +305,75 @@ TEST(Session, DecodeTimeEvictionEveryKSteps) {
     EXPECT_EQ(s.kv_cache().positions(0, 0)[8], 26);
 }
 
+// An all-layer policy: every layer of a step is observed (with its window scores) before the
+// hook of any layer runs, the hooks come in layer order without window scores, and the cache
+// ends as a per-layer policy making the same decisions leaves it.
+class AllLayersEvictor : public SinkRecentEvictor {
+public:
+    AllLayersEvictor(ObservationRequest r) : SinkRecentEvictor(2, 6, 1, r) {}
+    void observe(const LayerView& view) override {
+        events.push_back("o" + std::to_string(view.layer));
+        observed_window.push_back(view.heads[0].window_scores != nullptr);
+    }
+    std::vector<std::string> events;
+    std::vector<bool> observed_window;
+};
+
+TEST(Session, AllLayerPoliciesSeeEveryLayerBeforeAnyCompression) {
+    const auto tokens = some_tokens(40);
+    ObservationRequest req;
+    req.window = 4;
+    req.window_scope = WindowScope::Prompt;
+    req.all_layers = true;
+    AllLayersEvictor ev(req);
+    ev.inspect = [&](const LayerView& v) {
+        ev.events.push_back("h" + std::to_string(v.layer));
+        EXPECT_EQ(v.heads[0].window_scores, nullptr);
+        EXPECT_EQ(v.heads[0].n_entries, 40);  // no layer is compacted before every hook ran
+    };
+    SessionOptions o = f32_options();
+    o.n_batch = 64;
+    Session s(tiny_model(), o);
+    s.set_evictor(&ev);
+    const float a = s.prefill(tokens)[3];
+    const int L = tiny_model().config().n_layer;
+    std::vector<std::string> want;
+    for (int l = 0; l < L; ++l) want.push_back("o" + std::to_string(l));
+    for (int l = 0; l < L; ++l) want.push_back("h" + std::to_string(l));
+    EXPECT_EQ(ev.events, want);
+    for (bool w : ev.observed_window) EXPECT_TRUE(w);
+    // The same decisions, layer by layer.
+    req.all_layers = false;
+    SinkRecentEvictor per_layer(2, 6, 1, req);
+    Session t(tiny_model(), o);
+    t.set_evictor(&per_layer);
+    EXPECT_EQ(t.prefill(tokens)[3], a);
+    for (int l = 0; l < L; ++l) {
+        for (int h = 0; h < tiny_model().config().n_head_kv; ++h) {
+            ASSERT_EQ(s.kv_cache().size(l, h), t.kv_cache().size(l, h));
+            EXPECT_TRUE(std::equal(s.kv_cache().positions(l, h), s.kv_cache().positions(l, h) + s.kv_cache().size(l, h),
+                                   t.kv_cache().positions(l, h)));
+        }
+    }
+    EXPECT_EQ(s.decode(9)[5], t.decode(9)[5]);
+    // With context reconstruction: every layer is observed after the reconstruction pass (its
+    // scores in the view), then every hook runs.
+    ObservationRequest both;
+    both.reconstruct_chunk = 16;
+    both.all_layers = true;
+    AllLayersEvictor recon(both);
+    bool scored = true;
+    recon.inspect = [&](const LayerView& v) {
+        recon.events.push_back("h" + std::to_string(v.layer));
+        scored = scored && v.heads[0].reconstruction != nullptr;
+    };
+    Session u(tiny_model(), o);
+    u.set_evictor(&recon);
+    u.prefill(tokens);
+    EXPECT_EQ(recon.events, want);
+    EXPECT_TRUE(scored);
+}
+
 class BadEvictor : public Evictor {
 public:
     ObservationRequest request() const override { return {}; }
@@ -322,6 +391,119 @@ TEST(Session, RejectsBadKeepListsAndLateAttachment) {
     Session t(tiny_model(), f32_options());
     t.prefill(some_tokens(4));
     EXPECT_THROW(t.set_evictor(&bad), Error);
+}
+
+// Context reconstruction (KVzip's engine mechanism): the hook waits for the reconstruction pass,
+// is called once per layer with scores of every prompt entry, and afterwards the session is
+// exactly where the prompt left it (logits, position, the entries the policy kept).
+TEST(Session, ContextReconstructionDefersTheHook) {
+    const auto tokens = some_tokens(40);
+    ObservationRequest req;
+    req.reconstruct_chunk = 16;  // chunks [0, 16), [16, 32), [32, 40)
+    req.reconstruct_sinks = 2;
+    req.values = true;
+    SinkRecentEvictor ev(2, 10, 0, req);
+    int scored_calls = 0, plain_calls = 0;
+    ev.inspect = [&](const LayerView& v) {
+        if (v.heads[0].reconstruction == nullptr) {
+            ++plain_calls;
+            return;
+        }
+        ++scored_calls;
+        EXPECT_TRUE(v.final_chunk);
+        EXPECT_EQ(v.n_past, 40);
+        EXPECT_EQ(v.chunk_end, 40);
+        for (int h = 0; h < v.n_head_kv; ++h) {
+            const KvHeadView& hv = v.heads[static_cast<size_t>(h)];
+            ASSERT_EQ(hv.n_entries, 40);  // the reconstruction's entries are gone
+            EXPECT_EQ(hv.positions[39], 39);
+            ASSERT_NE(hv.reconstruction, nullptr);
+            ASSERT_NE(hv.values, nullptr);
+            for (int g = 0; g < v.group; ++g) {
+                for (int32_t j = 0; j < 40; ++j) {
+                    const float r = hv.reconstruction[g * 40 + j];
+                    EXPECT_GT(r, 0.0f) << j;  // every entry is seen by its chunk's queries
+                    EXPECT_LE(r, 1.0f + 1e-6f) << j;
+                }
+            }
+        }
+    };
+    Session s(tiny_model(), f32_options(16));
+    s.set_evictor(&ev);
+    std::vector<float> first;
+    {
+        const auto l = s.prefill(tokens);
+        first.assign(l.begin(), l.end());
+    }
+    EXPECT_EQ(scored_calls, 2);  // once per layer, after the pass, and not at the prompt's chunks
+    EXPECT_EQ(plain_calls, 0);
+    EXPECT_GT(s.eviction_stats().reconstruct_seconds, 0.0);
+    EXPECT_EQ(s.n_past(), 40);
+    EXPECT_EQ(s.kv_cache().size(1, 1), 12);
+    const RepeatPrompts rp = repeat_prompts(tiny_model().file());
+    EXPECT_FALSE(rp.first.empty());
+    const size_t longest = std::max(rp.first.size(), rp.later.size() + rp.overlap) + rp.suffix.size() + 16;
+    EXPECT_LE(s.kv_cache().peak_bytes(), (40 + longest) * 2 * 2 * s.kv_cache().entry_bytes());
+    // The same as without a reconstruction: the prompt's logits (no evictor, same chunks), and
+    // decoding from the same entries (the evictor once after a one-chunk prompt).
+    Session none(tiny_model(), f32_options(16));
+    EXPECT_EQ(max_abs_diff(first, none.prefill(tokens)), 0.0f);
+    SinkRecentEvictor plain_ev(2, 10);
+    Session plain(tiny_model(), f32_options(64));
+    plain.set_evictor(&plain_ev);
+    plain.prefill(tokens);
+    std::vector<float> d1;
+    {
+        const auto l = s.decode(7);
+        d1.assign(l.begin(), l.end());
+    }
+    EXPECT_LT(max_abs_diff(d1, plain.decode(7)), 1e-4f);
+    // Text appended by a later prefill is not reconstructed: the hook runs at its chunks as usual.
+    s.prefill(some_tokens(5, 2));
+    EXPECT_EQ(scored_calls, 2);
+    EXPECT_EQ(plain_calls, 2);
+}
+
+TEST(Session, ReconstructionRejectsWindowAndDecodeRequests) {
+    ObservationRequest req;
+    req.reconstruct_chunk = 16;
+    req.window = 4;
+    SinkRecentEvictor a(2, 10, 0, req);
+    Session s(tiny_model(), f32_options());
+    EXPECT_THROW(s.set_evictor(&a), Error);
+    req.window = 0;
+    req.decode_interval = 1;
+    SinkRecentEvictor b(2, 10, 0, req);
+    EXPECT_THROW(s.set_evictor(&b), Error);
+}
+
+// The recent queries before RoPE: the last m of the prompt, oldest first, and independent of the
+// positions (layer 0's queries only depend on the tokens; after RoPE they would not be).
+TEST(Session, RecentQueriesAreTakenBeforeRope) {
+    const auto tokens = some_tokens(20);
+    ObservationRequest req;
+    req.queries = 6;
+    std::vector<std::vector<float>> seen;
+    std::vector<std::vector<int32_t>> seen_pos;
+    SinkRecentEvictor ev(1000, 0, 0, req);
+    ev.inspect = [&](const LayerView& v) {
+        if (v.layer != 0 || !v.final_chunk) return;
+        seen.emplace_back(v.queries.begin(), v.queries.end());
+        seen_pos.emplace_back(v.query_positions.begin(), v.query_positions.end());
+    };
+    for (int32_t shift : {0, 100}) {
+        Session s(tiny_model(), f32_options(8));
+        s.set_evictor(&ev);
+        std::vector<int32_t> pos(20);
+        std::iota(pos.begin(), pos.end(), shift);
+        s.prefill_at(tokens, pos);
+    }
+    ASSERT_EQ(seen.size(), 2u);
+    const ModelConfig& c = tiny_model().config();
+    EXPECT_EQ(seen[0].size(), static_cast<size_t>(6 * c.q_dim()));
+    EXPECT_EQ(seen_pos[0], (std::vector<int32_t>{14, 15, 16, 17, 18, 19}));
+    EXPECT_EQ(seen_pos[1], (std::vector<int32_t>{114, 115, 116, 117, 118, 119}));
+    EXPECT_EQ(seen[0], seen[1]);
 }
 
 }  // namespace

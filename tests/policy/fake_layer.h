@@ -15,6 +15,8 @@ struct FakeHead {
     std::vector<float> window;       // [group, n] (empty: not provided)
     std::vector<float> column_sums;  // [group, n] (empty: not provided)
     std::vector<float> last_row;     // [group, n] (empty: not provided)
+    std::vector<float> values;       // [n, head_dim] (empty: not provided)
+    std::vector<float> reconstruction;  // [group, n] (empty: not provided)
 };
 
 struct FakeLayer {
@@ -28,6 +30,9 @@ struct FakeLayer {
     EvictionPhase phase = EvictionPhase::Prefill;
     std::vector<int32_t> tokens;  // [n_past]
     std::vector<FakeHead> heads;  // [H]
+    std::vector<float> queries;            // [n_queries, H * group * head_dim] (empty: none)
+    std::vector<int32_t> query_positions;  // [n_queries]
+    RopeInfo rope;
 
     // n_heads heads holding positions 0 .. n-1, prompt of n tokens (token id = position).
     static FakeLayer uniform(int n_heads, int32_t n, int group = 1) {
@@ -54,6 +59,8 @@ struct FakeLayer {
             v.window_scores = src.window.empty() ? nullptr : src.window.data();
             v.column_sums = src.column_sums.empty() ? nullptr : src.column_sums.data();
             v.last_row = src.last_row.empty() ? nullptr : src.last_row.data();
+            v.values = src.values.empty() ? nullptr : src.values.data();
+            v.reconstruction = src.reconstruction.empty() ? nullptr : src.reconstruction.data();
         }
         LayerView lv;
         lv.phase = phase;
@@ -68,6 +75,9 @@ struct FakeLayer {
         lv.n_past = n_past;
         lv.tokens = tokens;
         lv.heads = views_;
+        lv.queries = queries;
+        lv.query_positions = query_positions;
+        lv.rope = rope;
         return lv;
     }
 

@@ -123,6 +123,108 @@ TEST(Kvec, TokenIdentityUnits) {
               (HeadSelection{{0, 2}}));
 }
 
+TEST(Kvec, IdfWeightsFavourRareUnits) {
+    // Units: 7 three times, 9 once (M = 4). w = log(2M / c): 7 -> log(8/3), 9 -> log 8; divided
+    // by their mean over the 4 candidates.
+    const Units u = {{7, 9, 7}, {7}};
+    const auto w = idf_weights(spans_of(u));
+    const double w7 = std::log(8.0 / 3.0), w9 = std::log(8.0), mean = (3 * w7 + w9) / 4;
+    EXPECT_NEAR(w[0][0], w7 / mean, 1e-12);
+    EXPECT_NEAR(w[0][1], w9 / mean, 1e-12);
+    EXPECT_NEAR(w[1][0], w7 / mean, 1e-12);
+    // One head, b = 1, alpha 0, raw scores .5 (unit 7) and .45 (unit 9), gamma 1 (lambda .5):
+    // uniform gains .5 + .5 = 1 and .45 + .5 = .95 keep unit 7; idf (M = 3: w7 = log 3, w9 = log 6,
+    // over their mean 1.33: .83 and 1.35) gains .5 + .41 and .45 + .67 keep the rare unit 9.
+    const Scores s = {{0.5f, 0.45f, 0.1f}};
+    const Units one = {{7, 9, 7}};
+    const auto w1 = idf_weights(spans_of(one));
+    EXPECT_EQ(kvec_select(s, spans_of(one), UnitSet{}, opts(1, 0.0, 1.0, 0.0, false)).keep, (HeadSelection{{0}}));
+    const KvecSelection k = kvec_select(s, spans_of(one), UnitSet{}, opts(1, 0.0, 1.0, 0.0, false), spans_of(w1));
+    EXPECT_EQ(k.keep, (HeadSelection{{1}}));
+    EXPECT_FALSE(k.fallback);  // the weighted coverage (one rare unit) beats Ada-KV's common one
+    // Weight rows must match the scores; weights must be finite and >= 0.
+    const std::vector<std::vector<double>> bad = {{1.0, 1.0}};
+    EXPECT_THROW(kvec_select(s, spans_of(one), UnitSet{}, opts(1, 0.0, 1.0, 0.0, false), spans_of(bad)), Error);
+    const std::vector<std::vector<double>> nan = {{1.0, std::nan(""), 1.0}};
+    EXPECT_THROW(kvec_select(s, spans_of(one), UnitSet{}, opts(1, 0.0, 1.0, 0.0, false), spans_of(nan)), Error);
+    EXPECT_EQ(parse_unit_weight("idf"), UnitWeight::idf);
+    EXPECT_THROW(parse_unit_weight("tfidf"), Error);
+}
+
+TEST(Kvec, KeyHashUnitsGroupSimilarKeys) {
+    // Keys that differ by a tiny amount share a unit; opposite keys never do (every sign flips);
+    // a scaled key keeps its unit; units start at base; the same seed gives the same units.
+    const int d = 8, bits = 6;
+    std::vector<float> keys;  // [5, d]
+    const std::vector<float> k0 = {1, -2, 0.5f, 3, -1, 0.25f, 2, -0.5f};
+    for (float v : k0) keys.push_back(v);
+    for (float v : k0) keys.push_back(v + 1e-4f);
+    for (float v : k0) keys.push_back(-v);
+    for (float v : k0) keys.push_back(3 * v);
+    for (int e = 0; e < d; ++e) keys.push_back(e == 0 ? 1.0f : 0.0f);
+    const auto u = key_hash_units(keys, d, bits, 42, 1000);
+    ASSERT_EQ(u.size(), 5u);
+    EXPECT_EQ(u[0], u[1]);
+    EXPECT_EQ(u[0], u[3]);
+    EXPECT_EQ((u[0] - 1000) ^ (u[2] - 1000), (1 << bits) - 1);
+    for (int32_t x : u) {
+        EXPECT_GE(x, 1000);
+        EXPECT_LT(x, 1000 + (1 << bits));
+    }
+    EXPECT_EQ(key_hash_units(keys, d, bits, 42, 1000), u);
+    EXPECT_THROW(key_hash_units(keys, d, 0, 42, 0), Error);
+    EXPECT_THROW(key_hash_units(keys, 7, bits, 42, 0), Error);
+}
+
+TEST(Kvec, GlobalPoolSharesTheBudgetAcrossLayers) {
+    // Two layers of two heads, b = 2, alpha 0, gamma 0: one pool of L * H * b = 8 pairs over all
+    // (layer, head) pairs, so the layer whose scores are high takes most of the budget; the
+    // result equals Ada-KV on the flattened heads, and the total is exactly 8.
+    std::vector<KvecLayer> layers(2);
+    layers[0].scores = {{0.9f, 0.8f, 0.7f, 0.6f}, {0.5f, 0.4f, 0.3f, 0.2f}};
+    layers[1].scores = {{0.01f, 0.02f, 0.03f, 0.04f}, {0.05f, 0.06f, 0.07f, 0.08f}};
+    for (auto& l : layers) l.units = positions(l.scores);
+    const auto sel = kvec_select_global(layers, opts(2, 0.0, 0.0, 0.0, false));
+    ASSERT_EQ(sel.size(), 2u);
+    const Scores flat = {layers[0].scores[0], layers[0].scores[1], layers[1].scores[0], layers[1].scores[1]};
+    const AdaSelection ada = ada_select(flat, 2, 0.0, false);
+    EXPECT_EQ(sel[0].keep, (HeadSelection{ada.keep[0], ada.keep[1]}));
+    EXPECT_EQ(sel[1].keep, (HeadSelection{ada.keep[2], ada.keep[3]}));
+    const auto per_layer = ada_select_layers({layers[0].scores, layers[1].scores}, 2, 0.0, false);
+    EXPECT_EQ(per_layer[0].keep, sel[0].keep);
+    EXPECT_EQ(per_layer[1].keep, sel[1].keep);
+    EXPECT_EQ(per_layer[1].budgets, sel[1].budgets);
+    EXPECT_EQ(sel[0].budgets, (std::vector<int64_t>{4, 4}));
+    EXPECT_EQ(sel[1].budgets, (std::vector<int64_t>{0, 0}));
+    // A safeguard keeps every head of every layer above floor(alpha b).
+    const auto safe = kvec_select_global(layers, opts(2, 0.5, 0.0, 0.0, false));
+    for (const auto& l : safe) {
+        for (int64_t bh : l.budgets) EXPECT_GE(bh, 1);
+        EXPECT_EQ(total_kept(l.keep), l.budgets[0] + l.budgets[1]);
+    }
+    EXPECT_EQ(total_kept(safe[0].keep) + total_kept(safe[1].keep), 8);
+}
+
+TEST(Kvec, GlobalPoolCoverageIsPerLayer) {
+    // The same position in two layers: covering it in layer 0 does not cover it in layer 1.
+    // One head per layer, b = 1, gamma 1 (lambda = mean rank-1 score .5), alpha 0: units {0, 1}
+    // in both layers with scores .5 / .4 (layer 0) and .5 / .1 (layer 1). Per-layer coverage:
+    // gains .5 + .5 = 1 in both layers for unit 0: both layers keep index 0, as Ada-KV does.
+    std::vector<KvecLayer> layers(2);
+    layers[0].scores = {{0.5f, 0.4f}};
+    layers[1].scores = {{0.5f, 0.1f}};
+    for (auto& l : layers) l.units = {{0, 1}};
+    const auto sel = kvec_select_global(layers, opts(1, 0.0, 1.0, 0.0, false));
+    EXPECT_EQ(sel[0].keep, (HeadSelection{{0}}));
+    EXPECT_EQ(sel[1].keep, (HeadSelection{{0}}));
+    EXPECT_FALSE(sel[0].fallback);
+    // Layers must have the same number of heads.
+    layers[1].scores.push_back({0.1f});
+    layers[1].units.push_back({0});
+    EXPECT_THROW(kvec_select_global(layers, opts(1, 0.0, 1.0, 0.0, false)), Error);
+    EXPECT_TRUE(kvec_select_global({}, opts(1, 0.0, 1.0, 0.0, false)).empty());
+}
+
 TEST(Kvec, SafeguardIsTopByScore) {
     // alpha 1: every head keeps exactly its top b by score, coverage cannot move anything.
     const Scores s = {{0.5f, 0.3f, 0.2f}, {0.45f, 0.35f, 0.2f}};

@@ -218,8 +218,8 @@ TEST(Policies, AdaAndKvecMeetTheLayerBudgetExactly) {
     for (int t = 0; t < 20; ++t) {
         FakeLayer f = FakeLayer::uniform(4, 300, 2);
         fill_window(f, rng, t % 2 == 0);
-        for (const char* spec : {"ada-snapkv:budget=40,window=8", "kvec:budget=40,window=8",
-                                 "kvec:budget=40,window=8,unit=token,gamma=3,mu=0.5"}) {
+        for (const char* spec : {"ada-snapkv:budget=40,window=8", "kvec:budget=40,window=8,layers=local,gamma=1",
+                                 "kvec:budget=40,window=8,layers=local,unit=token,gamma=3,mu=0.5"}) {
             const Keep keep = prefill(*make_policy(spec), f);
             EXPECT_EQ(total(keep), 4 * 40) << spec;
             for (const auto& head : keep) {
@@ -239,7 +239,7 @@ TEST(Policies, KvecWithZeroCoefficientsIsAdaSnapKv) {
                                    (t % 5 == 0 ? ",pooling=avg" : "") +
                                    ",normalize=" + (normalize ? "true" : "false");
         auto ada = make_policy("ada-snapkv:" + common);
-        auto kv = make_policy("kvec:gamma=0,mu=0," + common);
+        auto kv = make_policy("kvec:layers=local,gamma=0,mu=0," + common);
         for (int layer = 0; layer < 3; ++layer) {
             FakeLayer f = FakeLayer::uniform(1 + static_cast<int>(rng() % 4), 80, 2);
             f.layer = layer;
@@ -262,7 +262,7 @@ TEST(Policies, KvecCoversMoreThanAdaOnSharedFavourites) {
         }
     }
     const Keep ada = prefill(*make_policy("ada-snapkv:budget=14,window=4,kernel=1,alpha=1"), f);
-    const Keep kv = prefill(*make_policy("kvec:budget=14,window=4,kernel=1,alpha=0"), f);
+    const Keep kv = prefill(*make_policy("kvec:budget=14,window=4,kernel=1,alpha=0,layers=local,gamma=1,mu=1,normalize=true"), f);
     auto prefix_union = [](const Keep& keep) {
         std::vector<int32_t> all;
         for (const auto& head : keep) {
@@ -283,7 +283,7 @@ TEST(Policies, KvecCrossLayerMemoryResetsPerRound) {
     std::mt19937 rng(8);
     FakeLayer f = FakeLayer::uniform(2, 60, 1);
     fill_window(f, rng, false);
-    auto p = make_policy("kvec:budget=12,window=2,mu=4,gamma=2");
+    auto p = make_policy("kvec:budget=12,window=2,mu=4,gamma=2,layers=local");
     const Keep first = prefill(*p, f);
     FakeLayer g = f;
     g.layer = 1;
@@ -303,7 +303,7 @@ TEST(Policies, UnevenHeadsChunkedMode) {
     f.heads[1].window.resize(12);
     for (const char* spec :
          {"snapkv:budget=10,window=2,chunked=true", "ada-snapkv:budget=10,window=2,chunked=true",
-          "kvec:budget=10,window=2,chunked=true", "pyramidkv:budget=10,window=2,chunked=true",
+          "kvec:budget=10,window=2,chunked=true,layers=local", "pyramidkv:budget=10,window=2,chunked=true",
           "streaming:budget=10,chunked=true", "random:budget=10,window=2,chunked=true"}) {
         f.final_chunk = false;
         const Keep keep = prefill(*make_policy(spec), f);

@@ -89,6 +89,29 @@ TEST(PolicyEngine, EveryPolicyMeetsTheBudgetExactly) {
     }
 }
 
+// K-VEC with one pool for every layer: layers keep different counts, the total is exactly
+// L x H x B; chunked and decode-time modes hold it too.
+TEST(PolicyEngine, KvecGlobalPoolMeetsTheTotalBudget) {
+    const auto prompt = prompt_tokens();
+    for (const char* spec : {"kvec:budget=48,window=8,layers=global", "kvec:budget=48,window=8,layers=global,gamma=0",
+                             "kvec:budget=48,window=8,layers=global,unit=token,weight=idf"}) {
+        auto policy = make_policy(spec);
+        Session s(tiny_model(), session_options());
+        s.set_evictor(policy.get());
+        s.prefill(prompt);
+        EXPECT_EQ(s.kv_cache().total_entries(), int64_t{kLayers} * kHeadsKv * 48) << spec;
+    }
+    auto chunked = make_policy("kvec:budget=48,window=8,layers=global,chunked=true,decode=2");
+    SessionOptions o = session_options();
+    o.n_batch = 32;
+    Session s(tiny_model(), o);
+    s.set_evictor(chunked.get());
+    s.prefill(prompt);
+    EXPECT_EQ(s.kv_cache().total_entries(), int64_t{kLayers} * kHeadsKv * 48);
+    for (int i = 0; i < 4; ++i) s.decode(5);
+    EXPECT_EQ(s.kv_cache().total_entries(), int64_t{kLayers} * kHeadsKv * 48);  // re-selected at step 4
+}
+
 TEST(PolicyEngine, DecodeTimeEvictionHoldsTheBudget) {
     const auto prompt = prompt_tokens();
     for (const char* spec : {"h2o:budget=48,window=8,decode=1", "tova:budget=48,decode=1",
@@ -126,7 +149,7 @@ TEST(PolicyEngine, ChunkedPeakStaysWithinBudgetPlusChunkForEveryPolicy) {
     const int64_t budget = 48, chunk = session_options().n_batch;
     const int64_t heads = int64_t{kLayers} * kHeadsKv;
     for (const PolicyEntry& entry : policies()) {
-        if (entry.name == "full") continue;
+        if (entry.name == "full" || entry.name == "kvzip") continue;  // kvzip: one-shot only
         const bool fixed_window = entry.name == "streaming" || entry.name == "tova";
         std::vector<std::string> specs = {entry.name + ":budget=48,chunked=true" + (fixed_window ? "" : ",window=8")};
         if (entry.name == "streaming") specs.push_back("streaming:budget=48,chunked=true,rerotate=true");
@@ -139,8 +162,10 @@ TEST(PolicyEngine, ChunkedPeakStaysWithinBudgetPlusChunkForEveryPolicy) {
             const size_t bound = static_cast<size_t>(heads * (budget + chunk)) * s.kv_cache().entry_bytes();
             EXPECT_LE(s.kv_cache().peak_bytes(), bound) << spec;
             // Only the layer being processed holds a chunk: L x H_kv x B + H_kv x C at most, for
-            // policies whose layers share B alike (PyramidKV's shares move between early rounds).
-            if (entry.name != "pyramidkv") {
+            // policies whose layers share B alike (PyramidKV's shares move between early rounds)
+            // and compress each layer before the next runs (not all-layer policies: every layer
+            // holds its chunk until the step's last layer).
+            if (entry.name != "pyramidkv" && !policy->request().all_layers) {
                 EXPECT_LE(s.kv_cache().peak_bytes(),
                           static_cast<size_t>(heads * budget + kHeadsKv * chunk) * s.kv_cache().entry_bytes())
                     << spec;
@@ -157,7 +182,7 @@ TEST(PolicyEngine, KvecWithZeroCoefficientsKeepsWhatAdaSnapKvKeeps) {
         const std::string common = std::string("budget=40,window=8,normalize=") + normalize;
         std::vector<std::vector<int32_t>> kept[2];
         int i = 0;
-        for (const std::string& spec : {"ada-snapkv:" + common, "kvec:gamma=0,mu=0," + common}) {
+        for (const std::string& spec : {"ada-snapkv:" + common, "kvec:layers=local,gamma=0,mu=0," + common}) {
             auto policy = make_policy(spec);
             Session s(tiny_model(), session_options());
             s.set_evictor(policy.get());
@@ -174,7 +199,7 @@ TEST(PolicyEngine, KvecCoverageIsNeverBelowAdaSnapKv) {
         CoverageReport report[2];
         int i = 0;
         for (const std::string& spec : {std::string("ada-snapkv:budget=40,window=8,normalize=true"),
-                                        std::string("kvec:budget=40,window=8,unit=") + unit}) {
+                                        std::string("kvec:budget=40,window=8,layers=local,gamma=1,mu=1,normalize=true,unit=") + unit}) {
             auto policy = make_policy(spec);
             CoverageProbe probe(*policy, 8);
             Session s(tiny_model(), session_options());

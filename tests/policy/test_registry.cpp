@@ -47,7 +47,8 @@ TEST(PolicySpec, Errors) {
 TEST(Registry, EveryPolicyIsListedAndBuildsWithDefaults) {
     const std::vector<std::string> expected = {"full",    "random", "streaming", "h2o",
                                                "tova",    "snapkv", "pyramidkv", "ada-snapkv",
-                                               "keydiff", "kvec"};
+                                               "keydiff", "kvec",   "knorm",     "lagkv",
+                                               "expected-attention", "kvzip"};
     ASSERT_EQ(policies().size(), expected.size());
     const std::string listing = format_policy_list();
     for (size_t i = 0; i < expected.size(); ++i) {
@@ -56,7 +57,7 @@ TEST(Registry, EveryPolicyIsListedAndBuildsWithDefaults) {
         EXPECT_NE(listing.find(expected[i]), std::string::npos);
     }
     EXPECT_NE(listing.find("budget=128"), std::string::npos);
-    EXPECT_NE(listing.find("gamma=1"), std::string::npos);
+    EXPECT_NE(listing.find("layers=global"), std::string::npos);
 }
 
 TEST(Registry, RequestsTheObservationsEachPolicyNeeds) {
@@ -86,10 +87,12 @@ TEST(Registry, CanonicalOptions) {
     EXPECT_TRUE(v.get_bool("chunked"));
     EXPECT_TRUE(v.is_given("gamma"));
     EXPECT_FALSE(v.is_given("mu"));
-    EXPECT_EQ(v.get_float("mu"), 1.0);
+    EXPECT_EQ(v.get_float("mu"), 0.0);
+    EXPECT_EQ(v.get_choice("layers"), "global");
+    EXPECT_FALSE(v.get_bool("normalize"));
     EXPECT_EQ(v.get_float("alpha"), 0.2);
     EXPECT_EQ(v.get_int("window"), 32);
-    EXPECT_EQ(v.get_int("kernel"), 7);
+    EXPECT_EQ(v.get_int("kernel"), 15);
     EXPECT_EQ(v.get_choice("pooling"), "max");
     EXPECT_EQ(v.get_choice("gqa"), "mean");
 }

