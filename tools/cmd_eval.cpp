@@ -162,7 +162,7 @@ void write_fidelity(const eval::FidelityReport& rep, const std::vector<eval::Pol
                           r.budget == 0 ? std::string("-") : std::to_string(r.budget), r.kl_mean, r.kl_max, r.top1,
                           r.nll_mean, std::exp(r.nll_mean), eval::format_estimate(vs_full, 4, true), r.c_head,
                           r.kv_bytes, r.mode);
-        csv += fmt::format("{},{},{:.8f},{:.8f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.1f},{},{}\n", r.policy,
+        csv += fmt::format("{},{},{:.8f},{:.8f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.1f},{},{}\n", eval::csv_quote(r.policy),
                            r.budget, r.kl_mean, r.kl_max, r.top1, r.nll_mean, std::exp(r.nll_mean), vs_full.mean,
                            vs_full.lo, vs_full.hi, r.c_head, r.kv_bytes, r.steps, r.mode);
     }
@@ -175,7 +175,8 @@ void write_fidelity(const eval::FidelityReport& rep, const std::vector<eval::Pol
             if (a == b || rep.rows[a].budget != rep.rows[b].budget || rep.rows[a].budget == 0) continue;
             const eval::Estimate d = eval::paired_nll(rep, a, static_cast<int64_t>(b));
             if (a < b) {
-                pcsv += fmt::format("{},{},{},{:.6f},{:.6f},{:.6f},{:.4f},{}\n", rep.rows[a].policy, rep.rows[b].policy,
+                pcsv += fmt::format("{},{},{},{:.6f},{:.6f},{:.6f},{:.4f},{}\n", eval::csv_quote(rep.rows[a].policy),
+                                    eval::csv_quote(rep.rows[b].policy),
                                     rep.rows[a].budget, d.mean, d.lo, d.hi, d.p_above, d.n);
             }
             const auto pa = std::find_if(policies.begin(), policies.end(),

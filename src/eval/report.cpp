@@ -35,7 +35,9 @@ std::string budget_text(int64_t b) {
     return b == 0 ? "-" : is_compression(b) ? budget_label(b) : std::to_string(b);
 }
 
-// A CSV field, quoted (with doubled quotes) when it holds a comma, a quote or a newline.
+
+}  // namespace
+
 std::string csv_quote(const std::string& v) {
     if (v.find_first_of(",\"\n") == std::string::npos) return v;
     std::string q(1, '"');
@@ -46,8 +48,6 @@ std::string csv_quote(const std::string& v) {
     q.push_back('"');
     return q;
 }
-
-}  // namespace
 
 SweepSummary summarize(const std::vector<EvalItem>& items, const std::vector<PolicyChoice>& policies,
                        const std::vector<int64_t>& budgets, const std::vector<EvalRecord>& records) {

@@ -73,6 +73,10 @@ std::string paired_csv(const SweepSummary& summary);
 // horizontal lines. `what` names the score in the titles ("synthetic-2k", "LongBench").
 void write_sweep_plots(const SweepSummary& summary, const std::string& dir, const std::string& what);
 
+// A CSV field, quoted (with doubled quotes) when it holds a comma, a quote or a newline (policy
+// labels such as "kvec:kernel=7,layers=local" do).
+std::string csv_quote(const std::string& v);
+
 // Writes `text` to `path` (kvec::Error if it cannot).
 void write_text_file(const std::string& path, const std::string& text);
 

@@ -88,11 +88,14 @@ T="$DIR/text.txt"
 cat "$SRC"/data/text/sotu/*.txt 2>/dev/null | head -c 60000 >"$T"
 [ -s "$T" ] || for i in $(seq 1 800); do echo "The committee met on day $i and discussed the budget of the year." >>"$T"; done
 F="$DIR/f"
-expect 0 "eval --fidelity" -- "$KVEC" eval -m "$M" --fidelity "$T" --policies full,streamingllm,snapkv --budgets 64,128 -c 512 --continuation 16 -t 2 --out "$F"
+expect 0 "eval --fidelity" -- "$KVEC" eval -m "$M" --fidelity "$T" --policies full,streamingllm,snapkv:kernel=7,window=16 --budgets 64,128 -c 512 --continuation 16 -t 2 --out "$F"
 for f in fidelity.json fidelity.md fidelity.csv fidelity_kl.png fidelity_top1.png; do [ -s "$F/$f" ] || fail "missing $f"; done
 contains "$F/fidelity.md" "| full | - | 0.00000 |" "full cache has zero KL"
 contains "$F/fidelity.md" "NLL - full NLL" "continuation NLL against the full cache"
 [ -s "$F/fidelity_paired.csv" ] || fail "missing fidelity_paired.csv"
+# A label with a comma is one quoted CSV field.
+contains "$F/fidelity_paired.csv" "streamingllm,\"snapkv:kernel=7,window=16\",64," "paired CSV quotes a label with a comma"
+contains "$F/fidelity.csv" "\"snapkv:kernel=7,window=16\",128," "fidelity CSV quotes a label with a comma"
 expect 0 "eval --fidelity heldout:test" -- "$KVEC" eval -m "$M" --fidelity heldout:test --policies full,snapkv --budgets 64 -c 512 --continuation 16 -t 2 --out "$DIR/f2"
 contains "$DIR/f2/config.json" "\"heldout\": \"test\"" "held-out split recorded"
 expect 0 "perplexity" -- "$KVEC" perplexity -m "$M" -f "$T" -c 128 --chunks 3 -t 2
