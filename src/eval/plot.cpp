@@ -72,6 +72,10 @@ void marker(cairo_t* cr, double x, double y, size_t k) {
     cairo_fill(cr);
 }
 
+// The marker of series si: colours repeat every 10 series, so the shape steps on every repeat and
+// series si and si + 10 never look the same.
+size_t marker_shape(size_t si) { return si + si / std::size(kPalette); }
+
 }  // namespace
 
 PlotSpec budget_plot(const std::string& title, const std::string& y_label, const std::vector<int64_t>& budgets,
@@ -266,7 +270,7 @@ void write_line_plot_png(const PlotSpec& spec, const std::string& path) {
         if (!s.dashed) {
             for (size_t i = 0; i < s.x.size(); ++i) {
                 if (!std::isfinite(s.y[i]) || (spec.log2_x && s.x[i] <= 0)) continue;
-                marker(cr, px(s.x[i]), py(s.y[i]), si);
+                marker(cr, px(s.x[i]), py(s.y[i]), marker_shape(si));
             }
         }
     }
@@ -288,7 +292,7 @@ void write_line_plot_png(const PlotSpec& spec, const std::string& path) {
         cairo_stroke(cr);
         cairo_set_dash(cr, dash, 0, 0);
         if (!s.dashed) {
-            marker(cr, lx + 15, ly, si);
+            marker(cr, lx + 15, ly, marker_shape(si));
         }
         cairo_set_source_rgb(cr, 0, 0, 0);
         text_at(cr, s.name, lx + 38, ly, 0.0, 0.5);
