@@ -73,7 +73,7 @@ std::string paired_csv(const SweepSummary& summary);
 // horizontal lines. `what` names the score in the titles ("synthetic-2k", "LongBench").
 void write_sweep_plots(const SweepSummary& summary, const std::string& dir, const std::string& what);
 
-// Writes `text` to `path` (kvec::Error if it cannot).
+// Writes `text` to `path` atomically (write_file_atomic, eval/out_dir.h; kvec::Error if it cannot).
 void write_text_file(const std::string& path, const std::string& text);
 
 }  // namespace kvec::eval
