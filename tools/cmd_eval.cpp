@@ -45,7 +45,7 @@ struct EvalOptions {
     LoadMode load = LoadMode::Auto;
     std::string suite;
     std::string data;
-    std::string policies = "full,streamingllm,h2o,snapkv,pyramidkv,adakv,kvec";
+    std::string policies = "full,streamingllm,h2o,snapkv,pyramidkv,adakv,knorm,lagkv,expected-attention,kvzip,kvec";
     std::string budgets = "64,128,256,512";
     std::string compression;  // "0.25,0.5": compression ratios instead of budgets
     int samples = 0;

@@ -285,10 +285,7 @@ std::string summary_markdown(const SweepSummary& s, const std::string& header) {
                 std::string cell = "-";
                 for (const PairedComparison& pc : pairs) {
                     if (pc.budget != b || !((pc.a == ref && pc.b == p) || (pc.a == p && pc.b == ref))) continue;
-                    Estimate d = pc.diff;
-                    if (pc.a != ref) {  // stored as p - ref: flip
-                        d = {-d.mean, -d.hi, -d.lo, 1.0 - d.p_above, d.n};
-                    }
+                    const Estimate d = pc.a == ref ? pc.diff : negated(pc.diff);  // stored as p - ref: flip
                     cell = fmt::format("{} {}P={:.2f}", format_estimate(d, 2, true),
                                        d.lo > 0 ? "▲ " : d.hi < 0 ? "▼ " : "", d.p_above);
                 }

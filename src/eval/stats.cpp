@@ -38,10 +38,11 @@ Estimate bootstrap_mean(const std::vector<std::vector<double>>& values, const Bo
     e.mean = mean_of_means([](size_t, size_t i) { return i; });
     Rng rng(o.seed);
     std::vector<double> stat(static_cast<size_t>(o.resamples));  // [resamples]
-    int64_t above = 0;
+    int64_t above = 0, below = 0;
     for (double& v : stat) {
         v = mean_of_means([&rng](size_t n, size_t) { return static_cast<size_t>(rng.below(n)); });
         if (v > 0) ++above;
+        if (v < 0) ++below;
     }
     std::sort(stat.begin(), stat.end());
     // Percentiles by linear interpolation between order statistics (numpy's default).
@@ -55,7 +56,13 @@ Estimate bootstrap_mean(const std::vector<std::vector<double>>& values, const Bo
     e.lo = quantile(tail);
     e.hi = quantile(1.0 - tail);
     e.p_above = static_cast<double>(above) / static_cast<double>(stat.size());
+    e.p_below = static_cast<double>(below) / static_cast<double>(stat.size());
     return e;
+}
+
+Estimate negated(const Estimate& e) {
+    auto neg = [](double v) { return v == 0.0 ? 0.0 : -v; };  // a tie stays +0, never "-0.00"
+    return {neg(e.mean), neg(e.hi), neg(e.lo), e.p_below, e.p_above, e.n};
 }
 
 std::string format_estimate(const Estimate& e, int decimals, bool signed_values) {

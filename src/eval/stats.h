@@ -33,6 +33,7 @@ struct Estimate {
     double lo = 0;        // percentile interval of the resampled statistic
     double hi = 0;
     double p_above = 0;   // share of resamples whose statistic is > 0
+    double p_below = 0;   // share of resamples whose statistic is < 0 (ties count in neither)
     int64_t n = 0;        // items in all strata
     // The interval excludes 0 (for differences: one side is significantly better).
     bool significant() const { return lo > 0 || hi < 0; }
@@ -41,6 +42,10 @@ struct Estimate {
 // values: [strata][items of the stratum]; empty strata are ignored. kvec::Error if every stratum
 // is empty, resamples < 1 or level outside (0, 1).
 Estimate bootstrap_mean(const std::vector<std::vector<double>>& values, const BootstrapOptions& options = {});
+
+// The estimate of -X from that of X (a difference read the other way round): interval and shares
+// swapped; 0 stays +0.
+Estimate negated(const Estimate& e);
 
 // "+1.23 [+0.20, +2.30]" (signed: a difference) or "39.20 [36.10, 42.30]".
 std::string format_estimate(const Estimate& e, int decimals, bool signed_values);

@@ -562,7 +562,9 @@ TEST(EvalItems, ContextSplitAskManyAndHeldoutSplits) {
         EXPECT_EQ(item.id, first->id.substr(0, first->id.size() - 1) + std::to_string(q));
         EXPECT_EQ(item.n_context, first->n_context);
         EXPECT_TRUE(std::equal(item.prompt.begin(), item.prompt.begin() + item.n_context, first->prompt.begin()));
-        if (q > 0) EXPECT_NE(item.prompt, first->prompt);
+        if (q > 0) {
+            EXPECT_NE(item.prompt, first->prompt);
+        }
     }
     // The test split: other text, other seed, other prompts.
     o.split = HeldoutSplit::Test;

@@ -90,6 +90,26 @@ TEST(Bootstrap, PairedDifferencesDetectAShift) {
     EXPECT_EQ(e.p_above, 0.0);
 }
 
+TEST(Bootstrap, NegatedSwapsTheIntervalAndTheSharesAndATieStaysZero) {
+    Rng rng(5);
+    std::vector<double> diff;
+    for (int i = 0; i < 40; ++i) diff.push_back(rng.uniform() * 4.0 - 1.0);  // mean about +1
+    const Estimate e = bootstrap_mean({diff});
+    const Estimate n = negated(e);
+    EXPECT_DOUBLE_EQ(n.mean, -e.mean);
+    EXPECT_DOUBLE_EQ(n.lo, -e.hi);
+    EXPECT_DOUBLE_EQ(n.hi, -e.lo);
+    EXPECT_DOUBLE_EQ(n.p_above, e.p_below);
+    EXPECT_DOUBLE_EQ(n.p_below, e.p_above);
+    EXPECT_EQ(n.n, e.n);
+    EXPECT_GT(e.p_above + e.p_below, 0.99);
+
+    const Estimate tie = negated(bootstrap_mean({{0.0, 0.0, 0.0}, {0.0, 0.0}}));  // equal scores
+    EXPECT_EQ(tie.p_above, 0.0);
+    EXPECT_EQ(tie.p_below, 0.0);
+    EXPECT_EQ(format_estimate(tie, 2, true), "+0.00 [+0.00, +0.00]");
+}
+
 TEST(Bootstrap, RejectsEmptyInputAndBadOptions) {
     EXPECT_THROW(bootstrap_mean({}), Error);
     EXPECT_THROW(bootstrap_mean({{}, {}}), Error);

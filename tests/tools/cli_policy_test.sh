@@ -15,10 +15,11 @@ for p in full random streaming h2o tova snapkv pyramidkv ada-snapkv keydiff kvec
     contains out "$p " "policy $p listed"
 done
 contains out "budget=128" "budget default"
-contains out "gamma=1" "kvec gamma default"
+contains out "gamma=0 " "kvec gamma default (coverage off)"
 contains out "max | avg" "choices listed"
 expect 0 "policies NAME shows one policy" -- "$KVEC" policies kvec
 contains out "alpha=0.2" "kvec alpha default"
+contains out "layers=global" "kvec cross-layer pool default"
 expect 1 "policies: unknown name" -- "$KVEC" policies nope
 contains err "unknown eviction policy 'nope'" "unknown policy message"
 
