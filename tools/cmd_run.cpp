@@ -169,8 +169,10 @@ void print_eviction_report(const Session& session, const Evictor& evictor, const
                        chunks > 1 ? fmt::format("one-shot eviction runs after the last of the prompt's {} chunks of {} "
                                                 "tokens, so until then every layer holds the whole prompt; --chunk C "
                                                 "bounds the peak at budget + chunk", chunks, chunk)
-                                  : std::string("the prompt is one chunk: each layer is compressed right after its "
-                                                "attention (one uncompressed layer at a time)"));
+                                  : std::string("the prompt is one chunk: a per-layer policy compresses each layer "
+                                                "right after its attention (one uncompressed layer at a time); one "
+                                                "that selects across layers (K-VEC's global pool) holds every layer "
+                                                "until the last"));
         }
     }
     const EvictionStats& e = session.eviction_stats();

@@ -111,10 +111,10 @@ GenerationResult Generator::generate_from_tokens(const std::vector<int32_t>& pro
             break;
         }
         // A full context: positions used up, or, with -1 (no token limit), as many tokens as the
-        // context holds, so that an evicting, re-rotating cache (whose positions never run out)
-        // still stops.
+        // context holds (prompt + decoded tokens, what n_past counts without eviction), so that an
+        // evicting, re-rotating cache (whose positions never run out) still stops.
         if (session_.n_past() >= session_.n_ctx() ||
-            (o.n_predict < 0 && int64_t{st.n_prompt} + st.n_generated >= session_.n_ctx())) {
+            (o.n_predict < 0 && int64_t{st.n_prompt} + st.n_decoded >= session_.n_ctx())) {
             st.stop_reason = StopReason::ContextFull;
             break;
         }
