@@ -6,10 +6,11 @@
 # the one generated here (--update rewrites it).
 set -u
 KVEC="$1"
-SRC="$2"
+SRC="$(cd "$2" && pwd)"  # absolute: shown as SRC in the table, wherever the checkout is
 UPDATE="${3:-}"
 source "$(dirname "$0")/cli_lib.sh"
-CRAFT="python3 $SRC/tests/tools/craft_gguf.py"
+# Debian's python3 (python3-numpy), as the other Python tests use.
+CRAFT="/usr/bin/python3 $SRC/tests/tools/craft_gguf.py"
 export LC_ALL=C
 
 M="$DIR/m.gguf"
@@ -40,7 +41,7 @@ row() {
     line=$(cat "$DIR/err" "$DIR/out" | grep -m1 -E -- "$show")
     if [ -z "$line" ]; then fail "$what: no line matches '$show'"; return 1; fi
     # Machine-dependent parts: temporary paths, memory sizes, lock holders.
-    line=$(printf '%s' "$line" | sed -e "s|$DIR|DIR|g" -e 's/[0-9.]* GiB of memory available/N GiB of memory available/' \
+    line=$(printf '%s' "$line" | sed -e "s|$DIR|DIR|g" -e "s|$SRC|SRC|g" -e 's/[0-9.]* GiB of memory available/N GiB of memory available/' \
         -e 's/pid [0-9]* on host [^,]*, started [^)]*/pid P on host H, started T/' -e 's/|/\\|/g')
     printf '| %s | %s | %s | `%s` |\n' "$class" "$input" "$got" "$line" >>"$TABLE"
     echo "ok: $what"
