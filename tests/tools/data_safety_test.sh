@@ -16,11 +16,11 @@ source "$(dirname "$0")/cli_lib.sh"
 export LC_ALL=C
 
 M="$DIR/m.gguf"
-"$KVEC" gen-model --layers 1 --embd 64 --heads 2 --kv-heads 1 --ff 128 --ctx 4096 -o "$M" 2>/dev/null || { echo "gen-model failed"; exit 1; }
+"$KVEC" gen-model --layers 4 --embd 256 --heads 4 --kv-heads 2 --ff 768 --ctx 4096 -o "$M" 2>/dev/null || { echo "gen-model failed"; exit 1; }
 LB="$SRC/data/longbench/fixture"
 EVAL=(eval -m "$M" --data "$LB/hotpotqa.jsonl,$LB/qasper.jsonl,$LB/trec.jsonl" --policies full,streamingllm,snapkv,kvec
-      --budgets 64,128 --samples 2 --max-length 400 --max-new-tokens 8 -t 1)
-TOTAL=42  # 6 samples x (full + 3 policies x 2 budgets)
+      --budgets 64,128 --samples 2 --max-length 1500 --max-new-tokens 24 -t 1)
+TOTAL=35  # 5 samples (the fixture has 1 hotpotqa, 2 qasper, 2 trec) x (full + 3 policies x 2 budgets)
 
 lines() { [ -f "$1/predictions.jsonl" ] && grep -c '' "$1/predictions.jsonl" || echo 0; }
 same_file() { cmp -s "$1" "$2" || { fail "$3: $1 and $2 differ"; diff "$1" "$2" | head -20; }; }
@@ -54,7 +54,7 @@ import json, sys
 ref, k = (json.load(open(p)) for p in sys.argv[1:3])
 t = k["total"]
 assert t["invocations"] == 4, t            # 3 killed + 1 that finished
-assert t["generations"] >= 42, t           # the killed runs' generations are counted
+assert t["generations"] >= 35, t           # the killed runs' generations are counted
 assert t["wall_seconds"] > k["timing"]["wall_seconds"], t
 assert ref["results"] == k["results"] if "results" in ref else True
 print("ok: totals keep the killed invocations:", t)
@@ -85,7 +85,7 @@ n = 0
 for line in data.decode().splitlines():
     r = json.loads(line)
     e = ref[(r["id"], r["policy"], r["budget"])]
-    for k in ("prediction", "score", "kv_bytes", "c_head"):
+    for k in ("prediction", "score", "kv_bytes", "coverage"):
         assert r[k] == e[k], (k, r, e)
     n += 1
 print(f"ok: {n} whole records, equal to the uninterrupted run's")
@@ -95,7 +95,7 @@ F="$DIR/full"
 mkdir -p "$F"
 limit=$(head -n 12 "$DIR/ref/predictions.jsonl" | wc -c)
 limit=$((limit + 200))
-if mount -t tmpfs -o size=$((limit / 1024 + 24))k kvec-test "$F" 2>/dev/null; then
+if mount -t tmpfs -o size=$((limit / 1024 + 8))k kvec-test "$F" 2>/dev/null; then
     mounted=1
     echo "ok: a small tmpfs is mounted at $F"
     "$KVEC" "${EVAL[@]}" --out "$F" >/dev/null 2>"$DIR/err"
