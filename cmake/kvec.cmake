@@ -5,6 +5,10 @@ target_compile_options(kvec_options INTERFACE -Wall -Wextra -Wno-unused-paramete
 target_compile_definitions(kvec_options INTERFACE
     KVEC_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
     KVEC_VERSION="${PROJECT_VERSION}")
+if(KVEC_FUZZ)
+    # Every library is instrumented for libFuzzer's coverage; the harnesses link libFuzzer itself.
+    target_compile_options(kvec_options INTERFACE -fsanitize=fuzzer-no-link)
+endif()
 if(KVEC_SANITIZE)
     target_compile_options(kvec_options INTERFACE -fsanitize=address,undefined -fno-omit-frame-pointer
                            -fno-sanitize-recover=undefined)

@@ -14,6 +14,10 @@ APT_PACKAGES=(
     libgtest-dev libgmock-dev libbenchmark-dev libcairo2-dev
     python3 python3-torch python3-numpy python3-regex libopenblas0-pthread bible-kjv
     bible-kjv-text
+    # Fuzzing (tests/fuzz, scripts/fuzz.sh): clang with libFuzzer and the sanitizers, OpenMP for clang.
+    clang libclang-rt-14-dev libomp-dev
+    # Tests of bad input: flock (util-linux) holds a lock from the shell.
+    util-linux
 )
 # Node.js and npm: Debian's packages unless the machine already has an npm (e.g. NodeSource's
 # nodejs, which bundles npm and conflicts with Debian's npm package).

@@ -2,10 +2,12 @@
 # Builds kvec and runs the whole test suite (C++ and Python reference tests through CTest).
 #   scripts/test.sh            optimised build
 #   scripts/test.sh --sanitize same suite under AddressSanitizer + UndefinedBehaviorSanitizer
+#   scripts/test.sh --fuzz     libFuzzer harnesses (clang): corpus replay + a bounded run each
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset=release
 if [ "${1:-}" = "--sanitize" ]; then preset=asan; fi
+if [ "${1:-}" = "--fuzz" ]; then preset=fuzz; fi
 jobs=$(nproc)
 cmake --preset "$preset" >/dev/null
 cmake --build --preset "$preset" -j "$jobs"

@@ -423,6 +423,14 @@ int bench(const BenchOptions& o) {
     double last_bandwidth = 0;
     for (const std::string& path : o.models) {
         auto model = Model::load(path, o.load);
+        // The tests' contexts come from the flags: bounded by the model's, as `kvec run -c` is.
+        for (const BenchTest& t : tests) {
+            const int64_t need = int64_t{t.depth} + t.n_tokens + 1;
+            if (need > model->config().n_ctx_train) {
+                fail("{}: -d {} + {} {} needs a context of {} tokens, more than the model's {}", path, t.depth,
+                     t.kind == BenchTest::Kind::Prompt ? "-p" : "-n", t.n_tokens, need, model->config().n_ctx_train);
+            }
+        }
         for (int threads : o.threads) {
             set_num_threads(threads);
             std::unique_ptr<BandwidthProbe> probe;

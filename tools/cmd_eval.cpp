@@ -3,6 +3,7 @@
 // agreement with the full cache over a text. All logic is in src/eval; this file maps flags,
 // keeps the output directory (config, resumable predictions) and prints. See docs/evaluation.md.
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <ctime>
@@ -18,6 +19,7 @@
 #include "eval/eval_items.h"
 #include "eval/fidelity.h"
 #include "eval/jsonl.h"
+#include "eval/out_dir.h"
 #include "eval/plot.h"
 #include "eval/provenance.h"
 #include "eval/report.h"
@@ -29,6 +31,7 @@
 #include "model/session.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
+#include "util/terminal.h"
 #include "util/timer.h"
 
 namespace kvec::tools {
@@ -104,8 +107,10 @@ std::string now_iso8601() {
     return buf;
 }
 
-// Reads predictions.jsonl, dropping a torn last line (an interrupted write); kvec::Error for a
-// malformed line elsewhere.
+// Reads predictions.jsonl for a resume. A torn last line (a killed write) is dropped; a line that
+// is not a valid record (damage from elsewhere) is moved to predictions.jsonl.damaged and a
+// repeated record is dropped, and the file is then rewritten atomically without them: a resume
+// never needs --overwrite. The dropped samples are run again.
 std::vector<eval::EvalRecord> load_predictions(const std::string& path) {
     std::vector<eval::EvalRecord> out;
     if (!fs::exists(path)) return out;
@@ -114,26 +119,95 @@ std::vector<eval::EvalRecord> load_predictions(const std::string& path) {
     std::stringstream ss;
     ss << in.rdbuf();
     const std::string text = ss.str();
-    size_t pos = 0, line = 0, good_end = 0;
+    std::string kept, damaged;
+    size_t pos = 0, line = 0, bad = 0, repeated = 0;
+    bool torn = false;
+    std::set<eval::RecordKey> keys;
     while (pos < text.size()) {
         const size_t nl = text.find('\n', pos);
         ++line;
-        if (nl == std::string::npos) break;  // no newline: torn, dropped below
-        const std::string body = text.substr(pos, nl - pos);
-        const std::string where = fmt::format("{}:{}", path, line);
-        if (!body.empty()) {
-            const auto j = eval::parse_jsonl_line(body, where);
-            if (j) out.push_back(eval::record_from_json(*j, where));
+        if (nl == std::string::npos) {  // no newline: a torn last write
+            torn = true;
+            break;
         }
+        const std::string body = text.substr(pos, nl - pos);
         pos = nl + 1;
-        good_end = pos;
+        if (body.empty()) continue;
+        const std::string where = fmt::format("{}:{}", path, line);
+        try {
+            const auto j = eval::parse_jsonl_line(body, where);
+            if (!j) continue;
+            eval::EvalRecord r = eval::record_from_json(*j, where);
+            if (!keys.insert({r.id, r.policy, r.budget}).second) {
+                ++repeated;
+                continue;
+            }
+            out.push_back(std::move(r));
+            kept += body + "\n";
+        } catch (const Error& e) {
+            ++bad;
+            damaged += body + "\n";
+            fmt::print(stderr, "note: {}\n", escape_control(e.what()));
+        }
     }
-    if (good_end < text.size()) {
-        fmt::print(stderr, "note: dropping an incomplete last line of {} (interrupted write)\n", path);
-        fs::resize_file(path, good_end);
+    if (torn) fmt::print(stderr, "note: dropping an incomplete last line of {} (interrupted write)\n", path);
+    if (bad > 0) {
+        std::ofstream(path + ".damaged", std::ios::binary | std::ios::app) << damaged;
+        fmt::print(stderr, "note: {} damaged line(s) of {} moved to {}.damaged; their samples run again\n", bad,
+                   path, path);
     }
+    if (repeated > 0) fmt::print(stderr, "note: {} repeated record(s) of {} dropped\n", repeated, path);
+    if (torn || bad > 0 || repeated > 0) eval::write_file_atomic(path, kept);
     return out;
 }
+
+// The cost of every invocation of a run: one file per invocation in <out>/invocations/, rewritten
+// (atomically) after every record, so that a killed invocation's cost up to its last record is
+// kept in the totals.
+struct InvocationCosts {
+    std::string dir;
+    std::string mine;  // this invocation's file
+
+    explicit InvocationCosts(const std::string& out_dir)
+        : dir(out_dir + "/invocations"),
+          mine(dir + "/" + fmt::format("{}-{}.json", now_compact(), ::getpid())) {}
+
+    static std::string now_compact() {
+        const std::time_t t = std::time(nullptr);
+        char buf[32];
+        std::strftime(buf, sizeof buf, "%Y%m%dT%H%M%SZ", std::gmtime(&t));
+        return buf;
+    }
+
+    void record(const eval::SweepStats& st) const {
+        nlohmann::ordered_json j = {{"wall_seconds", st.wall_seconds},     {"prefill_seconds", st.prefill_seconds},
+                                    {"replay_seconds", st.replay_seconds}, {"decode_seconds", st.decode_seconds},
+                                    {"prefills", st.prefills},             {"generations", st.generations}};
+        eval::write_file_atomic(mine, j.dump(2) + "\n");
+    }
+
+    // Sums of every invocation's figures (this one's included once it has recorded), and their count.
+    nlohmann::json totals() const {
+        nlohmann::json sum = nlohmann::json::object();
+        int64_t n = 0;
+        std::error_code ec;
+        for (const auto& e : fs::directory_iterator(dir, ec)) {
+            if (e.path().extension() != ".json") continue;
+            try {
+                std::ifstream in(e.path());
+                const nlohmann::json j = nlohmann::json::parse(in);
+                for (const auto& [k, v] : j.items()) {
+                    if (v.is_number()) sum[k] = sum.value(k, 0.0) + v.get<double>();
+                }
+                n += j.value("invocations", int64_t{1});
+            } catch (const nlohmann::json::exception&) {
+                fmt::print(stderr, "note: ignoring the unreadable cost file {}\n", e.path().string());
+            }
+        }
+        sum["invocations"] = n;
+        return sum;
+    }
+};
 
 void write_fidelity(const eval::FidelityReport& rep, const std::vector<eval::PolicyChoice>& policies,
                     const std::vector<int64_t>& budgets, const std::string& dir, const std::string& header) {
@@ -232,6 +306,15 @@ int run_eval(const EvalOptions& o) {
     if (o.batch <= 0) fail("--batch-size must be positive, got {}", o.batch);
     if (o.ctx < 0) fail("--ctx-size must be positive, got {}", o.ctx);
     if (o.samples < 0) fail("--samples must be positive, got {}", o.samples);
+    check_threads(o.threads);
+    if (o.max_length < 0 || o.max_length == 1) {
+        fail("--max-length must be at least 2 (prompts are truncated in the middle to M tokens; 0: the default), got {}",
+             o.max_length);
+    }
+    if (o.max_new_tokens < 0) fail("--max-new-tokens must be positive (0: each task's own), got {}", o.max_new_tokens);
+    if (o.prefix < 0) fail("--prefix must be positive (0: the default), got {}", o.prefix);
+    if (o.continuation <= 0) fail("--continuation must be positive, got {}", o.continuation);
+    if (o.segments <= 0) fail("--segments must be positive, got {}", o.segments);
     const eval::Protocol protocol = eval::parse_protocol(o.protocol);
     const eval::HeldoutSplit split = eval::parse_heldout_split(o.split);
     const uint64_t seed = o.seed.value_or(eval::default_seed(split));
@@ -287,6 +370,7 @@ int run_eval(const EvalOptions& o) {
     std::error_code ec;
     fs::create_directories(out_dir, ec);
     if (ec) fail("cannot create output directory '{}': {}", out_dir, ec.message());
+    const eval::DirLock lock(out_dir);  // one run per directory, until this one exits
 
     fmt::print(stderr, "model: {} ({})\n", o.model, model->summary());
     fmt::print(stderr, "hashing the model file ...\n");
@@ -377,27 +461,50 @@ int run_eval(const EvalOptions& o) {
         return 0;
     }
 
-    // Resume: the same run configuration continues; another one needs --overwrite or --out.
+    // Resume: the same run configuration continues; another one needs --overwrite or --out. Files
+    // are written atomically, so config.json is never torn by kvec; one that is unreadable all the
+    // same is rewritten (each prediction names its sample, policy and budget).
+    const std::string invocations_dir = out_dir + "/invocations";
+    auto discard = [&] {
+        fs::remove(pred_path, ec);
+        fs::remove_all(invocations_dir, ec);
+    };
     if (fs::exists(config_path)) {
         std::ifstream in(config_path);
         nlohmann::json old;
+        bool readable = true;
         try {
             old = nlohmann::json::parse(in);
         } catch (const nlohmann::json::exception& e) {
-            fail("'{}' is not valid JSON ({}); use --overwrite to start again", config_path, e.what());
+            readable = false;
+            fmt::print(stderr, "note: '{}' is not valid JSON ({}); it is written again for this run, and the "
+                       "predictions in '{}' are kept\n", config_path, e.what(), pred_path);
         }
-        const bool same = old.contains("run") && old["run"] == nlohmann::json(run);
+        const bool same = !readable || (old.contains("run") && old["run"] == nlohmann::json(run));
         if (!same && !o.overwrite) {
             fail("'{}' holds a different run (model, data, policies, budgets or options differ); use another --out, "
                  "or --overwrite to discard it", out_dir);
         }
-        if (!same || o.overwrite) {
-            fs::remove(pred_path, ec);
+        if (!same || o.overwrite) discard();
+        // Runs made before the cost files kept their totals in metrics.json: carry them over once.
+        if (same && !o.overwrite && !fs::exists(invocations_dir) && fs::exists(out_dir + "/metrics.json")) {
+            try {
+                std::ifstream min(out_dir + "/metrics.json");
+                const nlohmann::json m = nlohmann::json::parse(min);
+                if (m.contains("total") && m["total"].is_object()) {
+                    fs::create_directories(invocations_dir, ec);
+                    eval::write_file_atomic(invocations_dir + "/earlier.json", m["total"].dump(2) + "\n");
+                }
+            } catch (const nlohmann::json::exception&) {
+            }
         }
     } else if (o.overwrite) {
-        fs::remove(pred_path, ec);
+        discard();
     }
     eval::write_text_file(config_path, config.dump(2) + "\n");
+    fs::create_directories(invocations_dir, ec);
+    if (ec) fail("cannot create '{}': {}", invocations_dir, ec.message());
+    const InvocationCosts costs(out_dir);
 
     eval::ItemOptions io;
     io.suite = o.suite;
@@ -417,24 +524,12 @@ int run_eval(const EvalOptions& o) {
                isum.truncated > 0 ? fmt::format(", {} prompts truncated in the middle", isum.truncated) : "",
                prep.seconds());
 
-    // Totals of earlier invocations of this run (a resumed sweep reports its whole cost).
-    nlohmann::json earlier_total;
-    if (fs::exists(pred_path) && fs::exists(out_dir + "/metrics.json")) {
-        try {
-            std::ifstream min(out_dir + "/metrics.json");
-            const nlohmann::json old = nlohmann::json::parse(min);
-            if (old.contains("total")) earlier_total = old["total"];
-        } catch (const nlohmann::json::exception&) {
-            earlier_total = nlohmann::json();  // unreadable: totals restart
-        }
-    }
     std::vector<eval::EvalRecord> records = load_predictions(pred_path);
     std::set<eval::RecordKey> done;
     for (const auto& r : records) done.insert({r.id, r.policy, r.budget});
     if (!records.empty()) fmt::print(stderr, "resuming: {} predictions already in {}\n", records.size(), pred_path);
 
-    std::ofstream pred(pred_path, std::ios::binary | std::ios::app);
-    if (!pred) fail("cannot open '{}' for appending", pred_path);
+    eval::RecordAppender pred(pred_path);
     const int64_t total = static_cast<int64_t>(items.size() * combos.size());
     fmt::print(stderr, "sweep: {} policies x {} budgets = {} combinations x {} samples = {} generations; prefill "
                "sharing {}\n", policies.size(), budgets.size(), combos.size(), items.size(), total,
@@ -445,15 +540,14 @@ int run_eval(const EvalOptions& o) {
     so2.protocol = protocol;
     so2.share_prefill = !o.no_share;
     so2.on_record = [&](const eval::EvalRecord& r) {
-        pred << eval::to_json(r).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
-        pred.flush();
-        if (!pred) fail("cannot write '{}'", pred_path);
+        pred.append(eval::to_json(r).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
         records.push_back(r);
     };
+    so2.on_stats = [&costs](const eval::SweepStats& so_far) { costs.record(so_far); };
     so2.on_progress = [&bar](int64_t d, int64_t) { bar.update(d); };
     const eval::SweepStats st = eval::run_sweep(session, tokenizer, items, policies, combos, done, so2);
     bar.finish();
-    pred.close();
+    costs.record(st);
 
     const eval::SweepSummary summary = eval::summarize(items, policies, budgets, records);
     const std::string mode_text =
@@ -472,17 +566,20 @@ int run_eval(const EvalOptions& o) {
                          {"replay_seconds", st.replay_seconds},
                          {"decode_seconds", st.decode_seconds},
                          {"threads", num_threads()}};
-    auto earlier = [&](const char* key) { return earlier_total.is_object() ? earlier_total.value(key, 0.0) : 0.0; };
-    const double total_wall = earlier("wall_seconds") + st.wall_seconds;
-    const double total_prefills = earlier("prefills") + static_cast<double>(st.prefills);
-    const double total_generations = earlier("generations") + static_cast<double>(st.generations);
+    // Every invocation's cost, killed ones included (up to their last record).
+    const nlohmann::json all = costs.totals();
+    auto total_of = [&](const char* key) { return all.value(key, 0.0); };
+    const double total_wall = total_of("wall_seconds");
+    const double total_prefills = total_of("prefills");
+    const double total_generations = total_of("generations");
+    const double invocations = total_of("invocations");
     metrics["total"] = {{"wall_seconds", total_wall},
-                        {"prefill_seconds", earlier("prefill_seconds") + st.prefill_seconds},
-                        {"replay_seconds", earlier("replay_seconds") + st.replay_seconds},
-                        {"decode_seconds", earlier("decode_seconds") + st.decode_seconds},
+                        {"prefill_seconds", total_of("prefill_seconds")},
+                        {"replay_seconds", total_of("replay_seconds")},
+                        {"decode_seconds", total_of("decode_seconds")},
                         {"prefills", total_prefills},
                         {"generations", total_generations},
-                        {"invocations", earlier("invocations") + 1}};
+                        {"invocations", invocations}};
     eval::write_text_file(out_dir + "/metrics.json", metrics.dump(2) + "\n");
     const std::string what = !o.suite.empty() ? o.suite : std::string("LongBench");
     const std::string header = fmt::format(
@@ -493,7 +590,7 @@ int run_eval(const EvalOptions& o) {
         eval::protocol_name(protocol),
         o.suite.empty() ? std::string() : fmt::format(", split {} (seed {})", eval::heldout_split_name(split), seed),
         eval::engine_version(), eval::git_commit(), mode_text, total_wall, total_prefills, total_generations,
-        earlier("invocations") + 1, st.wall_seconds, num_threads());
+        invocations, st.wall_seconds, num_threads());
     const std::string md = eval::summary_markdown(summary, header);
     eval::write_text_file(out_dir + "/summary.md", md);
     eval::write_text_file(out_dir + "/summary.csv", eval::summary_csv(summary));

@@ -6,8 +6,11 @@
 
 #include "commands.h"
 #include "gguf/gguf.h"
+#include "engine/generator.h"
 #include "model/model.h"
+#include "tokenizer/tokenizer.h"
 #include "util/error.h"
+#include "util/terminal.h"
 
 namespace kvec::tools {
 
@@ -19,17 +22,11 @@ struct InfoOptions {
     int array_items = 8;
 };
 
+// A file-controlled string on the terminal: control characters escaped, cut after `max` bytes.
 std::string quoted(const std::string& s, size_t max = 60) {
     std::string out;
-    for (char c : s.substr(0, max)) {
-        if (c == '\n') out += "\\n";
-        else if (c == '\t') out += "\\t";
-        else if (c == '"') out += "\\\"";
-        else if (static_cast<unsigned char>(c) < 0x20) out += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
-        else out += c;
-    }
-    if (s.size() > max) out += "...";
-    return "\"" + out + "\"";
+    for (char c : s.substr(0, max)) out += c == '"' ? std::string("\\\"") : std::string(1, c);
+    return "\"" + escape_control(out) + (s.size() > max ? "..." : "") + "\"";
 }
 
 std::string value_string(const gguf::Value& v, size_t items) {
@@ -65,19 +62,22 @@ int info(const InfoOptions& o) {
                file->alignment());
     fmt::print("\nmetadata ({} keys):\n", file->metadata().size());
     for (const auto& [key, value] : file->metadata()) {
-        fmt::print("  {:<44} = {}\n", key, value_string(value, static_cast<size_t>(o.array_items)));
+        fmt::print("  {:<44} = {}\n", escape_control(key), value_string(value, static_cast<size_t>(o.array_items)));
     }
     if (!o.no_tensors) {
         fmt::print("\ntensors ({}):\n", file->tensors().size());
         for (const auto& t : file->tensors()) {
             std::vector<int64_t> dims(t.ne.begin(), t.ne.begin() + std::max(1, t.n_dims));
-            fmt::print("  {:<32} {:<6} [{}] {}\n", t.name, ggml_type_name(t.type), fmt::join(dims, ", "),
+            fmt::print("  {:<32} {:<6} [{}] {}\n", escape_control(t.name), ggml_type_name(t.type), fmt::join(dims, ", "),
                        format_bytes(t.nbytes));
         }
     }
     fmt::print("\nmodel: ");
     try {
         auto model = Model::load(o.model, LoadMode::Map);  // read the header only
+        // What `kvec run` needs besides the weights: a tokenizer whose tokens the model covers.
+        const Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
+        check_tokenizer_fits(tokenizer, model->config().n_vocab);
         const ModelConfig& c = model->config();
         fmt::print("{}\n", model->summary());
         fmt::print("  params {}, context {}, rope {} (base {}, dims {}, scaling {}{}), rms eps {}, {} output\n",

@@ -28,6 +28,7 @@ struct PerplexityCmdOptions {
     std::string file;
     int ctx = 512;
     int chunks = -1;
+    bool chunks_given = false;
     int score_last = 0;
     int threads = 0;
     int batch = 512;
@@ -42,6 +43,8 @@ int run_perplexity(const PerplexityCmdOptions& o) {
     if (o.ctx < 4) fail("--ctx-size must be at least 4, got {}", o.ctx);
     if (o.batch <= 0) fail("--batch-size must be positive, got {}", o.batch);
     if (o.budget < 0) fail("--budget must be positive, got {}", o.budget);
+    if (o.chunks_given && o.chunks < 1) fail("--chunks must be at least 1, got {}", o.chunks);
+    check_threads(o.threads);
     std::string spec;
     if (!o.policy.empty()) {
         const std::vector<eval::PolicyChoice> p = eval::parse_policy_list(o.policy);
@@ -119,7 +122,10 @@ void add_perplexity_command(CLI::App& app, Action& action) {
     cmd->add_option("--kv-type", o->kv_type, "KV-cache element type")->check(CLI::IsMember({"f16", "f32"}))->capture_default_str();
     cmd->add_option("--policy", o->policy, "eviction policy compressing each chunk's first half (name[:key=value,...])");
     cmd->add_option("--budget", o->budget, "KV budget B for --policy (entries per KV head per layer)");
-    cmd->callback([o, &action] { action = [o] { return run_perplexity(*o); }; });
+    cmd->callback([o, cmd, &action] {
+        o->chunks_given = cmd->count("--chunks") > 0;
+        action = [o] { return run_perplexity(*o); };
+    });
 }
 
 }  // namespace kvec::tools

@@ -22,6 +22,7 @@ struct QuantizeCmdOptions {
 
 int quantize(const QuantizeCmdOptions& o) {
     check_readable_file(o.in, "input model");
+    check_threads(o.threads);
     const auto target = quant::parse_quantize_target(o.type);
     if (!target) {
         fail("unknown quantisation type '{}' (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, "

@@ -45,6 +45,9 @@ struct RunOptions {
     int chunk = 0;      // --chunk: > 0: chunked prefill (with a policy: evict after every chunk)
     bool batch_given = false;
     bool chunk_given = false;
+    bool prompt_given = false;
+    bool file_given = false;
+    bool policy_given = false;
     std::string kv_type = "f16";
     std::vector<std::string> stop;
     bool echo = false;
@@ -150,12 +153,26 @@ void print_eviction_report(const Session& session, const Evictor& evictor, const
         const int64_t target = heads * std::min<int64_t>(budget, s.n_prompt);
         fmt::print(stderr, "            budget B = {} per KV head and layer: {} entries after the prompt ({})\n", budget,
                    target, s.kv_prompt_entries == target ? "met exactly" : fmt::format("kept {}", s.kv_prompt_entries));
+        const int64_t chunk = session.options().n_batch;
         if (frame->frame().chunked) {
-            const int64_t chunk = session.options().n_batch;
             const auto bound = static_cast<size_t>(heads * (budget + chunk)) * entry;
             fmt::print(stderr, "            prompt peak {} ({} bytes); bound budget + chunk = {} x (B {} + C {}) entries = {} ({} bytes): {}\n",
                        format_bytes(s.kv_prompt_peak_bytes), s.kv_prompt_peak_bytes, heads, budget, chunk,
                        format_bytes(bound), bound, s.kv_prompt_peak_bytes <= bound ? "within" : "EXCEEDED");
+        } else {
+            // One-shot eviction runs when the prompt's last chunk has passed: with more than one
+            // chunk, every layer holds the whole prompt until then.
+            const int64_t chunks = (s.n_prompt + chunk - 1) / chunk;
+            fmt::print(stderr, "            prompt peak {} ({} bytes, {:.1f}% of before): {}\n",
+                       format_bytes(s.kv_prompt_peak_bytes), s.kv_prompt_peak_bytes,
+                       full_bytes > 0 ? 100.0 * static_cast<double>(s.kv_prompt_peak_bytes) / static_cast<double>(full_bytes) : 0.0,
+                       chunks > 1 ? fmt::format("one-shot eviction runs after the last of the prompt's {} chunks of {} "
+                                                "tokens, so until then every layer holds the whole prompt; --chunk C "
+                                                "bounds the peak at budget + chunk", chunks, chunk)
+                                  : std::string("the prompt is one chunk: a per-layer policy compresses each layer "
+                                                "right after its attention (one uncompressed layer at a time); one "
+                                                "that selects across layers (K-VEC's global pool) holds every layer "
+                                                "until the last"));
         }
     }
     const EvictionStats& e = session.eviction_stats();
@@ -172,7 +189,13 @@ void print_eviction_report(const Session& session, const Evictor& evictor, const
 }
 
 int run(const RunOptions& o) {
-    if (o.prompt.empty() == o.file.empty()) fail("give the prompt with exactly one of -p/--prompt or -f/--file");
+    if (o.prompt_given && o.file_given) fail("give the prompt with one of -p/--prompt or -f/--file, not both");
+    if (!o.prompt_given && !o.file_given) fail("give the prompt with -p/--prompt or -f/--file");
+    if (o.prompt_given && o.prompt.empty()) fail("the prompt is empty (-p '')");
+    if (o.n_predict < -1) fail("-n/--n-predict must be >= 0, or -1 for no limit, got {}", o.n_predict);
+    check_threads(o.threads);
+    if (o.seed < -1) fail("-s/--seed must be >= 0, or -1 for a random seed, got {}", o.seed);
+    if (o.policy_given && o.policy.empty()) fail("--policy is empty (give a policy name; see `kvec policies`)");
     const std::string prompt = o.file.empty() ? o.prompt : read_text_file(o.file);
     check_readable_file(o.model, "model file");
     if (o.batch_given && o.batch <= 0) fail("--batch-size must be positive, got {}", o.batch);
@@ -308,6 +331,9 @@ void add_run_command(CLI::App& app, Action& action) {
         o->chunk_given = cmd->count("--chunk") > 0;
         o->budget_given = cmd->count("--budget") > 0;
         o->ratio_given = cmd->count("--ratio") > 0;
+        o->prompt_given = cmd->count("--prompt") > 0;
+        o->file_given = cmd->count("--file") > 0;
+        o->policy_given = cmd->count("--policy") > 0;
         action = [o] { return run(*o); };
     });
 }

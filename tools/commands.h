@@ -29,6 +29,7 @@ void add_policies_command(CLI::App& app, Action& action);
 std::string format_bytes(size_t bytes);     // "1.25 MiB"
 std::string format_count(int64_t n);        // "1.10 B", "68.4 M", "12.3 K"
 void check_readable_file(const std::string& path, const char* what);  // throws kvec::Error
+void check_threads(int threads);  // -t/--threads: >= 0 (0: all hardware threads); kvec::Error otherwise
 // --mmap / --no-mmap: how the model's weights come into memory (LoadMode); neither leaves `mode`.
 void add_load_flags(CLI::App* cmd, LoadMode& mode);
 

@@ -30,6 +30,10 @@ void check_readable_file(const std::string& path, const char* what) {
     if (!std::filesystem::is_regular_file(status)) fail("{} '{}' is not a regular file", what, path);
 }
 
+void check_threads(int threads) {
+    if (threads < 0) fail("-t/--threads must be >= 0 (0: all hardware threads), got {}", threads);
+}
+
 void add_load_flags(CLI::App* cmd, LoadMode& mode) {
     CLI::Option* map = cmd->add_flag_callback(
         "--mmap", [&mode] { mode = LoadMode::Map; },

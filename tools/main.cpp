@@ -3,12 +3,16 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <new>
+#include <string>
+#include <vector>
 
 #include "commands.h"
 #include "util/error.h"
+#include "util/terminal.h"
 
 namespace {
 
@@ -25,6 +29,17 @@ void prefer_short_openmp_spinning(char** argv) {
     if (::setenv("GOMP_SPINCOUNT", "10000", 1) != 0) return;
     ::execv("/proc/self/exe", argv);
     // execv only returns on failure: carry on with the default policy.
+}
+
+// CLI11's messages in kvec's words where they are obscure: a flag given twice says so.
+std::string parse_error_message(const CLI::ParseError& e) {
+    const std::string m = e.what();
+    const std::string at_most = ": At Most 1 required but received ";
+    const size_t at = m.find(at_most);
+    if (at != std::string::npos) {
+        return fmt::format("{} is given {} times (give it once)", m.substr(0, at), m.substr(at + at_most.size()));
+    }
+    return m;
 }
 
 }  // namespace
@@ -47,6 +62,15 @@ int main(int argc, char** argv) {
     kvec::tools::add_perplexity_command(app, action);
     kvec::tools::add_policies_command(app, action);
 
+    // An unknown command is named as such (CLI11 would only say that a subcommand is required).
+    std::vector<std::string> names;
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) names.push_back(sub->get_name());
+    if (argc > 1 && argv[1][0] != '-' && std::find(names.begin(), names.end(), argv[1]) == names.end()) {
+        fmt::print(stderr, "error: unknown command '{}' (commands: {})\n", kvec::escape_control(argv[1]),
+                   fmt::join(names, ", "));
+        fmt::print(stderr, "Run 'kvec --help' for usage.\n");
+        return 1;
+    }
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
@@ -56,7 +80,7 @@ int main(int argc, char** argv) {
     } catch (const CLI::CallForVersion& e) {
         return app.exit(e);
     } catch (const CLI::ParseError& e) {
-        fmt::print(stderr, "error: {}\n", e.what());
+        fmt::print(stderr, "error: {}\n", kvec::escape_control(parse_error_message(e)));
         fmt::print(stderr, "Run '{} --help' for usage.\n", argc > 1 && app.get_subcommands().size() == 1
                                                             ? std::string("kvec ") + app.get_subcommands()[0]->get_name()
                                                             : std::string("kvec"));
@@ -66,7 +90,8 @@ int main(int argc, char** argv) {
         return action ? action() : 1;
     } catch (const kvec::Error& e) {
         std::fflush(stdout);
-        fmt::print(stderr, "error: {}\n", e.what());
+        // Messages quote names from files (keys, tensor names, tokens): no control characters.
+        fmt::print(stderr, "error: {}\n", kvec::escape_control(e.what()));
         return 1;
     } catch (const std::bad_alloc&) {
         std::fflush(stdout);

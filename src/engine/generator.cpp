@@ -27,10 +27,14 @@ void set_num_threads(int n) {
 
 int num_threads() { return omp_get_max_threads(); }
 
-Generator::Generator(Session& session, const Tokenizer& tokenizer) : session_(session), tokenizer_(tokenizer) {
-    if (tokenizer.n_vocab() > session.n_vocab()) {
-        fail("the tokenizer has {} tokens but the model's vocabulary only {}", tokenizer.n_vocab(), session.n_vocab());
+void check_tokenizer_fits(const Tokenizer& tokenizer, int32_t model_vocab) {
+    if (tokenizer.n_vocab() > model_vocab) {
+        fail("the tokenizer has {} tokens but the model's vocabulary only {}", tokenizer.n_vocab(), model_vocab);
     }
+}
+
+Generator::Generator(Session& session, const Tokenizer& tokenizer) : session_(session), tokenizer_(tokenizer) {
+    check_tokenizer_fits(tokenizer, session.n_vocab());
 }
 
 std::vector<int32_t> Generator::tokenize_prompt(const GenerateOptions& o) const {
@@ -106,7 +110,11 @@ GenerationResult Generator::generate_from_tokens(const std::vector<int32_t>& pro
             st.stop_reason = StopReason::Length;  // the last token needs no forward pass
             break;
         }
-        if (session_.n_past() >= session_.n_ctx()) {
+        // A full context: positions used up, or, with -1 (no token limit), as many tokens as the
+        // context holds (prompt + decoded tokens, what n_past counts without eviction), so that an
+        // evicting, re-rotating cache (whose positions never run out) still stops.
+        if (session_.n_past() >= session_.n_ctx() ||
+            (o.n_predict < 0 && int64_t{st.n_prompt} + st.n_decoded >= session_.n_ctx())) {
             st.stop_reason = StopReason::ContextFull;
             break;
         }

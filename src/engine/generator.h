@@ -55,6 +55,10 @@ struct GenerationResult {
     GenerationStats stats;
 };
 
+// kvec::Error unless every token of the tokenizer has a row in the model (what Generator checks;
+// `kvec info` checks it too, so that it calls runnable only what `kvec run` runs).
+void check_tokenizer_fits(const Tokenizer& tokenizer, int32_t model_vocab);
+
 class Generator {
 public:
     Generator(Session& session, const Tokenizer& tokenizer);

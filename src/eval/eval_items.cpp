@@ -147,8 +147,16 @@ std::vector<EvalItem> longbench_items(const ItemOptions& o, const Tokenizer& tok
     }
     std::vector<EvalItem> items;
     std::map<std::string, int> seen_ids;
+    std::vector<std::pair<std::string, std::string>> seen_files;  // (canonical path, as given)
     for (const std::string& path : o.data_files) {
         if (!std::filesystem::is_regular_file(path)) fail("data file '{}' does not exist", path);
+        // The same file twice would count its samples twice.
+        std::error_code ec;
+        const std::string canonical = std::filesystem::weakly_canonical(path, ec).string();
+        for (const auto& [c, given] : seen_files) {
+            if (!ec && c == canonical) fail("--data: '{}' and '{}' are the same file", given, path);
+        }
+        seen_files.emplace_back(canonical, path);
         const std::vector<LongBenchSample> samples = read_longbench_jsonl(path);
         const std::string from_name = dataset_from_filename(path);
         int taken = 0;
@@ -164,6 +172,10 @@ std::vector<EvalItem> longbench_items(const ItemOptions& o, const Tokenizer& tok
             if (!spec.supported) {
                 fail("{}: Chinese LongBench tasks are not supported ('{}' needs jieba segmentation)",
                      path, dataset);
+            }
+            if (spec.metric == Metric::Classification && !s.has_all_classes) {
+                fail("{}:{}: classification dataset '{}' needs 'all_classes' (the labels the prediction is "
+                     "matched against); the sample has none", path, s.line, dataset);
             }
             const GenerationSettings gs = generation_settings(spec);
             EvalItem item;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "util/error.h"
 
@@ -300,9 +301,18 @@ void write_line_plot_png(const PlotSpec& spec, const std::string& path) {
     }
 
     cairo_destroy(cr);
-    const cairo_status_t st = cairo_surface_write_to_png(surface, path.c_str());
+    // Through a temporary file and a rename: an interrupted write never leaves a torn PNG.
+    const std::string tmp = path + ".tmp";
+    const cairo_status_t st = cairo_surface_write_to_png(surface, tmp.c_str());
     cairo_surface_destroy(surface);
-    if (st != CAIRO_STATUS_SUCCESS) fail("cannot write plot '{}': {}", path, cairo_status_to_string(st));
+    if (st != CAIRO_STATUS_SUCCESS) {
+        std::remove(tmp.c_str());
+        fail("cannot write plot '{}': {}", path, cairo_status_to_string(st));
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+        std::remove(tmp.c_str());
+        fail("cannot write plot '{}'", path);
+    }
 }
 
 }  // namespace kvec::eval

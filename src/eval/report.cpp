@@ -1,5 +1,7 @@
 #include "eval/report.h"
 
+#include "eval/out_dir.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -371,12 +373,6 @@ void write_sweep_plots(const SweepSummary& s, const std::string& dir, const std:
                         dir + "/coverage_vs_budget.png");
 }
 
-void write_text_file(const std::string& path, const std::string& text) {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    if (!out) fail("cannot open '{}' for writing", path);
-    out << text;
-    out.close();
-    if (!out) fail("cannot write '{}'", path);
-}
+void write_text_file(const std::string& path, const std::string& text) { write_file_atomic(path, text); }
 
 }  // namespace kvec::eval

@@ -77,7 +77,7 @@ void write_sweep_plots(const SweepSummary& summary, const std::string& dir, cons
 // labels such as "kvec:kernel=7,layers=local" do).
 std::string csv_quote(const std::string& v);
 
-// Writes `text` to `path` (kvec::Error if it cannot).
+// Writes `text` to `path` atomically (write_file_atomic, eval/out_dir.h; kvec::Error if it cannot).
 void write_text_file(const std::string& path, const std::string& text);
 
 }  // namespace kvec::eval

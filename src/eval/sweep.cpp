@@ -350,6 +350,10 @@ SweepStats run_sweep(Session& session, const Tokenizer& tokenizer, const std::ve
         r.mode = mode;
         ++stats.generations;
         if (options.on_record) options.on_record(r);
+        if (options.on_stats) {
+            stats.wall_seconds = wall.seconds();
+            options.on_stats(stats);
+        }
         ++finished;
         if (options.on_progress) options.on_progress(finished, total);
     };

@@ -121,6 +121,9 @@ struct SweepOptions {
     // Called after every finished record (append it to predictions.jsonl); and for progress.
     std::function<void(const EvalRecord&)> on_record;
     std::function<void(int64_t done, int64_t total)> on_progress;
+    // Called after every record with this sweep's stats so far (wall_seconds included), so that a
+    // caller can keep the cost of a run that is killed later.
+    std::function<void(const SweepStats&)> on_stats;
 };
 
 // Detaches the evictor and empties the session when a scope ends (also on errors).

@@ -364,8 +364,20 @@ Value Value::from_f32s(const std::vector<float>& v) {
 // Reader
 
 std::unique_ptr<File> File::open(const std::string& path, LoadMode mode) {
-    std::unique_ptr<File> f(new File(MappedFile(path, mode)));
+    std::unique_ptr<File> f(new File(MappedFile(path, LoadMode::Map)));
     f->parse();
+    if (mode == LoadMode::Map) return f;
+    // Copy (or map, as Auto decides) only what the header and the tensors use.
+    uint64_t end = std::min<uint64_t>(f->data_offset_, f->map_.size());
+    for (const TensorInfo& t : f->tensors_) {
+        end = std::max<uint64_t>(end, static_cast<uint64_t>(t.data - f->map_.data()) + t.nbytes);
+    }
+    MappedFile held(path, mode, static_cast<size_t>(end));
+    if (held.size() != end || held.file_size() != f->map_.size()) {
+        fail("'{}': the file changed while it was opened", path);
+    }
+    for (TensorInfo& t : f->tensors_) t.data = held.data() + (t.data - f->map_.data());
+    f->map_ = std::move(held);
     return f;
 }
 

@@ -92,14 +92,16 @@ struct TensorInfo {
 
 class File {
 public:
-    // Maps (or copies, see LoadMode) and validates the file. Throws kvec::Error.
+    // Maps (or copies, see LoadMode) and validates the file. Throws kvec::Error. The header is
+    // parsed from a mapping; only the bytes up to the end of the last tensor are then copied
+    // (a tail nothing references is never read).
     static std::unique_ptr<File> open(const std::string& path, LoadMode mode = LoadMode::Map);
 
     const std::string& path() const { return map_.path(); }
     const MappedFile& bytes() const { return map_; }
     uint32_t version() const { return version_; }
     uint64_t alignment() const { return alignment_; }
-    size_t file_size() const { return map_.size(); }
+    size_t file_size() const { return map_.file_size(); }
     // Byte offset of the data section (a multiple of alignment()); TensorInfo::offset is
     // relative to it. For a file without tensors: where the data section would start.
     uint64_t data_offset() const { return data_offset_; }

@@ -1,5 +1,7 @@
 #include "model/config.h"
 
+#include <cmath>
+
 #include "gguf/gguf.h"
 #include "util/error.h"
 
@@ -65,6 +67,10 @@ ModelConfig read_model_config(const gguf::File& f) {
     if (v_dim != c.head_dim) {
         fail("'{}': key length {} differs from value length {} (not supported)", f.path(), c.head_dim, v_dim);
     }
+    if (int64_t{c.n_head} * c.head_dim > (1 << 24)) {
+        fail("'{}': {} heads of size {} are out of range (at most 2^24 query features)", f.path(), c.n_head,
+             c.head_dim);
+    }
     c.n_ctx_train = positive_int(f, a + "context_length", 1 << 30);
     c.n_rot = optional_int(f, a + "rope.dimension_count", c.head_dim);
     if (c.n_rot % 2 != 0 || c.n_rot > c.head_dim) {
@@ -72,7 +78,9 @@ ModelConfig read_model_config(const gguf::File& f) {
              a, c.n_rot, c.head_dim);
     }
     c.rope_freq_base = static_cast<float>(f.get_float(a + "rope.freq_base", 10000.0));
-    if (!(c.rope_freq_base > 1.0f)) fail("'{}': {}rope.freq_base = {} must be > 1", f.path(), a, c.rope_freq_base);
+    if (!(c.rope_freq_base > 1.0f) || !std::isfinite(c.rope_freq_base)) {
+        fail("'{}': {}rope.freq_base = {} must be a finite number > 1", f.path(), a, c.rope_freq_base);
+    }
     const std::string k_eps = a + "attention.layer_norm_rms_epsilon";
     c.rms_eps = static_cast<float>(f.get_float(k_eps));
     if (!(c.rms_eps > 0.0f) || c.rms_eps > 1.0f) fail("'{}': {} = {} is out of range", f.path(), k_eps, c.rms_eps);
@@ -84,7 +92,9 @@ ModelConfig read_model_config(const gguf::File& f) {
     if (factor == 0.0) factor = f.get_float(a + "rope.scale_linear", 0.0);
     if (c.rope_scaling.empty()) c.rope_scaling = factor != 0.0 && factor != 1.0 ? "linear" : "none";
     if (c.rope_scaling == "linear") {
-        if (!(factor > 0.0)) fail("'{}': linear RoPE scaling needs {}rope.scaling.factor > 0", f.path(), a);
+        if (!(factor > 0.0) || !std::isfinite(factor) || !std::isfinite(1.0f / static_cast<float>(factor))) {
+            fail("'{}': linear RoPE scaling needs a finite {}rope.scaling.factor > 0, got {}", f.path(), a, factor);
+        }
         c.rope_freq_scale = static_cast<float>(1.0 / factor);
     } else if (c.rope_scaling != "none") {
         fail("'{}': RoPE scaling type '{}' is not supported (supported: none, linear, and llama3-style "

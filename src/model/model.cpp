@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <map>
 
 #include "tensor/ops.h"
@@ -50,6 +51,9 @@ public:
         if (t == nullptr || t->n_elements() != n) return {};
         std::vector<float> out(static_cast<size_t>(n));
         ops::dequantize_weight_row(make_weight_view(name.c_str(), t->type, t->data, n, 1), 0, out.data());
+        for (size_t i = 0; i < out.size(); ++i) {
+            if (!std::isfinite(out[i])) fail("'{}': tensor '{}' holds a non-finite value {} at element {}", f_.path(), name, out[i], i);
+        }
         return out;
     }
 
@@ -80,6 +84,11 @@ Model::Model(std::unique_ptr<gguf::File> file) : file_(std::move(file)) {
     if (embd != nullptr) {
         if (embd->ne[1] <= 0 || embd->ne[1] > (1 << 24)) fail("'{}': token_embd.weight has a bad vocabulary size", f.path());
         c.n_vocab = static_cast<int>(embd->ne[1]);
+        const std::string vocab_key = c.arch_name + ".vocab_size";
+        if (f.has(vocab_key) && f.get_uint(vocab_key) != static_cast<uint64_t>(c.n_vocab)) {
+            fail("'{}': {} = {} disagrees with the {} rows of token_embd.weight", f.path(), vocab_key,
+                 f.get_uint(vocab_key), c.n_vocab);
+        }
     }
     TensorBinder b(f);
     ModelWeights& w = weights_;
@@ -94,7 +103,9 @@ Model::Model(std::unique_ptr<gguf::File> file) : file_(std::move(file)) {
     }
     if (f.find_tensor("rope_freqs.weight") != nullptr) w.rope_freqs = b.vector("rope_freqs.weight", c.n_rot / 2);
     for (float x : w.rope_freqs) {
-        if (!(x > 0.0f)) fail("'{}': rope_freqs.weight holds a non-positive factor {}", f.path(), x);
+        if (!(x > 0.0f) || !std::isfinite(x)) {
+            fail("'{}': rope_freqs.weight holds the factor {} (each must be a finite number > 0)", f.path(), x);
+        }
     }
 
     const bool biases_required = c.arch == Arch::Qwen2;

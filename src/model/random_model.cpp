@@ -8,6 +8,7 @@
 #include "gguf/gguf.h"
 #include "quant/quant.h"
 #include "util/error.h"
+#include "util/mapped_file.h"
 #include "util/rng.h"
 
 namespace kvec {
@@ -92,6 +93,7 @@ int copy_vocabulary(const std::string& path, int n_vocab, gguf::Writer& w) {
         fail("'{}' holds no tokenizer vocabulary (tokenizer.ggml.tokens)", path);
     }
     const int full = static_cast<int>(tokens->strings.size());
+    if (n_vocab < 0) fail("--vocab must be positive, got {}", n_vocab);
     if (n_vocab == 0) n_vocab = full;
     if (n_vocab > full) fail("--vocab {} is larger than the {} tokens of '{}'", n_vocab, full, path);
     std::unordered_set<std::string> kept(tokens->strings.begin(), tokens->strings.begin() + n_vocab);
@@ -201,7 +203,12 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
         fail("unknown RoPE scaling '{}' (supported: none, linear, llama3)", s.rope_scaling);
     }
     if (s.rope_factor == 0.0f) s.rope_factor = s.rope_scaling == "llama3" ? 8.0f : 4.0f;
-    if (!(s.rope_factor > 0.0f)) fail("RoPE scaling factor must be positive, got {}", s.rope_factor);
+    if (!(s.rope_factor > 0.0f) || !std::isfinite(s.rope_factor)) {
+        fail("RoPE scaling factor must be a positive finite number, got {}", s.rope_factor);
+    }
+    if (!(s.rope_base > 1.0f) || !std::isfinite(s.rope_base)) {
+        fail("--rope-base must be a finite number > 1, got {}", s.rope_base);
+    }
 
     const int64_t E = s.n_embd, F = s.n_ff, D = s.head_dim, Q = int64_t{s.n_head} * D, KV = int64_t{s.n_head_kv} * D;
     const GgmlTypeTraits& tt = ggml_type_traits(s.type);
@@ -236,6 +243,7 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
         w.set_f32(a + "rope.scaling.factor", s.rope_factor);
     }
 
+    if (s.n_vocab < 0) fail("--vocab must be positive, got {}", s.n_vocab);
     int n_vocab = s.n_vocab;
     if (s.vocab_from != "none") {
         n_vocab = copy_vocabulary(s.vocab_from.empty() ? default_vocab_path() : s.vocab_from, s.n_vocab, w);
@@ -243,6 +251,37 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
         fail("--vocab is required when no vocabulary file is used");
     }
     w.set_u32(a + "vocab_size", static_cast<uint32_t>(n_vocab));
+    // The writer holds every tensor in memory: the sizes are added up with overflow checks and
+    // checked against the available memory before anything is allocated.
+    {
+        const int64_t V = n_vocab;
+        uint64_t total = 0;
+        auto add = [&](int64_t n_in, int64_t n_out, bool matrix) {
+            uint64_t bytes = 0;
+            const uint64_t row = matrix ? ggml_row_size(s.type, n_in) : static_cast<uint64_t>(n_in) * sizeof(float);
+            if (__builtin_mul_overflow(row, static_cast<uint64_t>(n_out), &bytes) ||
+                __builtin_add_overflow(total, bytes, &total)) {
+                total = UINT64_MAX;
+            }
+        };
+        add(E, V, true);
+        if (!s.tied) add(E, V, true);
+        for (int l = 0; l < s.n_layer && total != UINT64_MAX; ++l) {
+            add(E, Q + 2 * KV, true);
+            add(Q, E, true);
+            add(E, 2 * F, true);
+            add(F, E, true);
+            add(4 * E + Q + 2 * KV + 2 * D, 1, false);
+        }
+        const size_t available = available_memory_bytes();
+        if (total == UINT64_MAX || (available > 0 && total > available)) {
+            fail("the model's weights would take {}, more than the {:.1f} GiB of memory available (the writer "
+                 "holds them in memory): choose smaller --layers/--embd/--ff/--vocab",
+                 total == UINT64_MAX ? std::string("more bytes than 64 bits can count")
+                                     : fmt::format("{:.1f} GiB", static_cast<double>(total) / (1ull << 30)),
+                 static_cast<double>(available) / (1ull << 30));
+        }
+    }
 
     Builder b(s, w);
     const float embd_std = s.tied ? 3.0f / std::sqrt(static_cast<float>(E)) : 1.0f;

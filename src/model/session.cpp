@@ -250,8 +250,22 @@ std::span<const float> Session::prefill_at(std::span<const int32_t> tokens,
         defer_hook_ = false;
         reconstruct_and_evict(tokens, chunk_pos);
     }
-    if (all_logits) return all_logits_;
+    if (all_logits) {
+        check_finite_logits(all_logits_, positions.front());
+        return all_logits_;
+    }
+    check_finite_logits(logits_, positions.back());
     return logits_;
+}
+
+void Session::check_finite_logits(std::span<const float> logits, int32_t position) const {
+    for (const float x : logits) {
+        if (!std::isfinite(x)) {
+            fail("'{}': the forward pass produced a non-finite logit ({}) at position {}: the model's weights "
+                 "hold NaN/Inf values or overflow float; its output would be meaningless",
+                 model_.file().path(), x, position);
+        }
+    }
 }
 
 std::span<const float> Session::decode(int32_t token) {
@@ -262,6 +276,7 @@ std::span<const float> Session::decode(int32_t token) {
     n_past_ = pos + 1;
     ++n_decoded_;
     forward(&token, &pos, 1, false, logits_.data(), Step::Decode, true);
+    check_finite_logits(logits_, pos);
     return logits_;
 }
 

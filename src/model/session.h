@@ -135,6 +135,9 @@ public:
 private:
     enum class Step { PrefillChunk, Decode, Reconstruct };
 
+    // kvec::Error naming the model file for a NaN or infinite logit (NaN/Inf weights).
+    void check_finite_logits(std::span<const float> logits, int32_t position) const;
+
     // One forward step over T <= n_batch tokens; writes logits into out ([T or 1, n_vocab]).
     void forward(const int32_t* tokens, const int32_t* positions, int32_t T, bool all_logits,
                  float* out, Step step, bool final_chunk);

@@ -26,7 +26,6 @@ std::string join(const std::vector<std::string>& items) {
 }
 
 std::string format_number(double v, OptionType type) {
-    if (type == OptionType::Int) return std::to_string(static_cast<int64_t>(v));
     if (type == OptionType::Bool) return v != 0.0 ? "true" : "false";
     return fmt::format("{}", v);
 }
@@ -42,6 +41,8 @@ OptionSpec int_option(std::string name, int64_t default_value, int64_t min, int6
     s.help = std::move(help);
     s.min = static_cast<double>(min);
     s.max = static_cast<double>(max);
+    s.int_min = min;
+    s.int_max = max;
     return s;
 }
 
@@ -81,10 +82,14 @@ PolicySpec parse_policy_spec(std::string_view text) {
     PolicySpec out;
     const size_t colon = text.find(':');
     out.name = std::string(trim(text.substr(0, colon)));
-    if (out.name.empty()) fail("policy '{}': missing policy name", text);
+    if (out.name.empty()) {
+        fail("policy '{}': missing policy name (see `kvec policies`)", text);
+    }
     if (colon == std::string_view::npos) return out;
     std::string_view rest = text.substr(colon + 1);
-    if (trim(rest).empty()) return out;
+    if (trim(rest).empty()) {
+        fail("policy '{}': no options after ':' (write {} alone, or {}:key=value)", text, out.name, out.name);
+    }
     while (true) {
         const size_t comma = rest.find(',');
         const std::string_view item = trim(rest.substr(0, comma));
@@ -128,12 +133,11 @@ OptionValues::OptionValues(std::string policy, std::vector<OptionSpec> specs,
             case OptionType::Int: {
                 int64_t v = 0;
                 const auto [end, ec] = std::from_chars(raw.data(), raw.data() + raw.size(), v);
-                const std::string range =
-                    fmt::format("an integer in [{}, {}]", static_cast<int64_t>(s.min),
-                                static_cast<int64_t>(s.max));
+                const std::string range = fmt::format("an integer in [{}, {}]", s.int_min, s.int_max);
                 if (ec != std::errc() || end != raw.data() + raw.size()) bad(range);
-                if (static_cast<double>(v) < s.min || static_cast<double>(v) > s.max) bad(range);
-                number_[s.name] = static_cast<double>(v);
+                if (v < s.int_min || v > s.int_max) bad(range);
+                integer_[s.name] = v;
+                text_[s.name] = std::to_string(v);
                 break;
             }
             case OptionType::Float: {
@@ -165,7 +169,9 @@ OptionValues::OptionValues(std::string policy, std::vector<OptionSpec> specs,
                 text_[s.name] = raw;
                 break;
         }
-        if (s.type != OptionType::Choice) text_[s.name] = format_number(number_[s.name], s.type);
+        if (s.type == OptionType::Float || s.type == OptionType::Bool) {
+            text_[s.name] = format_number(number_[s.name], s.type);
+        }
     }
 }
 
@@ -181,7 +187,7 @@ const OptionSpec& OptionValues::spec(std::string_view name, OptionType type) con
 
 int64_t OptionValues::get_int(std::string_view name) const {
     spec(name, OptionType::Int);
-    return static_cast<int64_t>(number_.find(name)->second);
+    return integer_.find(name)->second;
 }
 
 double OptionValues::get_float(std::string_view name) const {

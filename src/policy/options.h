@@ -19,8 +19,10 @@ struct OptionSpec {
     std::string default_value;  // in the same text form a user writes
     std::string help;
     std::vector<std::string> choices;  // Choice only
-    double min = -1e300;               // Int / Float: inclusive range
+    double min = -1e300;               // Float: inclusive range (Int: the same, rounded)
     double max = 1e300;
+    int64_t int_min = INT64_MIN;       // Int: inclusive range, exact
+    int64_t int_max = INT64_MAX;
 };
 
 // Convenience constructors.
@@ -65,7 +67,8 @@ private:
     std::string policy_;
     std::vector<OptionSpec> specs_;
     std::map<std::string, std::string, std::less<>> text_;  // canonical text per option
-    std::map<std::string, double, std::less<>> number_;     // Int / Float / Bool values
+    std::map<std::string, double, std::less<>> number_;     // Float / Bool values
+    std::map<std::string, int64_t, std::less<>> integer_;   // Int values (exact: never through a double)
     std::vector<std::string> given_;
 };
 

@@ -67,13 +67,9 @@ std::string value_range(const OptionSpec& o) {
             return s;
         }
         case OptionType::Int:
-        case OptionType::Float: {
-            const bool integer = o.type == OptionType::Int;
-            auto bound = [&](double v) {
-                return integer ? fmt::format("{}", static_cast<int64_t>(v)) : fmt::format("{}", v);
-            };
-            return fmt::format("{} {}..{}", integer ? "integer" : "number", bound(o.min), bound(o.max));
-        }
+            return fmt::format("integer {}..{}", o.int_min, o.int_max);
+        case OptionType::Float:
+            return fmt::format("number {}..{}", o.min, o.max);
     }
     return "";
 }

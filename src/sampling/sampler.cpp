@@ -10,8 +10,8 @@ namespace kvec {
 
 void validate(const SamplerParams& p) {
     if (!std::isfinite(p.temperature)) fail("temperature must be a finite number");
-    if (!(p.top_p > 0.0f)) fail("top-p must be in (0, 1], got {}", p.top_p);
-    if (!(p.min_p < 1.0f)) fail("min-p must be in [0, 1), got {}", p.min_p);
+    if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) fail("top-p must be in (0, 1], got {}", p.top_p);
+    if (!(p.min_p >= 0.0f && p.min_p < 1.0f)) fail("min-p must be in [0, 1), got {}", p.min_p);
     if (!(p.repeat_penalty > 0.0f) || !std::isfinite(p.repeat_penalty)) {
         fail("repeat penalty must be a positive number, got {}", p.repeat_penalty);
     }

@@ -14,6 +14,7 @@
 
 #include "tensor/avx512.h"
 #include "tensor/kernels.h"
+#include "util/cpu.h"
 #include "util/error.h"
 #include "util/fp16.h"
 
@@ -167,7 +168,7 @@ bool supported() {
         __builtin_cpu_init();
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16") &&
-               __builtin_cpu_supports("f16c");
+               kvec::cpu_has_f16c();
     }();
     return yes;
 }

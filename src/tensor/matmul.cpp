@@ -14,6 +14,7 @@
 #include "tensor/int8_gemm.h"
 #include "tensor/kernels.h"
 #include "tensor/ops.h"
+#include "util/cpu.h"
 #include "util/error.h"
 
 namespace kvec {
@@ -37,7 +38,7 @@ bool cpu_has_avx2() {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+           kvec::cpu_has_f16c();
 #else
     return false;
 #endif

@@ -3,6 +3,7 @@
 #include "tokenizer/tokenizer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <array>
 #include <cstring>
 #include <queue>
@@ -124,6 +125,9 @@ void Tokenizer::Impl::init() {
     n_vocab = static_cast<int32_t>(d.tokens.size());
     if (!d.scores.empty() && d.scores.size() != d.tokens.size()) {
         fail("tokenizer: {} scores for {} tokens", d.scores.size(), d.tokens.size());
+    }
+    for (size_t i = 0; i < d.scores.size(); ++i) {
+        if (!std::isfinite(d.scores[i])) fail("tokenizer: token {} has the non-finite score {}", i, d.scores[i]);
     }
     if (d.types.empty()) d.types.assign(d.tokens.size(), TokenType::NORMAL);
     if (d.types.size() != d.tokens.size()) {

@@ -9,6 +9,8 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
+#include <cstdint>
 #include <fstream>
 #include <utility>
 
@@ -76,13 +78,16 @@ size_t available_memory_bytes() {
     return 0;
 }
 
-MappedFile::MappedFile(const std::string& path, LoadMode mode) : path_(path) {
+MappedFile::MappedFile(const std::string& path, LoadMode mode) : MappedFile(path, mode, SIZE_MAX) {}
+
+MappedFile::MappedFile(const std::string& path, LoadMode mode, size_t max_bytes) : path_(path) {
     const Fd fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
     if (fd.fd < 0) fail("cannot open '{}': {}", path, std::strerror(errno));
     struct stat st {};
     if (::fstat(fd.fd, &st) != 0) fail("cannot stat '{}': {}", path, std::strerror(errno));
     if (!S_ISREG(st.st_mode)) fail("'{}' is not a regular file", path);
-    size_ = static_cast<size_t>(st.st_size);
+    file_size_ = static_cast<size_t>(st.st_size);
+    size_ = std::min(file_size_, max_bytes);
     if (size_ == 0) return;
     const bool copy = mode == LoadMode::Copy ||
                       (mode == LoadMode::Auto && transparent_huge_pages_available() &&
@@ -117,6 +122,7 @@ MappedFile::MappedFile(MappedFile&& other) noexcept
     : path_(std::move(other.path_)),
       data_(std::exchange(other.data_, nullptr)),
       size_(std::exchange(other.size_, 0)),
+      file_size_(std::exchange(other.file_size_, 0)),
       region_size_(std::exchange(other.region_size_, 0)),
       copied_(std::exchange(other.copied_, false)) {}
 
@@ -126,6 +132,7 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
         path_ = std::move(other.path_);
         data_ = std::exchange(other.data_, nullptr);
         size_ = std::exchange(other.size_, 0);
+        file_size_ = std::exchange(other.file_size_, 0);
         region_size_ = std::exchange(other.region_size_, 0);
         copied_ = std::exchange(other.copied_, false);
     }
@@ -159,6 +166,7 @@ void MappedFile::release() {
     region_size_ = 0;
     data_ = nullptr;
     size_ = 0;
+    file_size_ = 0;
     copied_ = false;
 }
 

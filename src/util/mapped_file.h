@@ -30,6 +30,9 @@ public:
     // Opens the file and maps or copies it (see LoadMode); throws kvec::Error naming the path on
     // failure. An empty file gives data() == nullptr, size() == 0.
     explicit MappedFile(const std::string& path, LoadMode mode = LoadMode::Map);
+    // The same for the first min(max_bytes, file size) bytes only: a file whose tail nothing
+    // references (a sparse or padded file) is not read or copied whole.
+    MappedFile(const std::string& path, LoadMode mode, size_t max_bytes);
     ~MappedFile();
     MappedFile(MappedFile&& other) noexcept;
     MappedFile& operator=(MappedFile&& other) noexcept;
@@ -37,7 +40,8 @@ public:
     MappedFile& operator=(const MappedFile&) = delete;
 
     const uint8_t* data() const { return data_; }
-    size_t size() const { return size_; }
+    size_t size() const { return size_; }            // bytes held (the prefix given by max_bytes)
+    size_t file_size() const { return file_size_; }  // the whole file's size
     const std::string& path() const { return path_; }
     // Whether the bytes were copied into anonymous memory (LoadMode::Copy, or Auto that chose it).
     bool copied() const { return copied_; }
@@ -50,6 +54,7 @@ private:
     std::string path_;
     const uint8_t* data_ = nullptr;
     size_t size_ = 0;
+    size_t file_size_ = 0;
     size_t region_size_ = 0;  // bytes munmap releases from data_: size_, or the copy's whole 2 MiB pages
     bool copied_ = false;
 };

@@ -2,6 +2,7 @@
 
 #include "engine/generator.h"
 #include "model/model.h"
+#include "policy/registry.h"
 #include "test_helpers.h"
 #include "util/error.h"
 
@@ -107,6 +108,26 @@ TEST(Generator, ContextFullStopsGeneration) {
     if (r.stats.stop_reason != StopReason::EndOfGeneration) {
         EXPECT_EQ(r.stats.stop_reason, StopReason::ContextFull);
         EXPECT_EQ(r.stats.n_prompt + r.stats.n_decoded, 12);
+    }
+}
+
+// -n -1 stops at a full context even when decode-time eviction with re-rotation keeps the
+// positions from ever running out (issue 23: StreamingLLM's rerotate=true never stopped).
+TEST(Generator, UnlimitedGenerationStopsAtAFullContextWithReRotation) {
+    SessionOptions so;
+    so.n_ctx = 24;
+    Session s(*fixture().model, so);
+    std::unique_ptr<Evictor> ev = policy::make_policy("streaming:budget=8,sinks=2,decode=1,rerotate=true");
+    s.set_evictor(ev.get());
+    Generator g(s, *fixture().tokenizer);
+    GenerateOptions o = greedy(-1);
+    int pieces = 0;
+    const auto r = g.generate(o, [&](std::string_view) {
+        if (++pieces > 200) throw std::runtime_error("generation did not stop at a full context");
+    });
+    if (r.stats.stop_reason != StopReason::EndOfGeneration) {
+        EXPECT_EQ(r.stats.stop_reason, StopReason::ContextFull);
+        EXPECT_EQ(r.stats.n_prompt + r.stats.n_decoded, 24);  // as without eviction (ContextFullStopsGeneration)
     }
 }
 

@@ -597,6 +597,43 @@ TEST(EvalItems, ContextSplitAskManyAndHeldoutSplits) {
     }
 }
 
+// A classification sample without all_classes is refused instead of scored 0, and the same data
+// file given twice (also by another path) is refused instead of counting its samples twice
+// (issue 23).
+TEST(EvalItems, RefusesClassesMissingAndTheSameFileTwice) {
+    const Model& model = tiny_model();
+    const Tokenizer tok = Tokenizer::from_gguf(model.file());
+    Session session(model);
+    Generator generator(session, tok);
+    const std::string dir = temp_path("items-dup");
+    std::filesystem::create_directories(dir);
+    {
+        std::ofstream f(dir + "/trec.jsonl");
+        f << R"({"input": "Q?", "context": "C", "answers": ["City"], "all_classes": null, "_id": "a"})" << "\n";
+    }
+    ItemOptions o;
+    o.data_files = {dir + "/trec.jsonl"};
+    o.max_length = 200;
+    try {
+        build_items(o, tok, generator, session.n_ctx());
+        ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("needs 'all_classes'"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("trec.jsonl:1"), std::string::npos) << e.what();
+    }
+    const std::string qa = std::string(KVEC_SOURCE_DIR) + "/data/longbench/fixture/hotpotqa.jsonl";
+    o.data_files = {qa, std::string(KVEC_SOURCE_DIR) + "/data/longbench/../longbench/fixture/hotpotqa.jsonl"};
+    o.samples = 1;
+    try {
+        build_items(o, tok, generator, session.n_ctx());
+        ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("are the same file"), std::string::npos) << e.what();
+    }
+    o.data_files = {qa};
+    EXPECT_EQ(build_items(o, tok, generator, session.n_ctx()).size(), 1u);
+}
+
 TEST(Sweep, GreedyRespectsMinTokensAndEndTokens) {
     const Model& model = tiny_model();
     const Tokenizer tok = Tokenizer::from_gguf(model.file());

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
+#include <filesystem>
 #include <string>
 
 #include "gguf/gguf.h"
@@ -239,6 +241,30 @@ TEST_F(Validation, HostileNameInMessageIsEscaped) {
         .pad_to(32)
         .zeros(64);
     expect_error(b, "'a\\x01\\x0a'");
+}
+
+// A small model followed by a huge tail that no tensor references (a sparse file) is not read
+// or copied whole: only the bytes up to the end of the last tensor are held (issue 23).
+TEST_F(Validation, SparseTailIsNotCopied) {
+    Writer w;
+    w.set_string("general.architecture", "llama");
+    std::vector<float> data(64, 1.5f);
+    w.add_tensor("t", GgmlType::F32, {64}, data.data(), data.size() * sizeof(float));
+    const std::string file = path("sparse.gguf");
+    w.write(file);
+    const auto small = std::filesystem::file_size(file);
+    const uint64_t huge = uint64_t{1} << 40;  // 1 TiB of holes: more than any test machine's memory
+    if (::truncate(file.c_str(), static_cast<off_t>(huge)) != 0) GTEST_SKIP() << "no sparse files here";
+    for (LoadMode mode : {LoadMode::Copy, LoadMode::Auto, LoadMode::Map}) {
+        SCOPED_TRACE(static_cast<int>(mode));
+        auto f = File::open(file, mode);
+        EXPECT_EQ(f->file_size(), huge);
+        if (mode != LoadMode::Map) EXPECT_LE(f->bytes().size(), small);
+        const TensorInfo& t = f->tensor("t");
+        float x = 0;
+        std::memcpy(&x, t.data + 4 * 63, 4);
+        EXPECT_EQ(x, 1.5f);
+    }
 }
 
 }  // namespace

@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
+
 #include <string>
 
 #include "model/model.h"
@@ -133,6 +136,80 @@ TEST(Model, RandomModelRejectsBadSpecs) {
     EXPECT_THROW(write_random_model(s, temp_path("bad-vocab.gguf")), Error);
     EXPECT_THROW(random_model_preset("gpt-5"), Error);
     EXPECT_EQ(random_model_preset("tinyllama-1.1b").n_layer, 22);
+}
+
+// Values from the file are checked before use (issue 23): non-finite RoPE base and scaling factor,
+// a vocab_size that disagrees with the embedding, non-finite norm weights and rope_freqs.
+TEST(Model, NonFiniteAndInconsistentValuesAreRefused) {
+    const std::string good = write_model(tiny_spec(), "finite-good.gguf");
+    auto with = [&](const std::string& name, Rewrite r) {
+        const std::string bad = temp_path(name);
+        rewrite_gguf(good, bad, r);
+        return load_error(bad);
+    };
+    Rewrite nan_base;
+    nan_base.set_metadata = {{"llama.rope.freq_base", gguf::Value::from_f32(NAN)}};
+    EXPECT_NE(with("nan-base.gguf", nan_base).find("rope.freq_base = nan must be a finite number"), std::string::npos)
+        << with("nan-base.gguf", nan_base);
+    Rewrite inf_base;
+    inf_base.set_metadata = {{"llama.rope.freq_base", gguf::Value::from_f32(INFINITY)}};
+    EXPECT_NE(with("inf-base.gguf", inf_base).find("must be a finite number"), std::string::npos);
+    Rewrite inf_factor;
+    inf_factor.set_metadata = {{"llama.rope.scaling.type", gguf::Value::from_string("linear")},
+                               {"llama.rope.scaling.factor", gguf::Value::from_f32(INFINITY)}};
+    EXPECT_NE(with("inf-factor.gguf", inf_factor).find("rope.scaling.factor > 0, got inf"), std::string::npos)
+        << with("inf-factor.gguf", inf_factor);
+    Rewrite vocab;
+    vocab.set_metadata = {{"llama.vocab_size", gguf::Value::from_u32(999)}};
+    EXPECT_NE(with("vocab.gguf", vocab).find("llama.vocab_size = 999 disagrees with the 512 rows"), std::string::npos)
+        << with("vocab.gguf", vocab);
+    Rewrite heads;
+    heads.set_metadata = {{"llama.attention.head_count", gguf::Value::from_u32(65536)},
+                          {"llama.attention.head_count_kv", gguf::Value::from_u32(65536)},
+                          {"llama.attention.key_length", gguf::Value::from_u32(1 << 16)},
+                          {"llama.attention.value_length", gguf::Value::from_u32(1 << 16)}};
+    EXPECT_NE(with("heads.gguf", heads).find("out of range"), std::string::npos) << with("heads.gguf", heads);
+
+    // A NaN in a norm weight: found when it is read at load time.
+    auto f = gguf::File::open(good);
+    gguf::Writer w;
+    for (const auto& [k, v] : f->metadata()) w.set(k, v);
+    for (const auto& t : f->tensors()) {
+        std::vector<uint8_t> bytes(t.data, t.data + t.nbytes);
+        if (t.name == "blk.1.ffn_norm.weight") {
+            const float nan = NAN;
+            std::memcpy(bytes.data() + 8, &nan, 4);
+        }
+        w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne.begin(), t.ne.begin() + t.n_dims), bytes.data(), bytes.size());
+    }
+    w.write(temp_path("nan-norm.gguf"));
+    EXPECT_NE(load_error(temp_path("nan-norm.gguf")).find("'blk.1.ffn_norm.weight' holds a non-finite value nan at element 2"),
+              std::string::npos) << load_error(temp_path("nan-norm.gguf"));
+}
+
+// gen-model's sizes are checked before anything is allocated (issue 23: --vocab -1 overflowed a
+// heap buffer; --embd 2^30 allocated first).
+TEST(Model, RandomModelChecksSizesBeforeAllocating) {
+    RandomModelSpec s = tiny_spec();
+    s.n_vocab = -1;
+    try {
+        write_random_model(s, temp_path("neg-vocab.gguf"));
+        ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("--vocab must be positive, got -1"), std::string::npos) << e.what();
+    }
+    s = tiny_spec();
+    s.n_embd = 1 << 30;
+    s.n_head = 4;
+    try {
+        write_random_model(s, temp_path("huge.gguf"));
+        ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("of memory available"), std::string::npos) << e.what();
+    }
+    s = tiny_spec();
+    s.rope_base = NAN;
+    EXPECT_THROW(write_random_model(s, temp_path("nan-base.gguf")), Error);
 }
 
 TEST(Model, Llama3FactorsFollowTheFormula) {

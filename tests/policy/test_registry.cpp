@@ -33,7 +33,6 @@ TEST(PolicySpec, Parses) {
     EXPECT_EQ(s.options["budget"], "256");
     EXPECT_EQ(s.options["gamma"], "0.5");
     EXPECT_EQ(s.options["unit"], "token");
-    EXPECT_TRUE(parse_policy_spec("h2o:").options.empty());
 }
 
 TEST(PolicySpec, Errors) {
@@ -42,6 +41,26 @@ TEST(PolicySpec, Errors) {
     expect_error([] { parse_policy_spec("snapkv:budget"); }, {"budget", "key=value"});
     expect_error([] { parse_policy_spec("snapkv:=3"); }, {"empty name"});
     expect_error([] { parse_policy_spec("snapkv:budget=3,budget=4"); }, {"budget", "twice"});
+    // A ':' with nothing after it is a mistake, not the defaults (issue 23).
+    expect_error([] { parse_policy_spec("kvec:"); }, {"'kvec:'", "no options after ':'"});
+    expect_error([] { parse_policy_spec("h2o: "); }, {"no options after ':'"});
+    expect_error([] { parse_policy_spec("   "); }, {"missing policy name"});
+}
+
+// Integer options never pass through a double: 2^53 + 1 and 2^63 - 1 keep their values, one
+// more than the maximum is refused, and the listing prints the exact range (issue 23).
+TEST(PolicySpec, IntegerOptionsAreExact) {
+    const std::map<std::string, std::string> big = {{"seed", "9007199254740993"}};
+    const OptionValues v("random", find_policy("random").options, big);
+    EXPECT_EQ(v.get_int("seed"), 9007199254740993LL);
+    EXPECT_NE(v.canonical().find("seed=9007199254740993"), std::string::npos) << v.canonical();
+    const OptionValues m("random", find_policy("random").options, {{"seed", "9223372036854775807"}});
+    EXPECT_EQ(m.get_int("seed"), INT64_MAX);
+    expect_error([] { make_policy("random:seed=9223372036854775808"); }, {"seed", "9223372036854775807"});
+    expect_error([] { make_policy("random:seed=-1"); }, {"seed", "'-1'"});
+    const std::string listing = format_policy_list();
+    EXPECT_NE(listing.find("integer 0..9223372036854775807"), std::string::npos);
+    EXPECT_EQ(listing.find("..-9223372036854775808"), std::string::npos);
 }
 
 TEST(Registry, EveryPolicyIsListedAndBuildsWithDefaults) {

@@ -137,5 +137,22 @@ TEST(Sampler, RejectsInvalidParameters) {
     EXPECT_THROW(Sampler{p}, Error);
 }
 
+// Values outside the documented ranges are refused, not silently used (issue 23).
+TEST(Sampler, RejectsTopPAboveOneAndNegativeMinP) {
+    SamplerParams p;
+    p.top_p = 1.5f;
+    EXPECT_THROW(Sampler{p}, Error);
+    p = SamplerParams{};
+    p.min_p = -1.0f;
+    EXPECT_THROW(Sampler{p}, Error);
+    p = SamplerParams{};
+    p.top_p = NAN;
+    EXPECT_THROW(Sampler{p}, Error);
+    p = SamplerParams{};
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    EXPECT_NO_THROW(Sampler{p});
+}
+
 }  // namespace
 }  // namespace kvec
