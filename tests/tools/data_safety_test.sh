@@ -22,7 +22,9 @@ EVAL=(eval -m "$M" --data "$LB/hotpotqa.jsonl,$LB/qasper.jsonl,$LB/trec.jsonl" -
       --budgets 64,128 --samples 2 --max-length 1500 --max-new-tokens 24 -t 1)
 TOTAL=35  # 5 samples (the fixture has 1 hotpotqa, 2 qasper, 2 trec) x (full + 3 policies x 2 budgets)
 
-lines() { [ -f "$1/predictions.jsonl" ] && grep -c '' "$1/predictions.jsonl" || echo 0; }
+lines() {  # records in $1/predictions.jsonl (0 when there is none; grep -c exits 1 on 0 lines)
+    if [ -f "$1/predictions.jsonl" ]; then grep -c '' "$1/predictions.jsonl"; else echo 0; fi
+}
 same_file() { cmp -s "$1" "$2" || { fail "$3: $1 and $2 differ"; diff "$1" "$2" | head -20; }; }
 
 # The reference: one uninterrupted run.
@@ -54,7 +56,9 @@ import json, sys
 ref, k = (json.load(open(p)) for p in sys.argv[1:3])
 t = k["total"]
 assert t["invocations"] == 4, t            # 3 killed + 1 that finished
-assert t["generations"] >= 35, t           # the killed runs' generations are counted
+# The killed runs' generations are counted: the cost file is rewritten after each record, so a
+# kill between a record and its cost loses at most that one record's cost.
+assert t["generations"] >= 35 - 3, t
 assert t["wall_seconds"] > k["timing"]["wall_seconds"], t
 assert ref["results"] == k["results"] if "results" in ref else True
 print("ok: totals keep the killed invocations:", t)
