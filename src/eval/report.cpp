@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <functional>
 
 #include "eval/plot.h"
 #include "util/error.h"
@@ -246,25 +247,36 @@ std::string summary_markdown(const SweepSummary& s, const std::string& header) {
     pivot("KV-cache bytes", "Keys, values and positions kept after the prompt, mean per sample.",
           [](const Cell& c) { return fmt_bytes(c.kv_bytes); });
 
-    out += "\n## Scores per task\n\n| policy | budget |";
-    for (const std::string& t : s.tasks) out += fmt::format(" {} |", t);
-    out += " average | C_head | C_layer | KV bytes | n |\n|---|---:|";
-    for (size_t i = 0; i < s.tasks.size() + 5; ++i) out += "---:|";
-    out += "\n";
-    for (size_t p = 0; p < s.policies.size(); ++p) {
-        const std::vector<int64_t> budgets = s.budgeted[p] ? s.budgets : std::vector<int64_t>{0};
-        for (int64_t b : budgets) {
-            const Cell* c = find_cell(s, s.policies[p], b);
-            if (c == nullptr) continue;
-            out += fmt::format("| {} | {} |", s.policies[p], budget_text(b));
-            for (const std::string& t : s.tasks) {
-                const auto it = c->task_scores.find(t);
-                out += fmt::format(" {} |", it == c->task_scores.end() ? "-" : fmt_score(it->second));
+    // A table with one row per (policy, budget) cell and one column per task, then `tail_columns`.
+    auto per_task_table = [&](const std::string& title, const std::string& tail_columns, size_t n_tail,
+                              const std::function<std::string(const Cell&, const std::string& task)>& task_cell,
+                              const std::function<std::string(const Cell&)>& tail) {
+        out += fmt::format("\n## {}\n\n| policy | budget |", title);
+        for (const std::string& t : s.tasks) out += fmt::format(" {} |", t);
+        out += tail_columns + "\n|---|---:|";
+        for (size_t i = 0; i < s.tasks.size() + n_tail; ++i) out += "---:|";
+        out += "\n";
+        for (size_t p = 0; p < s.policies.size(); ++p) {
+            const std::vector<int64_t> budgets = s.budgeted[p] ? s.budgets : std::vector<int64_t>{0};
+            for (int64_t b : budgets) {
+                const Cell* c = find_cell(s, s.policies[p], b);
+                if (c == nullptr) continue;
+                out += fmt::format("| {} | {} |", s.policies[p], budget_text(b));
+                for (const std::string& t : s.tasks) out += fmt::format(" {} |", task_cell(*c, t));
+                out += tail(*c) + "\n";
             }
-            out += fmt::format(" {} | {:.3f} | {:.3f} | {} | {} |\n", fmt_score(c->average), c->c_head, c->c_layer,
-                               fmt_bytes(c->kv_bytes), c->n);
         }
-    }
+    };
+    per_task_table(
+        "Scores per task", " average | C_head | C_layer | KV bytes | n |", 5,
+        [](const Cell& c, const std::string& t) {
+            const auto it = c.task_scores.find(t);
+            return it == c.task_scores.end() ? std::string("-") : fmt_score(it->second);
+        },
+        [](const Cell& c) {
+            return fmt::format(" {} | {:.3f} | {:.3f} | {} | {} |", fmt_score(c.average), c.c_head, c.c_layer,
+                               fmt_bytes(c.kv_bytes), c.n);
+        });
 
     // Paired comparisons of the reference policies against every other policy.
     const std::vector<PairedComparison> pairs = paired_comparisons(s);
@@ -294,26 +306,14 @@ std::string summary_markdown(const SweepSummary& s, const std::string& header) {
             out += "\n";
         }
     }
-    out += "\n## Per-task 95 % intervals\n\n| policy | budget |";
-    for (const std::string& t : s.tasks) out += fmt::format(" {} |", t);
-    out += "\n|---|---:|";
-    for (size_t i = 0; i < s.tasks.size(); ++i) out += "---:|";
-    out += "\n";
-    for (size_t p = 0; p < s.policies.size(); ++p) {
-        const std::vector<int64_t> budgets = s.budgeted[p] ? s.budgets : std::vector<int64_t>{0};
-        for (int64_t b : budgets) {
-            const Cell* c = find_cell(s, s.policies[p], b);
-            if (c == nullptr) continue;
-            out += fmt::format("| {} | {} |", s.policies[p], budget_text(b));
-            for (const std::string& t : s.tasks) {
-                const auto it = c->task_ci.find(t);
-                out += fmt::format(" {} |", it == c->task_ci.end()
-                                                ? "-"
-                                                : fmt::format("[{:.1f}, {:.1f}]", it->second.lo, it->second.hi));
-            }
-            out += "\n";
-        }
-    }
+    per_task_table(
+        "Per-task 95 % intervals", "", 0,
+        [](const Cell& c, const std::string& t) {
+            const auto it = c.task_ci.find(t);
+            return it == c.task_ci.end() ? std::string("-")
+                                         : fmt::format("[{:.1f}, {:.1f}]", it->second.lo, it->second.hi);
+        },
+        [](const Cell&) { return std::string(); });
     if (s.present != s.expected) {
         out += fmt::format("\nIncomplete: {} of {} predictions present (run the same command again to "
                            "continue).\n", s.present, s.expected);
