@@ -1,6 +1,7 @@
-// Helpers shared by the AVX-512 kernels (kernels_avx2.cpp, int8_vnni.cpp, bf16_gemm.cpp). Code
-// that uses AVX-512 instructions carries the target attribute itself, so it is inlined only into
-// callers compiled for AVX-512 too, which run only after the CPU was checked.
+// Helpers shared by the AVX-512 kernels (kernels_avx2.cpp, int8_vnni.cpp, bf16_gemm.cpp,
+// int8_decode_avx512.cpp). Code that uses AVX-512 instructions carries the target attribute
+// itself, so it is inlined only into callers compiled for AVX-512 too, which run only after the
+// CPU was checked.
 #pragma once
 
 #if defined(__x86_64__)
@@ -28,6 +29,36 @@ __attribute__((target("avx512f"))) inline void store_row(float* yi, const __m512
         __m512 v = acc[p];
         if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, yi + 16 * p));
         _mm512_mask_storeu_ps(yi + 16 * p, m, v);
+    }
+}
+
+// 16 x 16 dword transpose: on return v[p] lane r = (input) v[r] lane p (unpack 32-bit and 64-bit
+// pairs, then two rounds of 128-bit lane shuffles).
+__attribute__((target("avx512f"))) inline void transpose16(__m512i v[16]) {
+    __m512i a[16], b[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+        a[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+        a[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+    }
+    // b[4i + q], 128-bit lane L: rows 4i..4i+3 of dword 4L + q.
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+        b[4 * i] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
+        b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
+        b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
+        b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
+    }
+    // Transpose the 128-bit lanes of b[q], b[4 + q], b[8 + q], b[12 + q].
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) {
+        const __m512i c0 = _mm512_shuffle_i32x4(b[q], b[4 + q], 0x44), c1 = _mm512_shuffle_i32x4(b[q], b[4 + q], 0xEE);
+        const __m512i c2 = _mm512_shuffle_i32x4(b[8 + q], b[12 + q], 0x44);
+        const __m512i c3 = _mm512_shuffle_i32x4(b[8 + q], b[12 + q], 0xEE);
+        v[q] = _mm512_shuffle_i32x4(c0, c2, 0x88);
+        v[4 + q] = _mm512_shuffle_i32x4(c0, c2, 0xDD);
+        v[8 + q] = _mm512_shuffle_i32x4(c1, c3, 0x88);
+        v[12 + q] = _mm512_shuffle_i32x4(c1, c3, 0xDD);
     }
 }
 

@@ -65,35 +65,6 @@ KVEC_BF16 inline __m512i load_pairs(const uint16_t* row, int64_t e0, int64_t lef
     return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
 }
 
-// 16 x 16 dword transpose: on return v[p] lane r = (input) v[r] lane p.
-KVEC_BF16 inline void transpose16(__m512i v[16]) {
-    __m512i a[16], b[16];
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; ++i) {
-        a[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
-        a[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
-    }
-    // b[4i + q], 128-bit lane L: rows 4i..4i+3 of dword 4L + q.
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; ++i) {
-        b[4 * i] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
-        b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
-        b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
-        b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
-    }
-    // Transpose the 128-bit lanes of b[q], b[4 + q], b[8 + q], b[12 + q].
-#pragma GCC unroll 4
-    for (int q = 0; q < 4; ++q) {
-        const __m512i c0 = _mm512_shuffle_i32x4(b[q], b[4 + q], 0x44), c1 = _mm512_shuffle_i32x4(b[q], b[4 + q], 0xEE);
-        const __m512i c2 = _mm512_shuffle_i32x4(b[8 + q], b[12 + q], 0x44);
-        const __m512i c3 = _mm512_shuffle_i32x4(b[8 + q], b[12 + q], 0xEE);
-        v[q] = _mm512_shuffle_i32x4(c0, c2, 0x88);
-        v[4 + q] = _mm512_shuffle_i32x4(c0, c2, 0xDD);
-        v[8 + q] = _mm512_shuffle_i32x4(c1, c3, 0x88);
-        v[12 + q] = _mm512_shuffle_i32x4(c1, c3, 0xDD);
-    }
-}
-
 // Rows [0, nj) (nj <= 16) of w into one panel of pairs_pad (a multiple of 16) pairs; rows past
 // nj and pairs past k are zero.
 KVEC_BF16 void pack_panel(const uint16_t* w, int64_t ldw, bool is_f16, int nj, int64_t k, int64_t pairs_pad,
@@ -112,7 +83,7 @@ KVEC_BF16 void pack_panel(const uint16_t* w, int64_t ldw, bool is_f16, int nj, i
             _mm_prefetch(reinterpret_cast<const char*>(w + r * ldw + e0 + kPrefetch), _MM_HINT_T0);
             v[r] = load_pairs(w + r * ldw, e0, k - e0, is_f16);
         }
-        transpose16(v);
+        avx512::transpose16(v);
 #pragma GCC unroll 16
         for (int p = 0; p < 16; ++p) _mm512_storeu_si512(panel + (p0 + p) * kPanelRows, v[p]);
     }

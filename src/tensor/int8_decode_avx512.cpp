@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "quant/blocks.h"
+#include "tensor/avx512.h"
 #include "tensor/kernels.h"
 
 #pragma GCC push_options
@@ -100,32 +101,6 @@ struct V512 {
 
 Kernel table_avx512(GgmlType type) { return kernel_table<V512>(type); }
 
-// out[c] = column c of the 16 x 16 dword matrix whose rows are r[0..16): unpack 32-bit and 64-bit
-// pairs, then two rounds of 128-bit lane shuffles.
-inline void transpose16(__m512i r[16]) {
-    __m512i t[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-    }
-    __m512i u[16];  // u[4i + c], lane q: column 4q + c of rows 4i..4i+3
-    for (int i = 0; i < 4; ++i) {
-        for (int j = 0; j < 2; ++j) {
-            u[4 * i + 2 * j] = _mm512_unpacklo_epi64(t[4 * i + j], t[4 * i + 2 + j]);
-            u[4 * i + 2 * j + 1] = _mm512_unpackhi_epi64(t[4 * i + j], t[4 * i + 2 + j]);
-        }
-    }
-    for (int c = 0; c < 4; ++c) {
-        const __m512i x0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44), x1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xEE);
-        const __m512i y0 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44);
-        const __m512i y1 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xEE);
-        r[c] = _mm512_shuffle_i32x4(x0, y0, 0x88);
-        r[4 + c] = _mm512_shuffle_i32x4(x0, y0, 0xDD);
-        r[8 + c] = _mm512_shuffle_i32x4(x1, y1, 0x88);
-        r[12 + c] = _mm512_shuffle_i32x4(x1, y1, 0xDD);
-    }
-}
-
 // Rows [0, nr) (nr <= 16; row_bytes apart) of nb blocks of 32 packed into one VNNI panel (the
 // layout of int8_vnni.cpp: qp [nb, 8, 16, 4] bytes w + 128, sp and mp [nb, 2, 16] per half block):
 // per group, each row is unpacked in registers as for decode, its segments (u + 128 - offset) are
@@ -171,14 +146,14 @@ bool pack_panel(const uint8_t* w, size_t row_bytes, int nr, int64_t nb, uint8_t*
         for (int s = 0; s < S; ++s) {
             __m512i v[16];
             for (int r = 0; r < 16; ++r) v[r] = _mm512_load_si512(seg[s][r]);
-            transpose16(v);
+            avx512::transpose16(v);
             for (int l = 0; l < 16; ++l) _mm512_storeu_si512(qg + kPos[s][l] * 64, v[l]);
         }
         for (int which = 0; which < (kMin ? 2 : 1); ++which) {
             float(*tab)[16] = which == 0 ? sc : mn;
             __m512i v[16];
             for (int r = 0; r < 16; ++r) v[r] = _mm512_castps_si512(_mm512_load_ps(tab[r]));
-            transpose16(v);  // v[j]: sub-block j of the 16 rows
+            avx512::transpose16(v);  // v[j]: sub-block j of the 16 rows
             float* out = (which == 0 ? sp : mp) + g * NB * 32;  // [NB, 2, 16]
             for (int h = 0; h < 2 * NB; ++h) _mm512_storeu_si512(out + h * 16, v[h * 16 / L.sub]);
         }
