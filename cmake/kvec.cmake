@@ -10,9 +10,10 @@ if(KVEC_FUZZ)
     target_compile_options(kvec_options INTERFACE -fsanitize=fuzzer-no-link)
 endif()
 if(KVEC_SANITIZE)
-    target_compile_options(kvec_options INTERFACE -fsanitize=address,undefined -fno-omit-frame-pointer
-                           -fno-sanitize-recover=undefined)
-    target_link_options(kvec_options INTERFACE -fsanitize=address,undefined)
+    # float-cast-overflow (a double too large for its integer type) is not in gcc's `undefined`.
+    target_compile_options(kvec_options INTERFACE -fsanitize=address,undefined,float-cast-overflow
+                           -fno-omit-frame-pointer -fno-sanitize-recover=undefined,float-cast-overflow)
+    target_link_options(kvec_options INTERFACE -fsanitize=address,undefined,float-cast-overflow)
 endif()
 
 # kvec_module(NAME SOURCES... [DEPS targets...]): one static library per src/ folder.

@@ -50,12 +50,17 @@ run_one() {
     local status=0
     "$exe" "$work" "$seed" "${dict[@]}" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
         -artifact_prefix="$build/fuzz-findings/$name-" -print_final_stats=1 >"$log" 2>&1 || status=$?
+    # CPU seconds the harness used (user + system of this subshell's children): with --parallel,
+    # or beside other work, it is less than the wall-clock seconds.
+    local cpu
+    times >"$log.times"  # (not in a pipe: a subshell has no children)
+    cpu=$(tail -1 "$log.times" | awk '{ split($1, u, /[ms]/); split($2, s, /[ms]/); printf "%d", u[1]*60 + u[2] + s[1]*60 + s[2] }')
     local execs cov ft corp
     execs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$' || echo "?")
     cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$' || echo "?")
     ft=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$' || echo "?")
     corp=$(grep -o 'corp: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$' || echo "?")
-    local line="| $name | $seconds | $execs | $cov | $ft | $corp | $([ $status -eq 0 ] && echo none || echo "FOUND (exit $status, see $log)") |"
+    local line="| $name | $seconds | $cpu | $execs | $cov | $ft | $corp | $([ $status -eq 0 ] && echo none || echo "FOUND (exit $status, see $log)") |"
     echo "$line" >>"$build/fuzz-summary.md"
     echo "$line"
     if [ $status -ne 0 ]; then
@@ -64,7 +69,7 @@ run_one() {
     return $status
 }
 
-[ -f "$build/fuzz-summary.md" ] || printf '| harness | seconds | executions | coverage (edges) | features | corpus | findings |\n|---|---:|---:|---:|---:|---:|---|\n' >"$build/fuzz-summary.md"
+[ -f "$build/fuzz-summary.md" ] || printf '| harness | seconds | CPU seconds | executions | coverage (edges) | features | corpus | findings |\n|---|---:|---:|---:|---:|---:|---:|---|\n' >"$build/fuzz-summary.md"
 failed=0
 if [ $parallel -eq 1 ]; then
     pids=()

@@ -65,7 +65,7 @@ std::optional<nlohmann::json> parse_jsonl_line(std::string_view line, const std:
     if (is_json_whitespace_only(line)) return std::nullopt;
     try {
         return nlohmann::json::parse(line.begin(), line.end());
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {
         fail("{}: invalid JSON: {}", where, e.what());
     }
 }
@@ -124,7 +124,7 @@ std::optional<int64_t> json_optional_int(const nlohmann::json& obj, std::string_
     // 3.0 is accepted as 3 (some writers emit whole numbers as floats); 3.5 is not.
     if (v->is_number_float()) {
         double d = v->get<double>();
-        if (d == static_cast<double>(static_cast<int64_t>(d)) && d >= -9.0e18 && d <= 9.0e18) {
+        if (d >= -9.0e18 && d <= 9.0e18 && d == static_cast<double>(static_cast<int64_t>(d))) {  // range first
             return static_cast<int64_t>(d);
         }
     }

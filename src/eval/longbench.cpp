@@ -101,7 +101,7 @@ nlohmann::json read_json_file(const std::string& path) {
     buf << in.rdbuf();
     try {
         return nlohmann::json::parse(buf.str());
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {
         fail("{}: invalid JSON: {}", path, e.what());
     }
 }

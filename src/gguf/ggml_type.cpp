@@ -71,6 +71,10 @@ const char* ggml_type_name(GgmlType type) {
     return e == nullptr ? "unknown" : e->traits.name;
 }
 
+size_t ggml_type_alignment(GgmlType type) {
+    return type == GgmlType::F32 || type == GgmlType::Q8_K ? 4 : 2;
+}
+
 size_t ggml_row_size(GgmlType type, int64_t n) {
     const GgmlTypeTraits& t = ggml_type_traits(type);
     if (n < 0 || n % t.block_size != 0) {

@@ -45,4 +45,8 @@ const char* ggml_type_name(GgmlType type);
 // Bytes of a row of n elements; n must be a multiple of the block size.
 size_t ggml_row_size(GgmlType type, int64_t n);
 
+// Alignment in bytes the kernels read a block of this type with: 4 for F32 and Q8_K (a float
+// scale), 2 for every other type (F16/BF16 elements or an f16 scale first in each block).
+size_t ggml_type_alignment(GgmlType type);
+
 }  // namespace kvec

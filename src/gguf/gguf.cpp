@@ -549,6 +549,14 @@ void File::parse() {
                  data_start ? *data_start + t.offset + t.nbytes : 0, t.offset, t.nbytes,
                  data_start ? *data_start : 0, file_size);
         }
+        // A general.alignment of 1 or 2 lets a tensor start at any byte; its kernels would read
+        // floats from misaligned addresses (found by fuzz_forward).
+        const size_t need = ggml_type_alignment(t.type);
+        if (begin % need != 0) {
+            fail("'{}': tensor {}: data at file offset {} is not aligned to the {} bytes its type {} "
+                 "needs (general.alignment is {})",
+                 p, quoted(t.name), begin, need, ggml_type_name(t.type), alignment_);
+        }
         t.data = map_.data() + begin;
     }
 

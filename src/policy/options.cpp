@@ -112,7 +112,8 @@ PolicySpec parse_policy_spec(std::string_view text) {
 OptionValues::OptionValues(std::string policy, std::vector<OptionSpec> specs,
                            const std::map<std::string, std::string>& given)
     : policy_(std::move(policy)), specs_(std::move(specs)) {
-    for (const auto& [key, value] : given) {
+    for (const auto& entry : given) {
+        const std::string& key = entry.first;  // (clang 14 cannot capture a structured binding)
         const bool known = std::any_of(specs_.begin(), specs_.end(),
                                        [&](const OptionSpec& s) { return s.name == key; });
         if (!known) {

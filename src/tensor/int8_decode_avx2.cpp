@@ -15,6 +15,9 @@
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
+#if defined(__clang__)  // clang ignores `#pragma GCC target`
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#endif
 
 #include "tensor/int8_decode_impl.h"
 
@@ -133,6 +136,9 @@ Kernel table_avx2(GgmlType type) { return kernel_table<V256>(type); }
 }  // namespace
 }  // namespace kvec::int8::decode
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
 #pragma GCC pop_options
 
 namespace kvec::int8::decode {

@@ -19,6 +19,9 @@
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")
+#if defined(__clang__)  // clang ignores `#pragma GCC target`
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"))), apply_to = function)
+#endif
 
 #include "tensor/int8_decode_impl.h"
 
@@ -201,6 +204,9 @@ PanelPacker packer_avx512(GgmlType type) {
 }  // namespace
 }  // namespace kvec::int8::decode
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
 #pragma GCC pop_options
 
 namespace kvec::int8::decode {

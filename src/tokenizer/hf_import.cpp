@@ -156,8 +156,10 @@ std::string chat_template_of(const json& config) {
 
 }  // namespace
 
+// A function-try-block: a field of an unexpected JSON type anywhere below (json::value or get
+// on a number where a string belongs; found by fuzz_hf_import) is one clear error.
 Tokenizer Tokenizer::from_hf(const std::string& tokenizer_json,
-                             const std::string& tokenizer_config) {
+                             const std::string& tokenizer_config) try {
     Parsed parsed = parse_tokenizer_json(tokenizer_json);
     const json& tj = parsed.doc;
     const json config = tokenizer_config.empty()
@@ -377,6 +379,8 @@ Tokenizer Tokenizer::from_hf(const std::string& tokenizer_json,
     if (d.add_eos && d.eos_id < 0) d.add_eos = false;
     d.chat_template = chat_template_of(config);
     return Tokenizer(std::move(d));
+} catch (const json::exception& e) {
+    fail("tokenizer: tokenizer.json or tokenizer_config.json has a field of an unexpected type: {}", e.what());
 }
 
 }  // namespace kvec

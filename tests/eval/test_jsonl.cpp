@@ -48,6 +48,9 @@ TEST(Jsonl, MalformedLineNamesFileAndLine) {
     // Invalid UTF-8 inside a string.
     const std::string msg3 = error_of([] { parse_jsonl("\n\n{\"a\": \"\xff\"}\n", "utf.jsonl"); });
     EXPECT_NE(msg3.find("utf.jsonl:3:"), std::string::npos) << msg3;
+    // A number too large for a double (found by fuzz_longbench; nlohmann throws out_of_range).
+    const std::string msg4 = error_of([] { parse_jsonl("{\"x\": 1.5e333333333}\n", "big.jsonl"); });
+    EXPECT_NE(msg4.find("big.jsonl:1: invalid JSON"), std::string::npos) << msg4;
 }
 
 TEST(Jsonl, ReadsFilesAndStreams) {
@@ -91,6 +94,12 @@ TEST(Jsonl, TypedFields) {
         error_of([&] { json_optional_string(obj, "n", "f:7"); }).find("field 'n' must be a string"),
         std::string::npos);
     EXPECT_NE(error_of([&] { json_optional_int(obj, "h", "f:7"); }).find("must be an integer"),
+              std::string::npos);
+    // Far outside int64 (found by fuzz_longbench: the cast came before the range check).
+    const auto huge = nlohmann::json::parse(R"({"big": 4.9e80, "neg": -1e19})");
+    EXPECT_NE(error_of([&] { json_optional_int(huge, "big", "f:8"); }).find("must be an integer"),
+              std::string::npos);
+    EXPECT_NE(error_of([&] { json_optional_int(huge, "neg", "f:8"); }).find("must be an integer"),
               std::string::npos);
     EXPECT_NE(error_of([&] { json_optional_string_list(obj, "s", "f:7"); }).find("list of strings"),
               std::string::npos);

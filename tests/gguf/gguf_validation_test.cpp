@@ -173,6 +173,23 @@ TEST_F(Validation, AlignmentIsUsedForOffsetsAndDataStart) {
     expect_error(m, "not a multiple of the alignment 64");
 }
 
+TEST_F(Validation, TensorMisalignedForItsType) {
+    // general.alignment 1 is a power of two, but an F32 tensor at data offset 1 (or an odd data
+    // section start) would be read as floats from a misaligned address (found by fuzz_forward).
+    Bytes b;
+    b.header(3, 1, 1).kv_u32("general.alignment", 1).tensor("w", {16}, kF32, 1);
+    b.zeros(80);
+    expect_error(b, "is not aligned to the 4 bytes its type f32 needs (general.alignment is 1)");
+    // The same tensor at an offset that keeps it aligned loads (the data section starts right
+    // after the 90-byte directory: offset 2 puts it at byte 92).
+    Bytes ok;
+    ok.header(3, 1, 1).kv_u32("general.alignment", 1).tensor("w", {16}, kF32, 2);
+    ASSERT_EQ(ok.size(), 90u);
+    ok.zeros(2 + 64);
+    kvec::testing::write_file(path("a1.gguf"), ok.data);
+    EXPECT_NO_THROW(File::open(path("a1.gguf")));
+}
+
 TEST_F(Validation, TensorBeyondFileEnd) {
     expect_error(one_tensor({32}, kF32, 0, 127), "beyond the end of the file");
     expect_error(one_tensor({32}, kF32, UINT64_MAX - 31, 128), "beyond the end of the file");

@@ -479,6 +479,13 @@ TEST(HfImport, MalformedInputIsAnError) {
         {"unsupported tokenizer.json"});
     expect_error([] { Tokenizer::from_hf(spm_tokenizer_json(), "{oops"); },
                  {"tokenizer_config.json"});
+    // A number where a type name belongs (found by fuzz_hf_import: nlohmann's type_error escaped).
+    expect_error(
+        [] {
+            Tokenizer::from_hf(
+                R"({"pre_tokenizer": {"type": 8}, "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})");
+        },
+        {"unexpected type", "type must be string"});
 }
 
 // ---------------------------------------------------------------------------------------------
