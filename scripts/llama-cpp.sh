@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034,SC2154  # sourced: root comes from the caller, llama_cpp_bin is for it
 # llama.cpp beside kvec: the source and the build that scripts/bench-vs-llama-cpp.sh and
 # scripts/parity-vs-llama-cpp.sh share. Sourced (by bash), after `root` is set to the source tree.
 #

@@ -93,10 +93,11 @@ oracle_rows=() default_rows=()
 # quantize SRC DST TYPE: llama.cpp's llama-quantize (F32: its dequantisation of SRC).
 quantize() { "$llama_cpp_bin/llama-quantize" --allow-requantize "$1" "$2" "$3" "$threads" >> "$log" 2>&1; }
 
-# cell NAME TYPE WRITER MODEL TOKENS: one row of each table.
+# cell NAME TYPE WRITER MODEL TOKENS: one row of each table (WRITER: what wrote MODEL).
 cell() {
-    local name="$1" type="$2" writer="$3" model="$4" tokens="$5"
-    local stem="$out/$(basename "$model" .gguf)" head="| $1 | $2 | $3 | $(wc -w < "$5")" dequantised="$4" oracle defaults own
+    local type="$2" model="$4" tokens="$5" stem head dequantised="$4" oracle defaults own
+    stem="$out/$(basename "$model" .gguf)"
+    head="| $1 | $2 | $3 | $(wc -w < "$tokens")"
     echo "  $type" >&2
     [ "$type" = F32 ] || { dequantised="$stem-dequantised.gguf"; quantize "$model" "$dequantised" F32; }
     if ! "$llama_logits" "$model" "$tokens" "$stem.peer.f32" "$threads" 2>> "$log" ||
@@ -130,10 +131,10 @@ for v in "${variants[@]}"; do
     name="${v%%:*}" flags="${v#*:}"
     base="$out/$name"
     echo "$name" >&2
-    # shellcheck disable=SC2086  # the flags are words
-    "$kvec" gen-model $flags $shape --type f32 -o "$base-F32.gguf" 2>> "$log"
-    # shellcheck disable=SC2086
-    "$kvec" gen-model $flags $shape --type f16 -o "$base-F16.gguf" 2>> "$log"
+    for t in f32 f16; do
+        # shellcheck disable=SC2086  # the flags are words
+        "$kvec" gen-model $flags $shape --type $t -o "$base-${t^^}.gguf" 2>> "$log"
+    done
     "$kvec" quantize "$base-F32.gguf" "$base-kvec-Q4_K_M.gguf" q4_K_M > /dev/null 2>> "$log"
     for t in Q8_0 Q6_K Q4_K_M IQ4_XS; do quantize "$base-F32.gguf" "$base-$t.gguf" "$t"; done
     "$python" "$compare" tokens "$base-F32.gguf" "$n_tokens" 1 "$base.tokens"
@@ -172,7 +173,10 @@ ppl() { sed -n 's/.*Final estimate: PPL = \([0-9.]*\).*/\1/p'; }
 kvec_ppl="$("$kvec" perplexity -m "$tiny" -f "$text" -c 512 -t "$threads" 2>> "$log" | ppl)"
 exact_ppl="$(KVEC_MATMUL=exact "$kvec" perplexity -m "$tiny" -f "$text" -c 512 -t "$threads" 2>> "$log" | ppl)"
 peer_ppl="$("$llama_cpp_bin/llama-perplexity" -m "$tiny" -f "$text" -c 512 -t "$threads" 2>&1 | tee -a "$log" | ppl)"
-[ -n "$kvec_ppl" ] && [ -n "$exact_ppl" ] && [ -n "$peer_ppl" ] || { echo "error: a perplexity run failed (see $log)" >&2; exit 1; }
+if [ -z "$kvec_ppl" ] || [ -z "$exact_ppl" ] || [ -z "$peer_ppl" ]; then
+    echo "error: a perplexity run failed (see $log)" >&2
+    exit 1
+fi
 echo
 "$python" - "$kvec_ppl" "$exact_ppl" "$peer_ppl" "$max_ppl_diff" "${text#"$root"/}" <<'EOF' || status=1
 import sys
