@@ -2,10 +2,10 @@
 # kvec against llama.cpp on this machine, side by side.
 #
 # Builds llama.cpp's own llama-bench from the llama.cpp source that the npm package
-# node-llama-cpp ships (a git bundle of ggml-org/llama.cpp, MIT licence; nothing of it is
-# committed here), then runs `kvec bench` and `llama-bench` alternately on the same GGUF files
-# with the same threads, prompt and generation lengths, and prints kvec / llama.cpp per test.
-# Alternating rounds spread a noisy machine's slow phases over both engines.
+# node-llama-cpp ships (scripts/llama-cpp.sh, shared with scripts/parity-vs-llama-cpp.sh), then
+# runs `kvec bench` and `llama-bench` alternately on the same GGUF files with the same threads,
+# prompt and generation lengths, and prints kvec / llama.cpp per test. Alternating rounds spread a
+# noisy machine's slow phases over both engines.
 #
 #   scripts/bench-vs-llama-cpp.sh -m build/tl-q8_0.gguf,build/tl-f16.gguf [-t 2] [-p 512]
 #                                 [-n 128] [-r 2] [--rounds 2] [--out DIR]
@@ -15,8 +15,8 @@
 # llama-bench into build/llama.cpp/ (about 8 minutes on 2 cores); later runs reuse it.
 set -euo pipefail
 
-NODE_LLAMA_CPP_VERSION=3.22.1  # ships llama.cpp commit de3ff81 (2026-09-28)
 root="$(cd "$(dirname "$0")/.." && pwd)"
+source "$root/scripts/llama-cpp.sh"
 models="" threads=2 n_prompt=512 n_gen=128 reps=2 rounds=2 out=""
 
 usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
@@ -43,24 +43,9 @@ for m in "${model_list[@]}"; do [ -f "$m" ] || { echo "error: no model file '$m'
 kvec="$root/build/release/tools/kvec"
 [ -x "$kvec" ] || { echo "error: $kvec not built (cmake --preset release && cmake --build build/release)" >&2; exit 2; }
 
-# llama-bench, built once from the bundled source.
-lc="$root/build/llama.cpp"
-llama_bench="$lc/build/bin/llama-bench"
-if [ ! -x "$llama_bench" ]; then
-    mkdir -p "$lc"
-    if [ ! -d "$lc/src" ]; then
-        echo "fetching node-llama-cpp@$NODE_LLAMA_CPP_VERSION (llama.cpp source) from npm" >&2
-        (cd "$lc" && npm pack --silent "node-llama-cpp@$NODE_LLAMA_CPP_VERSION" > /dev/null)
-        tar -xzf "$lc/node-llama-cpp-$NODE_LLAMA_CPP_VERSION.tgz" -C "$lc" package/llama/gitRelease.bundle
-        git -c advice.detachedHead=false clone --quiet "$lc/package/llama/gitRelease.bundle" "$lc/src"
-        rm -rf "$lc/package" "$lc/node-llama-cpp-$NODE_LLAMA_CPP_VERSION.tgz"
-    fi
-    echo "building llama-bench (GGML_NATIVE: the kernels for this CPU)" >&2
-    cmake -S "$lc/src" -B "$lc/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
-        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
-        -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF > "$lc/configure.log"
-    cmake --build "$lc/build" --target llama-bench -j"$(nproc)" > "$lc/build.log"
-fi
+# llama-bench, built once.
+llama_bench="$llama_cpp_bin/llama-bench"
+[ -x "$llama_bench" ] || llama_cpp_build llama-bench
 
 out="${out:-$(mktemp -d)}"
 mkdir -p "$out"

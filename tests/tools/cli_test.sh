@@ -51,6 +51,16 @@ contains out "general.architecture" "info metadata"
 contains out "blk.1.ffn_down.weight" "info tensors"
 contains out "tokenizer.ggml.tokens" "info arrays"
 
+printf '1 5 7\n9\n' >"$DIR/tokens.txt"
+expect 0 "logits writes every position's logits" -- "$KVEC" logits -m "$M" --tokens "$DIR/tokens.txt" -o "$DIR/logits.f32" -t 2
+[ "$(stat -c %s "$DIR/logits.f32")" = $((4 * 512 * 4)) ] || fail "logits: not 4 x 512 float32 values"
+printf '1 5 x\n' >"$DIR/bad-tokens.txt"
+expect 1 "logits refuses a token file with text" -- "$KVEC" logits -m "$M" --tokens "$DIR/bad-tokens.txt" -o "$DIR/x.f32"
+contains err "other than whole numbers" "logits token file message"
+printf '1 512\n' >"$DIR/big-tokens.txt"
+expect 1 "logits refuses a token outside the vocabulary" -- "$KVEC" logits -m "$M" --tokens "$DIR/big-tokens.txt" -o "$DIR/x.f32"
+contains err "outside the model's vocabulary" "logits vocabulary message"
+
 expect 0 "quantize to q8_0" -- "$KVEC" quantize "$M" "$DIR/q8.gguf" q8_0
 expect 0 "run the quantised model" -- "$KVEC" run -m "$DIR/q8.gguf" -p "Hello" -n 4 --temp 0
 expect 1 "quantize to an unknown type" -- "$KVEC" quantize "$M" "$DIR/x.gguf" q9_9

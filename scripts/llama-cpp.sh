@@ -1,0 +1,34 @@
+# shellcheck shell=bash disable=SC2034,SC2154  # sourced: root comes from the caller, llama_cpp_bin is for it
+# llama.cpp beside kvec: the source and the build that scripts/bench-vs-llama-cpp.sh and
+# scripts/parity-vs-llama-cpp.sh share. Sourced (by bash), after `root` is set to the source tree.
+#
+# The source is the llama.cpp that the npm package node-llama-cpp ships (a git bundle of
+# ggml-org/llama.cpp, MIT licence; nothing of it is committed here), fetched once into
+# build/llama.cpp/src; it builds into build/llama.cpp/build with GGML_NATIVE (the kernels for this
+# CPU). Needs npm (installed by scripts/install-deps.sh), cmake, ninja and a C++ compiler; the
+# first build takes about 8 minutes on 2 cores, later ones only build what is missing.
+
+NODE_LLAMA_CPP_VERSION=3.22.1  # ships llama.cpp commit de3ff81 (2026-09-28)
+llama_cpp="$root/build/llama.cpp"
+llama_cpp_bin="$llama_cpp/build/bin"
+
+# llama_cpp_build TARGET...: builds llama.cpp's TARGETs (llama-bench, llama-quantize,
+# llama-perplexity, llama for the library), fetching the source and configuring the build first if
+# that has not been done. Logs: build/llama.cpp/{configure,build}.log.
+llama_cpp_build() {
+    mkdir -p "$llama_cpp"
+    if [ ! -d "$llama_cpp/src" ]; then
+        echo "fetching node-llama-cpp@$NODE_LLAMA_CPP_VERSION (llama.cpp source) from npm" >&2
+        (cd "$llama_cpp" && npm pack --silent "node-llama-cpp@$NODE_LLAMA_CPP_VERSION" > /dev/null)
+        tar -xzf "$llama_cpp/node-llama-cpp-$NODE_LLAMA_CPP_VERSION.tgz" -C "$llama_cpp" package/llama/gitRelease.bundle
+        git -c advice.detachedHead=false clone --quiet "$llama_cpp/package/llama/gitRelease.bundle" "$llama_cpp/src"
+        rm -rf "$llama_cpp/package" "$llama_cpp/node-llama-cpp-$NODE_LLAMA_CPP_VERSION.tgz"
+    fi
+    if [ ! -f "$llama_cpp/build/build.ninja" ]; then
+        cmake -S "$llama_cpp/src" -B "$llama_cpp/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+            -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
+            -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF > "$llama_cpp/configure.log"
+    fi
+    echo "building llama.cpp: $*" >&2
+    cmake --build "$llama_cpp/build" --target "$@" -j"$(nproc)" > "$llama_cpp/build.log"
+}
