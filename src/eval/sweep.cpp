@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "eval/jsonl.h"
 #include "eval/prefill_share.h"
 #include "policy/coverage_probe.h"
 #include "policy/registry.h"
@@ -188,24 +189,34 @@ nlohmann::ordered_json to_json(const EvalRecord& r) {
 }
 
 EvalRecord record_from_json(const nlohmann::json& j, std::string_view where) {
+    // Integer fields are range-checked here: nlohmann's get<int64_t>() casts a float such as 1e28
+    // without a check (undefined behaviour; found by fuzz_longbench) and get<int32_t>() truncates.
+    const auto integer = [&](const char* key, int64_t lo, int64_t hi) -> int64_t {
+        const std::optional<int64_t> v = json_optional_int(j, key, where);
+        if (!v) fail("{}: not a prediction record: no integer field '{}'", where, key);
+        if (*v < lo || *v > hi) fail("{}: not a prediction record: '{}' is out of range: {}", where, key, *v);
+        return *v;
+    };
+    constexpr int64_t i64_max = std::numeric_limits<int64_t>::max();
+    constexpr int64_t i32_max = std::numeric_limits<int32_t>::max();
     try {
         EvalRecord r;
         r.id = j.at("id").get<std::string>();
         r.task = j.at("task").get<std::string>();
         r.policy = j.at("policy").get<std::string>();
-        r.budget = j.at("budget").get<int64_t>();
+        r.budget = integer("budget", std::numeric_limits<int64_t>::min(), i64_max);
         r.prediction = j.at("prediction").get<std::string>();
         r.references = j.at("references").get<std::vector<std::string>>();
         r.score = j.at("score").get<double>();
-        r.kv_bytes = j.at("kv_bytes").get<int64_t>();
-        r.kv_entries = j.at("kv_entries").get<int64_t>();
+        r.kv_bytes = integer("kv_bytes", 0, i64_max);
+        r.kv_entries = integer("kv_entries", 0, i64_max);
         const auto& c = j.at("coverage");
         r.c_head = c.at("c_head").get<double>();
         r.c_layer = c.at("c_layer").get<double>();
         r.redundancy = c.at("redundancy").get<double>();
         r.c_head_tokens = c.at("c_head_tokens").get<double>();
-        r.n_prompt = j.at("n_prompt").get<int32_t>();
-        r.n_generated = j.at("n_generated").get<int32_t>();
+        r.n_prompt = static_cast<int32_t>(integer("n_prompt", 0, i32_max));
+        r.n_generated = static_cast<int32_t>(integer("n_generated", 0, i32_max));
         r.mode = j.at("mode").get<std::string>();
         return r;
     } catch (const nlohmann::json::exception& e) {

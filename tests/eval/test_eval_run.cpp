@@ -391,6 +391,18 @@ TEST(Sweep, SharedAndSeparateModesGiveIdenticalRecords) {
     EXPECT_EQ(back.prediction, shared[3].prediction);
     EXPECT_EQ(back.c_head, shared[3].c_head);
     EXPECT_THROW(record_from_json(nlohmann::json::parse("{\"id\": 1}"), "t"), Error);
+    // Integer fields out of their range, or floats far beyond int64 (found by fuzz_longbench).
+    for (const auto& [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+             {"kv_bytes", 1e28}, {"budget", -1e300}, {"n_prompt", int64_t{1} << 40}, {"kv_entries", -1}}) {
+        nlohmann::json bad = to_json(shared[3]);
+        bad[key] = value;
+        try {
+            record_from_json(bad, "t:9");
+            ADD_FAILURE() << key << " = " << value.dump() << " was accepted";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+        }
+    }
 }
 
 // Session::rollback returns the cache to its state before a continuation: the same entries, and
