@@ -210,6 +210,13 @@ Tokenizer Tokenizer::from_hf(const std::string& tokenizer_json,
     }
     if (max_id < 0) fail("tokenizer: tokenizer.json has an empty vocabulary");
     if (max_id >= (int64_t{1} << 24)) fail("tokenizer: token id {} too large", max_id);
+    // Ids missing from the range become "[PADn]" tokens; more holes than tokens (an id far beyond
+    // the rest) would size the vocabulary by a number instead of by the file (found by fuzz_hf_import).
+    const int64_t defined = static_cast<int64_t>(parsed.vocab.size() + added.size());
+    if (max_id + 1 - defined > std::max<int64_t>(defined, 1024)) {
+        fail("tokenizer: token ids go up to {} but only {} tokens are defined: too many missing ids", max_id,
+             defined);
+    }
     const size_t n = static_cast<size_t>(max_id) + 1;
     d.tokens.assign(n, std::string());
     d.types.assign(n, TokenType::UNUSED);

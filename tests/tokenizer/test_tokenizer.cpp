@@ -486,6 +486,13 @@ TEST(HfImport, MalformedInputIsAnError) {
                 R"({"pre_tokenizer": {"type": 8}, "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})");
         },
         {"unexpected type", "type must be string"});
+    // One id far beyond the others (found by fuzz_hf_import: 265k "[PADn]" tokens from 1 KB).
+    expect_error(
+        [] {
+            Tokenizer::from_hf(
+                R"({"pre_tokenizer": {"type": "ByteLevel"}, "model": {"type": "BPE", "vocab": {"a": 0, "b": 265267}, "merges": []}})");
+        },
+        {"token ids go up to 265267 but only 2 tokens are defined"});
 }
 
 // ---------------------------------------------------------------------------------------------
