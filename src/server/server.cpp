@@ -1,6 +1,7 @@
 #include "server/server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <cstdio>
@@ -65,6 +66,12 @@ void Server::configure() {
     http_->set_read_timeout(options_.read_timeout_s, 0);
     http_->set_write_timeout(options_.write_timeout_s, 0);
     http_->set_keep_alive_timeout(5);
+    // httplib's default sets SO_REUSEPORT, with which a second server binds the same port and
+    // silently takes half of its connections. SO_REUSEADDR only: a port in use is an error.
+    http_->set_socket_options([](socket_t sock) {
+        int yes = 1;
+        ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    });
 
     // Authentication: every endpoint but /health needs the key.
     if (!options_.api_key.empty()) {

@@ -724,9 +724,28 @@ TEST(Server, LoadWithCancelledStreamsEndsIdleWithAnEmptyCache) {
             ++ok;
         }
     };
+    // While it runs, /metrics sees requests queued (8 clients, 2 slots) and KV bytes in use.
+    std::atomic<bool> running{true};
+    double max_queue = 0, max_kv = 0;
+    std::thread watcher([&] {
+        httplib::Client c("127.0.0.1", s.port());
+        while (running) {
+            auto res = c.Get("/metrics");
+            if (res && res->status == 200) {
+                auto m = parse_metrics(res->body);
+                max_queue = std::max(max_queue, m["kvec_queue_length"]);
+                max_kv = std::max(max_kv, m["kvec_kv_cache_bytes"]);
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        }
+    });
     std::vector<std::thread> threads;
     for (int w = 0; w < kConcurrency; ++w) threads.emplace_back(worker, w);
     for (auto& t : threads) t.join();
+    running = false;
+    watcher.join();
+    EXPECT_GT(max_queue, 0);
+    EXPECT_GT(max_kv, 0);
     EXPECT_EQ(failed, 0);
     EXPECT_EQ(ok + cancelled, kRequests);
     EXPECT_GT(cancelled, 0);
