@@ -57,7 +57,8 @@ int serve(ServeOptions o, bool budget_given, bool ratio_given) {
     fmt::print(stderr, "model: {} ({})\n", o.model, model->summary());
     fmt::print(stderr, "threads: {}, context: {}, slots: {}, kv cache: {}, matmul: {}\n", num_threads(), srv.slots().n_ctx(),
                o.server.parallel, kv_type_name(o.server.session.kv_type), matmul_backend_description());
-    fmt::print(stderr, "policy: {}\n", o.server.policy.empty() ? std::string("none (full cache)") : o.server.policy);
+    fmt::print(stderr, "policy: {} (requests without a kv object)\n",
+               srv.default_policy().empty() ? std::string("none (full cache)") : srv.default_policy());
     fmt::print(stderr, "listening on http://{}:{}{}\n", o.server.host, port,
                o.server.api_key.empty() ? "" : " (API key required)");
 

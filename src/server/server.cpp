@@ -49,7 +49,9 @@ Server::Server(const Model& model, const Tokenizer& tokenizer, ServerOptions opt
         std::vector<policy::OptionOverride> overrides;
         if (options_.budget) overrides.push_back({"budget", std::to_string(*options_.budget), "--budget"});
         if (options_.ratio) overrides.push_back({"ratio", fmt::format("{}", *options_.ratio), "--ratio"});
-        policy::make_policy(policy::add_policy_options(options_.policy, overrides));
+        const std::string folded = policy::add_policy_options(options_.policy, overrides);
+        policy::make_policy(folded);
+        default_policy_ = policy::policy_options(folded).canonical();
     }
     started_ = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
     http_ = std::make_unique<httplib::Server>();

@@ -62,6 +62,8 @@ public:
     bool running() const;  // run() is accepting connections
 
     const ServerOptions& options() const { return options_; }
+    // The policy of a request without `kv`, canonical ("" = full cache).
+    const std::string& default_policy() const { return default_policy_; }
     SlotPool& slots() { return *slots_; }
     const Metrics& metrics() const { return metrics_; }
 
@@ -75,6 +77,7 @@ private:
     const Tokenizer& tokenizer_;
     ServerOptions options_;
     RequestDefaults defaults_;
+    std::string default_policy_;
     std::unique_ptr<SlotPool> slots_;
     Metrics metrics_;
     std::unique_ptr<httplib::Server> http_;
