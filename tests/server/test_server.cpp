@@ -666,6 +666,41 @@ TEST(Server, MetricsCountRequestsAndTokens) {
     EXPECT_EQ(m["kvec_requests_total{path=\"/metrics\",code=\"200\"}"], 1);
 }
 
+TEST(Server, AClientThatHangsUpStopsItsGenerationAndFreesTheSlot) {
+    ServerOptions o;
+    o.parallel = 1;
+    TestServer s(o);
+    httplib::Client c("127.0.0.1", s.port());
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = json{{"prompt", "hi"}, {"max_tokens", 250}, {"temperature", 0}, {"stream", true}}.dump();
+    std::string received;
+    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+        received.append(data, n);
+        return received.find("\n\n") == std::string::npos;  // hang up after the first event
+    };
+    auto res = c.send(req);
+    ASSERT_FALSE(res);
+    EXPECT_EQ(res.error(), httplib::Error::Canceled);
+    std::map<std::string, double> m;
+    for (int i = 0; i < 200; ++i) {
+        m = scrape(s);
+        if (m["kvec_generations_total"] == 1) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_EQ(m["kvec_generations_total"], 1);
+    EXPECT_EQ(m["kvec_slots_busy"], 0);
+    EXPECT_EQ(m["kvec_kv_cache_bytes"], 0);
+    // Stopped early: far fewer than the 250 tokens asked for.
+    std::printf("the hung-up stream generated %.0f of 250 tokens\n", m["kvec_generated_tokens_total"]);
+    EXPECT_LT(m["kvec_generated_tokens_total"], 125);
+    // The one slot serves the next request.
+    auto ok = post(c, "/v1/completions", json{{"prompt", "hi"}, {"max_tokens", 2}}.dump());
+    ASSERT_TRUE(ok);
+    EXPECT_EQ(ok->status, 200);
+}
+
 TEST(Server, LoadWithCancelledStreamsEndsIdleWithAnEmptyCache) {
     TestServer s(two_slots());
     constexpr int kRequests = 40, kConcurrency = 8;
