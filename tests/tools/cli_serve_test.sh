@@ -16,6 +16,10 @@ expect 1 "serve: unknown default policy" -- "$KVEC" serve -m "$M" --policy nosuc
 contains err "unknown eviction policy 'nosuch'" "unknown policy message"
 expect 1 "serve: default budget below the policy's minimum" -- "$KVEC" serve -m "$M" --policy snapkv --budget 4
 contains err "budget 4" "minimum budget message"
+expect 1 "serve: --budget and --ratio" -- "$KVEC" serve -m "$M" --policy kvec --budget 64 --ratio 0.5
+contains err "either --budget or --ratio" "budget and ratio message"
+expect 1 "serve: --budget with a policy that has none" -- "$KVEC" serve -m "$M" --policy full --budget 64
+contains err "--budget does not apply to policy full" "budget with full message"
 expect 1 "serve: --parallel 0" -- "$KVEC" serve -m "$M" --parallel 0
 contains err "--parallel must be at least 1" "parallel message"
 expect 1 "serve: missing model" -- "$KVEC" serve -m "$DIR/none.gguf"
