@@ -91,14 +91,12 @@ GenerationResult Generator::generate_from_tokens(const std::vector<int32_t>& pro
     auto cancelled = [&] { return o.keep_going && !o.keep_going(); };
 
     session_.reset();
-    std::span<const float> logits;
-    Timer timer;
     if (cancelled()) {
         st.stop_reason = StopReason::Cancelled;
         return r;
     }
-    timer.reset();
-    logits = step([&] { return session_.prefill(prompt); });
+    Timer timer;
+    std::span<const float> logits = step([&] { return session_.prefill(prompt); });
     st.prompt_seconds = timer.seconds();
     st.kv_prompt_bytes = session_.kv_cache().bytes();
     st.kv_prompt_entries = session_.kv_cache().total_entries();
