@@ -12,6 +12,8 @@ APT_PACKAGES=(
     build-essential cmake ninja-build pkg-config git
     libfmt-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev
     libgtest-dev libgmock-dev libbenchmark-dev libcairo2-dev
+    # kvec serve: the HTTP server and client (cpp-httplib 0.11, a compiled library in Debian 12).
+    libcpp-httplib-dev
     python3 python3-torch python3-numpy python3-regex libopenblas0-pthread bible-kjv
     bible-kjv-text
     # Fuzzing (tests/fuzz, scripts/fuzz.sh): clang with libFuzzer and the sanitizers, OpenMP for clang.

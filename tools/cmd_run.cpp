@@ -12,6 +12,7 @@
 
 #include "commands.h"
 #include "engine/generator.h"
+#include "engine/kv_report.h"
 #include "model/model.h"
 #include "model/session.h"
 #include "policy/coverage_probe.h"
@@ -69,31 +70,15 @@ std::string policy_spec(const RunOptions& o) {
         if (any_flag) fail("--budget, --ratio and --decode-evict need an eviction policy (--policy NAME)");
         return "";
     }
-    policy::PolicySpec spec = policy::parse_policy_spec(o.policy);
-    const policy::PolicyEntry& entry = policy::find_policy(spec.name);
-    auto has = [&](const char* key) {
-        return std::any_of(entry.options.begin(), entry.options.end(),
-                           [&](const policy::OptionSpec& os) { return os.name == key; });
-    };
-    auto set = [&](const char* key, const std::string& value, const char* flag) {
-        if (!has(key)) fail("{} does not apply to policy {} (it has no option '{}')", flag, entry.name, key);
-        if (spec.options.count(key) != 0) {
-            fail("{} given twice: in --policy ({}={}) and as {}", key, key, spec.options.at(key), flag);
-        }
-        spec.options[key] = value;
-    };
     if (o.budget_given && o.ratio_given) fail("give either --budget or --ratio, not both");
-    if (o.budget_given) set("budget", std::to_string(o.budget), "--budget");
-    if (o.ratio_given) set("ratio", fmt::format("{}", o.ratio), "--ratio");
-    if (o.decode_evict > 0) set("decode", std::to_string(o.decode_evict), "--decode-evict");
-    if (o.chunk_given && has("chunked")) set("chunked", "true", "--chunk");
-    std::string text = spec.name;
-    char sep = ':';
-    for (const auto& [key, value] : spec.options) {
-        text += sep + key + "=" + value;
-        sep = ',';
+    std::vector<policy::OptionOverride> overrides;
+    if (o.budget_given) overrides.push_back({"budget", std::to_string(o.budget), "--budget"});
+    if (o.ratio_given) overrides.push_back({"ratio", fmt::format("{}", o.ratio), "--ratio"});
+    if (o.decode_evict > 0) overrides.push_back({"decode", std::to_string(o.decode_evict), "--decode-evict"});
+    if (o.chunk_given && policy::has_option(policy::find_policy(policy::parse_policy_spec(o.policy).name), "chunked")) {
+        overrides.push_back({"chunked", "true", "--chunk"});
     }
-    return text;
+    return policy::add_policy_options(o.policy, overrides);
 }
 
 std::string join_values(const std::vector<policy::LayerCoverage>& layers, bool redundancy) {
@@ -135,47 +120,39 @@ std::string read_text_file(const std::string& path) {
 // Memory before / after eviction, peak (and its bound in chunked mode), coverage, policy time.
 void print_eviction_report(const Session& session, const Evictor& evictor, const policy::CoverageProbe& probe,
                            const GenerationStats& s) {
-    const ModelConfig& c = session.model().config();
-    const KvCache& kv = session.kv_cache();
-    const size_t entry = kv.entry_bytes();
-    const int64_t heads = int64_t{c.n_layer} * c.n_head_kv;
-    const int64_t full_entries = heads * s.n_prompt;  // the prompt uncompressed
-    const auto full_bytes = static_cast<size_t>(full_entries) * entry;
-    fmt::print(stderr, "eviction:   before {} ({} bytes, {} entries: the prompt uncompressed)\n", format_bytes(full_bytes),
-               full_bytes, full_entries);
-    const double kept = full_bytes > 0 ? 100.0 * static_cast<double>(s.kv_prompt_bytes) / static_cast<double>(full_bytes) : 0.0;
+    const KvReport k = kv_report(session, &evictor, s);
+    fmt::print(stderr, "eviction:   before {} ({} bytes, {} entries: the prompt uncompressed)\n", format_bytes(k.full_bytes),
+               k.full_bytes, k.full_entries);
     fmt::print(stderr, "            after  {} ({} bytes, {} entries, {:.1f}% of before) after the prompt\n",
-               format_bytes(s.kv_prompt_bytes), s.kv_prompt_bytes, s.kv_prompt_entries, kept);
-    fmt::print(stderr, "            at the end {} ({} bytes, {} entries), peak {} ({} bytes)\n", format_bytes(s.kv_bytes),
-               s.kv_bytes, s.kv_entries, format_bytes(s.kv_peak_bytes), s.kv_peak_bytes);
-    if (const auto* frame = dynamic_cast<const policy::FramePolicy*>(&evictor)) {
-        const int64_t budget = frame->budget_for_prompt(s.n_prompt);
-        const int64_t target = heads * std::min<int64_t>(budget, s.n_prompt);
-        fmt::print(stderr, "            budget B = {} per KV head and layer: {} entries after the prompt ({})\n", budget,
-                   target, s.kv_prompt_entries == target ? "met exactly" : fmt::format("kept {}", s.kv_prompt_entries));
-        const int64_t chunk = session.options().n_batch;
-        if (frame->frame().chunked) {
-            const auto bound = static_cast<size_t>(heads * (budget + chunk)) * entry;
+               format_bytes(k.prompt_bytes), k.prompt_bytes, k.prompt_entries, k.kept_percent());
+    fmt::print(stderr, "            at the end {} ({} bytes, {} entries), peak {} ({} bytes)\n", format_bytes(k.end_bytes),
+               k.end_bytes, k.end_entries, format_bytes(k.peak_bytes), k.peak_bytes);
+    if (k.budget >= 0) {
+        fmt::print(stderr, "            budget B = {} per KV head and layer: {} entries after the prompt ({})\n", k.budget,
+                   k.budget_entries,
+                   k.prompt_entries == k.budget_entries ? "met exactly" : fmt::format("kept {}", k.prompt_entries));
+        if (k.chunked) {
             fmt::print(stderr, "            prompt peak {} ({} bytes); bound budget + chunk = {} x (B {} + C {}) entries = {} ({} bytes): {}\n",
-                       format_bytes(s.kv_prompt_peak_bytes), s.kv_prompt_peak_bytes, heads, budget, chunk,
-                       format_bytes(bound), bound, s.kv_prompt_peak_bytes <= bound ? "within" : "EXCEEDED");
+                       format_bytes(k.prompt_peak_bytes), k.prompt_peak_bytes, k.heads, k.budget, k.chunk,
+                       format_bytes(k.prompt_peak_bound), k.prompt_peak_bound,
+                       k.prompt_peak_bytes <= k.prompt_peak_bound ? "within" : "EXCEEDED");
         } else {
             // One-shot eviction runs when the prompt's last chunk has passed: with more than one
             // chunk, every layer holds the whole prompt until then.
-            const int64_t chunks = (s.n_prompt + chunk - 1) / chunk;
+            const int64_t chunks = (s.n_prompt + k.chunk - 1) / k.chunk;
             fmt::print(stderr, "            prompt peak {} ({} bytes, {:.1f}% of before): {}\n",
-                       format_bytes(s.kv_prompt_peak_bytes), s.kv_prompt_peak_bytes,
-                       full_bytes > 0 ? 100.0 * static_cast<double>(s.kv_prompt_peak_bytes) / static_cast<double>(full_bytes) : 0.0,
+                       format_bytes(k.prompt_peak_bytes), k.prompt_peak_bytes,
+                       k.full_bytes > 0 ? 100.0 * static_cast<double>(k.prompt_peak_bytes) / static_cast<double>(k.full_bytes) : 0.0,
                        chunks > 1 ? fmt::format("one-shot eviction runs after the last of the prompt's {} chunks of {} "
                                                 "tokens, so until then every layer holds the whole prompt; --chunk C "
-                                                "bounds the peak at budget + chunk", chunks, chunk)
+                                                "bounds the peak at budget + chunk", chunks, k.chunk)
                                   : std::string("the prompt is one chunk: a per-layer policy compresses each layer "
                                                 "right after its attention (one uncompressed layer at a time); one "
                                                 "that selects across layers (K-VEC's global pool) holds every layer "
                                                 "until the last"));
         }
     }
-    const EvictionStats& e = session.eviction_stats();
+    const EvictionStats& e = k.eviction;
     const double policy_s = e.policy_seconds + e.observe_seconds;
     fmt::print(stderr, "            {} policy calls, {} compressions, {} entries evicted{}\n", e.calls, e.compressions,
                e.evicted, e.repositioned > 0 ? fmt::format(", {} re-rotations", e.repositioned) : "");
@@ -185,7 +162,7 @@ void print_eviction_report(const Session& session, const Evictor& evictor, const
         fmt::print(stderr, "            context reconstruction {:.4f} s ({:.2f}% of the prompt time; a second forward pass over the prompt)\n",
                    e.reconstruct_seconds, s.prompt_seconds > 0 ? 100.0 * e.reconstruct_seconds / s.prompt_seconds : 0.0);
     }
-    print_coverage(probe.report(), c.n_layer);
+    print_coverage(probe.report(), session.model().config().n_layer);
 }
 
 int run(const RunOptions& o) {

@@ -62,6 +62,7 @@ int main(int argc, char** argv) {
     kvec::tools::add_perplexity_command(app, action);
     kvec::tools::add_logits_command(app, action);
     kvec::tools::add_policies_command(app, action);
+    kvec::tools::add_serve_command(app, action);
 
     // An unknown command is named as such (CLI11 would only say that a subcommand is required).
     std::vector<std::string> names;

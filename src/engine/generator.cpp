@@ -16,6 +16,7 @@ const char* stop_reason_name(StopReason r) {
         case StopReason::StopString: return "stop string";
         case StopReason::Length: return "token limit";
         case StopReason::ContextFull: return "context full";
+        case StopReason::Cancelled: return "cancelled";
     }
     return "?";
 }
@@ -38,16 +39,22 @@ Generator::Generator(Session& session, const Tokenizer& tokenizer) : session_(se
 }
 
 std::vector<int32_t> Generator::tokenize_prompt(const GenerateOptions& o) const {
+    return kvec::tokenize_prompt(tokenizer_, o);
+}
+
+std::vector<int32_t> tokenize_prompt(const Tokenizer& tokenizer, const GenerateOptions& o) {
     std::string text = o.prompt;
     if (o.chat) {
-        std::vector<ChatMessage> messages;
-        if (!o.system_prompt.empty()) messages.push_back({"system", o.system_prompt});
-        messages.push_back({"user", o.prompt});
-        text = tokenizer_.apply_chat_template(messages, true);
+        std::vector<ChatMessage> messages = o.messages;
+        if (messages.empty()) {
+            if (!o.system_prompt.empty()) messages.push_back({"system", o.system_prompt});
+            messages.push_back({"user", o.prompt});
+        }
+        text = tokenizer.apply_chat_template(messages, true);
     }
-    std::vector<int32_t> tokens = tokenizer_.encode(text, /*add_special=*/true, o.parse_special || o.chat);
+    std::vector<int32_t> tokens = tokenizer.encode(text, /*add_special=*/true, o.parse_special || o.chat);
     // A template that writes the BOS text itself would otherwise give two BOS tokens.
-    const int32_t bos = tokenizer_.bos();
+    const int32_t bos = tokenizer.bos();
     if (bos >= 0 && tokens.size() >= 2 && tokens[0] == bos && tokens[1] == bos) tokens.erase(tokens.begin());
     return tokens;
 }
@@ -75,9 +82,21 @@ GenerationResult Generator::generate_from_tokens(const std::vector<int32_t>& pro
         if (on_text) on_text(s);
     };
 
+    // One forward step, under o.forward_mutex when given.
+    auto step = [&](auto&& run) {
+        if (o.forward_mutex == nullptr) return run();
+        std::lock_guard<std::mutex> lock(*o.forward_mutex);
+        return run();
+    };
+    auto cancelled = [&] { return o.keep_going && !o.keep_going(); };
+
     session_.reset();
+    if (cancelled()) {
+        st.stop_reason = StopReason::Cancelled;
+        return r;
+    }
     Timer timer;
-    std::span<const float> logits = session_.prefill(prompt);
+    std::span<const float> logits = step([&] { return session_.prefill(prompt); });
     st.prompt_seconds = timer.seconds();
     st.kv_prompt_bytes = session_.kv_cache().bytes();
     st.kv_prompt_entries = session_.kv_cache().total_entries();
@@ -118,8 +137,12 @@ GenerationResult Generator::generate_from_tokens(const std::vector<int32_t>& pro
             st.stop_reason = StopReason::ContextFull;
             break;
         }
+        if (cancelled()) {
+            st.stop_reason = StopReason::Cancelled;
+            break;
+        }
         timer.reset();
-        logits = session_.decode(id);
+        logits = step([&] { return session_.decode(id); });
         st.decode_seconds += timer.seconds();
         ++st.n_decoded;
     }

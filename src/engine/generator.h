@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,13 +21,23 @@ struct GenerateOptions {
     std::string prompt;
     bool chat = false;               // wrap the prompt with the model's chat template
     std::string system_prompt;       // chat only; "" = none
+    // chat only: the whole conversation (system, user, assistant turns) instead of system_prompt
+    // and prompt; the template adds the assistant's generation prompt after it.
+    std::vector<ChatMessage> messages;
     int32_t n_predict = 128;         // < 0: until end of generation or a full context
     std::vector<std::string> stop;   // stop strings (not included in the output)
     SamplerParams sampling;
     bool parse_special = true;       // special-token text in the prompt becomes the token
+    // Called before every forward step (the prefill, each decode step) on the generating thread;
+    // false stops the generation there (StopReason::Cancelled). A server stops a stream whose
+    // client has gone, and reads the cache's size at each step.
+    std::function<bool()> keep_going;
+    // When set, held around every forward step (the whole prefill, each decode step), so that
+    // sessions generating on several threads take turns on the machine one step at a time.
+    std::mutex* forward_mutex = nullptr;
 };
 
-enum class StopReason { EndOfGeneration, StopString, Length, ContextFull };
+enum class StopReason { EndOfGeneration, StopString, Length, ContextFull, Cancelled };
 const char* stop_reason_name(StopReason r);
 
 struct GenerationStats {
@@ -59,11 +70,15 @@ struct GenerationResult {
 // `kvec info` checks it too, so that it calls runnable only what `kvec run` runs).
 void check_tokenizer_fits(const Tokenizer& tokenizer, int32_t model_vocab);
 
+// The prompt as tokens (chat template applied if asked; one BOS at most): what Generator::generate
+// runs. kvec::Error from the chat template (no template, a role it does not take).
+std::vector<int32_t> tokenize_prompt(const Tokenizer& tokenizer, const GenerateOptions& options);
+
 class Generator {
 public:
     Generator(Session& session, const Tokenizer& tokenizer);
 
-    // The prompt as tokens (chat template applied if asked; one BOS at most).
+    // kvec::tokenize_prompt with this generator's tokenizer.
     std::vector<int32_t> tokenize_prompt(const GenerateOptions& options) const;
 
     // Resets the session and generates. on_text receives the text as it becomes final.

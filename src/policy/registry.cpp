@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "util/error.h"
 
 // One line per policy; each policy file defines `PolicyEntry <id>_entry()`.
@@ -47,6 +49,32 @@ OptionValues policy_options(std::string_view spec) {
     const PolicySpec parsed = parse_policy_spec(spec);
     const PolicyEntry& entry = find_policy(parsed.name);
     return OptionValues(entry.name, entry.options, parsed.options);
+}
+
+bool has_option(const PolicyEntry& entry, std::string_view key) {
+    return std::any_of(entry.options.begin(), entry.options.end(), [&](const OptionSpec& o) { return o.name == key; });
+}
+
+std::string add_policy_options(std::string_view spec, const std::vector<OptionOverride>& overrides,
+                               std::string_view spec_source) {
+    PolicySpec parsed = parse_policy_spec(spec);
+    const PolicyEntry& entry = find_policy(parsed.name);
+    for (const OptionOverride& o : overrides) {
+        if (!has_option(entry, o.key)) {
+            fail("{} does not apply to policy {} (it has no option '{}')", o.source, entry.name, o.key);
+        }
+        if (parsed.options.count(o.key) != 0) {
+            fail("{} given twice: in {} ({}={}) and as {}", o.key, spec_source, o.key, parsed.options.at(o.key), o.source);
+        }
+        parsed.options[o.key] = o.value;
+    }
+    std::string text = parsed.name;
+    char sep = ':';
+    for (const auto& [key, value] : parsed.options) {
+        text += sep + key + "=" + value;
+        sep = ',';
+    }
+    return text;
 }
 
 std::unique_ptr<Evictor> make_policy(std::string_view spec) {

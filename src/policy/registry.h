@@ -33,6 +33,23 @@ const PolicyEntry& find_policy(std::string_view name);
 // Parses and validates "name[:key=value,...]" (unknown policy / option, bad value -> kvec::Error).
 OptionValues policy_options(std::string_view spec);
 
+// Whether the policy has an option called `key`.
+bool has_option(const PolicyEntry& entry, std::string_view key);
+
+// A value for one of a policy's options given outside its string: a command-line flag such as
+// --budget, or a field of a server request such as kv.budget (`source` names it in messages).
+struct OptionOverride {
+    std::string key;
+    std::string value;
+    std::string source;
+};
+
+// The policy string `spec` ("name[:key=value,...]") with the overrides added as options:
+// "name:key=value,..." in key order. kvec::Error for an unknown policy, an override of an option
+// the policy does not have, or one the string already sets (spec_source names the string).
+std::string add_policy_options(std::string_view spec, const std::vector<OptionOverride>& overrides,
+                               std::string_view spec_source = "--policy");
+
 // A ready policy from "name[:key=value,...]". Throws kvec::Error on any problem of the string.
 std::unique_ptr<Evictor> make_policy(std::string_view spec);
 

@@ -60,6 +60,32 @@ TEST(Generator, GreedyGenerationStreamsAndCounts) {
     EXPECT_EQ(again.tokens, r.tokens);
 }
 
+TEST(Generator, KeepGoingStopsBeforeTheNextForwardStep) {
+    Session s(*fixture().model);
+    Generator g(s, *fixture().tokenizer);
+    GenerateOptions o = greedy(20);
+    int calls = 0;
+    o.keep_going = [&] { return ++calls <= 3; };  // the prefill and two decode steps
+    std::mutex forward;
+    o.forward_mutex = &forward;
+    const auto r = g.generate(o);
+    EXPECT_EQ(r.stats.stop_reason, StopReason::Cancelled);
+    EXPECT_EQ(calls, 4);
+    EXPECT_EQ(r.stats.n_decoded, 2);
+    EXPECT_EQ(r.stats.n_generated, 3);  // sampled after the prefill and after each decode step
+    EXPECT_STREQ(stop_reason_name(r.stats.stop_reason), "cancelled");
+    // The tokens are those of an uncancelled run, cut.
+    const auto full = g.generate(greedy(20));
+    ASSERT_GE(full.tokens.size(), 3u);
+    EXPECT_EQ(r.tokens, std::vector<int32_t>(full.tokens.begin(), full.tokens.begin() + 3));
+    // Cancelled before the prefill: nothing runs.
+    o.keep_going = [] { return false; };
+    const auto none = g.generate(o);
+    EXPECT_EQ(none.stats.stop_reason, StopReason::Cancelled);
+    EXPECT_EQ(none.stats.n_generated, 0);
+    EXPECT_EQ(s.kv_cache().bytes(), 0u);
+}
+
 TEST(Generator, StopStringCutsTheOutput) {
     Session s(*fixture().model);
     Generator g(s, *fixture().tokenizer);

@@ -116,6 +116,21 @@ TEST(Registry, CanonicalOptions) {
     EXPECT_EQ(v.get_choice("gqa"), "mean");
 }
 
+TEST(Registry, AddPolicyOptionsFoldsFlagsIntoTheString) {
+    EXPECT_EQ(add_policy_options("snapkv:window=8", {{"budget", "40", "--budget"}}), "snapkv:budget=40,window=8");
+    EXPECT_EQ(add_policy_options("kvec", {}), "kvec");
+    EXPECT_EQ(add_policy_options(" kvec : gamma=0.5", {{"ratio", "0.25", "kv.ratio"}}), "kvec:gamma=0.5,ratio=0.25");
+    EXPECT_TRUE(has_option(find_policy("snapkv"), "window"));
+    EXPECT_FALSE(has_option(find_policy("full"), "budget"));
+    expect_error([] { add_policy_options("full", {{"budget", "64", "kv.budget"}}); },
+                 {"kv.budget does not apply to policy full", "no option 'budget'"});
+    expect_error([] { add_policy_options("kvec:budget=64", {{"budget", "32", "--budget"}}); },
+                 {"budget given twice", "in --policy (budget=64)", "as --budget"});
+    expect_error([] { add_policy_options("kvec:budget=64", {{"budget", "32", "kv.budget"}}, "kv.policy"); },
+                 {"in kv.policy (budget=64)"});
+    expect_error([] { add_policy_options("nosuch", {}); }, {"unknown eviction policy 'nosuch'"});
+}
+
 TEST(Registry, ClearErrors) {
     expect_error([] { make_policy("snapkvv"); },
                  {"unknown eviction policy 'snapkvv'", "snapkv", "ada-snapkv"});

@@ -1,0 +1,49 @@
+// One completion on a slot: the request's prompt tokenized (the chat template applied exactly as
+// `kvec run --chat` applies it) and checked against the context, then generated on a leased
+// slot with the request's policy, streaming its text, and summarised (tokens, finish reason,
+// what the KV cache did).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/generator.h"
+#include "engine/kv_report.h"
+#include "server/request.h"
+#include "server/slots.h"
+
+namespace kvec::server {
+
+struct PreparedRequest {
+    CompletionRequest request;
+    GenerateOptions options;             // what the generator runs (prompt, sampling, stop, limit)
+    std::vector<int32_t> prompt_tokens;  // the prompt as the model sees it
+};
+
+// ApiError 400 when the prompt does not tokenize (no chat template, a role the template refuses)
+// or has more tokens than the context holds (code "context_length_exceeded").
+PreparedRequest prepare_request(CompletionRequest request, const Tokenizer& tokenizer, int32_t n_ctx);
+
+struct CompletionResult {
+    std::string text;
+    StopReason reason = StopReason::Length;
+    int64_t prompt_tokens = 0;
+    int64_t completion_tokens = 0;
+    KvReport kv;
+    std::string kv_spec;  // the policy as run ("" = full cache)
+    int slot = 0;
+    double seconds = 0;   // prefill + decode wall time
+};
+
+// Generates on the slot (its session reset first, the request's policy attached). on_text gets
+// the text as it becomes final and returns false when nobody is listening any more; the
+// generation then stops before its next forward step (StopReason::Cancelled). Forward steps take
+// forward_mutex. kvec::Error from the engine propagates.
+CompletionResult run_completion(const PreparedRequest& request, const Tokenizer& tokenizer, Slot& slot,
+                                std::mutex& forward_mutex, const std::function<bool(std::string_view)>& on_text);
+
+}  // namespace kvec::server

@@ -1,0 +1,51 @@
+// The OpenAI response objects the server sends: chat.completion, text_completion, their stream
+// chunks (chat.completion.chunk), usage, the model list, and the `kv` extension object that
+// says what the KV cache did.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "engine/generator.h"
+#include "engine/kv_report.h"
+#include "server/request.h"
+
+namespace kvec::server {
+
+// What identifies one response in every object and chunk of it.
+struct ResponseHeader {
+    std::string id;       // "chatcmpl-..." or "cmpl-..."
+    int64_t created = 0;  // Unix time
+    std::string model;    // the served model's id
+    Endpoint endpoint = Endpoint::Chat;
+};
+ResponseHeader make_header(Endpoint endpoint, const std::string& model);
+
+// "stop" (end of generation, a stop string), "length" (max_tokens, a full context), "cancelled".
+const char* finish_reason(StopReason reason);
+
+nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
+// spec: the policy as run ("" for the full cache); slot: the slot that ran it.
+nlohmann::json kv_json(const KvReport& report, const std::string& spec, int slot);
+
+// A whole (non-streamed) response.
+nlohmann::json completion_json(const ResponseHeader& h, const std::string& text, StopReason reason,
+                               const nlohmann::json& usage, const nlohmann::json& kv);
+
+// Stream chunks: the first (chat: the assistant role), one per piece of text, the last (finish
+// reason, usage and kv), and the usage chunk of stream_options.include_usage (no choices).
+nlohmann::json role_chunk(const ResponseHeader& h);
+nlohmann::json text_chunk(const ResponseHeader& h, const std::string& text);
+nlohmann::json final_chunk(const ResponseHeader& h, StopReason reason, const nlohmann::json& usage,
+                           const nlohmann::json& kv);
+nlohmann::json usage_chunk(const ResponseHeader& h, const nlohmann::json& usage);
+
+// GET /v1/models.
+nlohmann::json models_json(const std::string& model, int64_t created, int32_t n_ctx);
+
+// JSON text of a response; invalid UTF-8 (never produced by the decoder) would become U+FFFD.
+std::string dump(const nlohmann::json& j);
+
+}  // namespace kvec::server

@@ -1,0 +1,88 @@
+// The endpoints: POST /v1/chat/completions, POST /v1/completions (whole or streamed),
+// GET /v1/models, GET /health, GET /metrics.
+#include <httplib.h>
+
+#include <cstdio>
+
+#include "server/api_error.h"
+#include "server/completion.h"
+#include "server/responses.h"
+#include "server/server.h"
+#include "server/sse.h"
+#include "util/error.h"
+
+namespace kvec::server {
+
+using nlohmann::json;
+
+void Server::add_routes() {
+    http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+        const json body = {{"status", "ok"},
+                           {"slots_idle", slots_->size() - slots_->busy()},
+                           {"slots_processing", slots_->busy()},
+                           {"queue_length", slots_->queued()}};
+        res.set_content(dump(body), "application/json");
+    });
+    http_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+        res.set_content(dump(models_json(options_.model_id, started_, slots_->n_ctx())), "application/json");
+    });
+    http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+        res.set_content(metrics_.render(*slots_), "text/plain; version=0.0.4");
+    });
+    http_->Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+        complete(req, res, Endpoint::Chat);
+    });
+    http_->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+        complete(req, res, Endpoint::Completion);
+    });
+}
+
+void Server::complete(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
+    // Everything that can be wrong with the request is found here, before a slot is taken.
+    auto prepared = std::make_shared<PreparedRequest>(
+        prepare_request(parse_request(req.body, endpoint, defaults_), tokenizer_, slots_->n_ctx()));
+    if (prepared->request.stream) {
+        stream(prepared, res);
+        return;
+    }
+    const ResponseHeader header = make_header(endpoint, options_.model_id);
+    SlotLease lease = slots_->acquire();
+    const CompletionResult r = run_completion(*prepared, tokenizer_, lease.slot(), slots_->forward_mutex(), {});
+    metrics_.count_generation(r.prompt_tokens, r.completion_tokens, r.kv.eviction.evicted, r.seconds);
+    const json body = completion_json(header, r.text, r.reason, usage_json(r.prompt_tokens, r.completion_tokens),
+                                      kv_json(r.kv, r.kv_spec, r.slot));
+    res.set_content(dump(body), "application/json");
+}
+
+void Server::stream(std::shared_ptr<PreparedRequest> prepared, httplib::Response& res) {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    // The provider runs after the headers are sent, on this connection's thread: it waits for a
+    // slot there, so a client that leaves while queued never takes one.
+    res.set_chunked_content_provider("text/event-stream", [this, prepared](size_t, httplib::DataSink& sink) {
+        SseStream out([&sink](std::string_view bytes) { return sink.write(bytes.data(), bytes.size()); });
+        const ResponseHeader header = make_header(prepared->request.endpoint, options_.model_id);
+        try {
+            SlotLease lease = slots_->acquire();
+            if (!out.send(role_chunk(header))) return false;
+            const CompletionResult r = run_completion(*prepared, tokenizer_, lease.slot(), slots_->forward_mutex(),
+                                                      [&](std::string_view text) {
+                                                          return out.send(text_chunk(header, std::string(text)));
+                                                      });
+            metrics_.count_generation(r.prompt_tokens, r.completion_tokens, r.kv.eviction.evicted, r.seconds);
+            if (!out.open()) return false;  // the client has gone: the slot is free again
+            const json usage = usage_json(r.prompt_tokens, r.completion_tokens);
+            out.send(final_chunk(header, r.reason, usage, kv_json(r.kv, r.kv_spec, r.slot)));
+            if (prepared->request.include_usage) out.send(usage_chunk(header, usage));
+        } catch (const std::exception& e) {
+            // The status (200) is sent: the error goes into the stream, without details.
+            std::fprintf(stderr, "kvec serve: stream failed: %s\n", e.what());
+            out.send(json::parse(error_body("internal server error", "server_error", "internal_error")));
+        }
+        out.done();
+        sink.done();
+        return out.open();
+    });
+}
+
+}  // namespace kvec::server

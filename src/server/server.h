@@ -1,0 +1,87 @@
+// `kvec serve`: an OpenAI-compatible HTTP server (cpp-httplib) over one model, with --parallel N
+// slots that each hold a conversation's KV cache under the request's eviction policy and budget.
+// See docs/server.md for the endpoints.
+//
+// Threads: httplib's pool answers connections; a completion waits for a free slot (SlotPool),
+// then generates on its connection's thread, taking the forward lock for each forward step.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "model/model.h"
+#include "model/session.h"
+#include "server/metrics.h"
+#include "server/request.h"
+#include "server/slots.h"
+#include "tokenizer/tokenizer.h"
+
+namespace httplib {
+class Server;
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace kvec::server {
+
+struct PreparedRequest;
+
+struct ServerOptions {
+    std::string host = "127.0.0.1";
+    int port = 8080;                       // 0: any free port (see Server::bind)
+    int parallel = 1;                      // slots
+    std::string api_key;                   // "": no authentication
+    std::string model_id;                  // the name /v1/models lists and responses carry
+    std::string policy;                    // default eviction policy SPEC ("" = full cache)
+    std::optional<int64_t> budget;         // default --budget
+    std::optional<double> ratio;           // default --ratio
+    SessionOptions session;                // context (-c), prefill chunk, cache element type
+    int http_threads = 0;                  // 0: parallel + 8 (waiting requests hold a thread)
+    size_t max_body_bytes = size_t{8} << 20;  // larger request bodies get 413
+    int read_timeout_s = 30;               // a request's headers and body must arrive within this
+    int write_timeout_s = 30;              // a client that stops reading for this long is dropped
+    bool log_requests = false;             // one line per request on stderr
+};
+
+class Server {
+public:
+    // Checks the options (kvec::Error naming the problem: --parallel < 1, an unknown default
+    // policy, ...) and sets up the slots; serves nothing until bind() and run().
+    Server(const Model& model, const Tokenizer& tokenizer, ServerOptions options);
+    ~Server();
+    Server(const Server&) = delete;
+    Server& operator=(const Server&) = delete;
+
+    // Binds host:port (port 0: a free port). Returns the port; kvec::Error if it cannot bind.
+    int bind();
+    // Serves until stop() (from another thread or a signal-watching thread).
+    void run();
+    void stop();
+    bool running() const;  // run() is accepting connections
+
+    const ServerOptions& options() const { return options_; }
+    // The policy of a request without `kv`, canonical ("" = full cache).
+    const std::string& default_policy() const { return default_policy_; }
+    SlotPool& slots() { return *slots_; }
+    const Metrics& metrics() const { return metrics_; }
+
+private:
+    void configure();       // timeouts, limits, authentication, errors, logging (server.cpp)
+    void add_routes();      // the endpoints (routes.cpp)
+    void complete(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
+    void stream(std::shared_ptr<PreparedRequest> request, httplib::Response& res);
+
+    const Model& model_;
+    const Tokenizer& tokenizer_;
+    ServerOptions options_;
+    RequestDefaults defaults_;
+    std::string default_policy_;
+    std::unique_ptr<SlotPool> slots_;
+    Metrics metrics_;
+    std::unique_ptr<httplib::Server> http_;
+    int64_t started_ = 0;  // Unix time
+};
+
+}  // namespace kvec::server

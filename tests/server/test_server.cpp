@@ -1,0 +1,809 @@
+// kvec serve, end to end over HTTP (httplib::Client) against a server started in this process on
+// a free loopback port, with a tiny random model that carries a chat template.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <random>
+#include <thread>
+
+#include "engine/generator.h"
+#include "model/model.h"
+#include "server/server.h"
+#include "test_helpers.h"
+
+namespace kvec::server {
+namespace {
+
+using nlohmann::json;
+using namespace testing_helpers;
+
+// Llama 2's chat template (an SPM vocabulary, as the tiny model has).
+constexpr const char* kChatTemplate =
+    "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = "
+    "messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif "
+    "%}{% for message in loop_messages %}{% if loop.index0 == 0 and system_message != false %}{% set content = "
+    "'<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = "
+    "message['content'] %}{% endif %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + "
+    "' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif "
+    "%}{% endfor %}";
+
+// A prompt of ~70 tokens: longer than the budgets below, so the policies evict.
+const std::string kPrompt =
+    "The old lighthouse keeper climbed the stairs every evening at dusk, counting each step aloud, "
+    "and when he reached the lamp room he wiped the glass, trimmed the wick and watched the ships";
+
+const std::string& model_path() {
+    static const std::string path = [] {
+        const std::string plain = write_model(tiny_spec(), "serve-plain.gguf");
+        const std::string with_chat = temp_path("serve-tiny.gguf");
+        Rewrite r;
+        r.set_metadata.push_back({"tokenizer.chat_template", gguf::Value::from_string(kChatTemplate)});
+        rewrite_gguf(plain, with_chat, r);
+        return with_chat;
+    }();
+    return path;
+}
+
+struct Loaded {
+    std::unique_ptr<Model> model;
+    std::unique_ptr<Tokenizer> tokenizer;
+};
+
+const Loaded& loaded() {
+    static const Loaded l = [] {
+        Loaded x;
+        x.model = Model::load(model_path());
+        x.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_gguf(x.model->file()));
+        return x;
+    }();
+    return l;
+}
+
+// A server on a free port of 127.0.0.1, serving on a thread of its own until destroyed.
+class TestServer {
+public:
+    explicit TestServer(ServerOptions o = {}) {
+        o.host = "127.0.0.1";
+        o.port = 0;
+        if (o.model_id.empty()) o.model_id = "tiny";
+        server_ = std::make_unique<Server>(*loaded().model, *loaded().tokenizer, o);
+        port_ = server_->bind();
+        thread_ = std::thread([this] { server_->run(); });
+        while (!server_->running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ~TestServer() {
+        server_->stop();
+        thread_.join();
+    }
+    int port() const { return port_; }
+    httplib::Client client() const {
+        httplib::Client c("127.0.0.1", port_);
+        c.set_read_timeout(60, 0);
+        return c;
+    }
+    Server& server() { return *server_; }
+
+private:
+    std::unique_ptr<Server> server_;
+    int port_ = 0;
+    std::thread thread_;
+};
+
+ServerOptions two_slots() {
+    ServerOptions o;
+    o.parallel = 2;
+    return o;
+}
+
+TestServer& shared_server() {
+    static TestServer s(two_slots());
+    return s;
+}
+
+httplib::Result post(httplib::Client& c, const std::string& path, const std::string& body,
+                     const httplib::Headers& headers = {}) {
+    return c.Post(path.c_str(), headers, body, "application/json");
+}
+
+json post_json(const std::string& path, const json& body, int expect_status = 200) {
+    auto c = shared_server().client();
+    auto res = post(c, path, body.dump());
+    EXPECT_TRUE(res) << "no response";
+    if (!res) return {};
+    EXPECT_EQ(res->status, expect_status) << res->body;
+    return json::parse(res->body);
+}
+
+// The data of every event of a server-sent-event stream.
+std::vector<std::string> sse_data(const std::string& stream) {
+    std::vector<std::string> out;
+    size_t pos = 0;
+    while (pos < stream.size()) {
+        const size_t end = stream.find("\n\n", pos);
+        EXPECT_NE(end, std::string::npos) << "unterminated event at " << pos;
+        if (end == std::string::npos) break;
+        const std::string event = stream.substr(pos, end - pos);
+        EXPECT_EQ(event.rfind("data: ", 0), 0u) << event;
+        out.push_back(event.substr(6));
+        pos = end + 2;
+    }
+    return out;
+}
+
+// The text of a streamed response, checking each chunk's shape; `last` gets the final chunk.
+std::string stream_text(const std::string& stream, bool chat, json* last = nullptr) {
+    const std::vector<std::string> events = sse_data(stream);
+    EXPECT_GE(events.size(), 3u);
+    EXPECT_EQ(events.back(), "[DONE]");
+    std::string text;
+    std::string id;
+    for (size_t i = 0; i + 1 < events.size(); ++i) {
+        const json chunk = json::parse(events[i]);
+        if (id.empty()) id = chunk.at("id").get<std::string>();
+        EXPECT_EQ(chunk.at("id"), id);  // one id for the whole stream
+        EXPECT_EQ(chunk.at("object"), chat ? "chat.completion.chunk" : "text_completion");
+        EXPECT_EQ(chunk.at("model"), "tiny");
+        const json& choices = chunk.at("choices");
+        if (choices.empty()) continue;  // the include_usage chunk
+        const json& c = choices.at(0);
+        if (chat) {
+            if (c.at("delta").contains("content")) text += c.at("delta").at("content").get<std::string>();
+        } else {
+            text += c.at("text").get<std::string>();
+        }
+        if (!c.at("finish_reason").is_null() && last != nullptr) *last = chunk;
+    }
+    return text;
+}
+
+std::string stream_request(const std::string& path, const json& body) {
+    auto c = shared_server().client();
+    auto res = post(c, path, body.dump());
+    EXPECT_TRUE(res);
+    if (!res) return {};
+    EXPECT_EQ(res->status, 200);
+    EXPECT_EQ(res->get_header_value("Content-Type"), "text/event-stream");
+    return res->body;
+}
+
+void expect_usage(const json& usage, int64_t completion) {
+    EXPECT_GT(usage.at("prompt_tokens").get<int64_t>(), 0);
+    EXPECT_EQ(usage.at("completion_tokens").get<int64_t>(), completion);
+    EXPECT_EQ(usage.at("total_tokens").get<int64_t>(),
+              usage.at("prompt_tokens").get<int64_t>() + usage.at("completion_tokens").get<int64_t>());
+}
+
+TEST(Server, ChatCompletionIsAValidObject) {
+    const json r = post_json("/v1/chat/completions", {{"model", "tiny"},
+                                                      {"messages", {{{"role", "system"}, {"content", "Be brief."}},
+                                                                    {{"role", "user"}, {"content", "Hello there"}}}},
+                                                      {"max_tokens", 8},
+                                                      {"temperature", 0}});
+    EXPECT_EQ(r.at("object"), "chat.completion");
+    EXPECT_EQ(r.at("id").get<std::string>().rfind("chatcmpl-", 0), 0u);
+    EXPECT_EQ(r.at("model"), "tiny");
+    EXPECT_GT(r.at("created").get<int64_t>(), 1700000000);
+    ASSERT_EQ(r.at("choices").size(), 1u);
+    const json& c = r.at("choices").at(0);
+    EXPECT_EQ(c.at("message").at("role"), "assistant");
+    EXPECT_TRUE(c.at("message").at("content").is_string());
+    const std::string reason = c.at("finish_reason");
+    EXPECT_TRUE(reason == "length" || reason == "stop") << reason;
+    if (reason == "length") expect_usage(r.at("usage"), 8);
+    // The full cache: nothing evicted, the cache holds prompt + decoded tokens.
+    const json& kv = r.at("kv");
+    EXPECT_EQ(kv.at("policy"), "none");
+    EXPECT_EQ(kv.at("evicted"), 0);
+    EXPECT_EQ(kv.at("entries_after"), kv.at("entries_before"));
+    EXPECT_TRUE(kv.at("budget").is_null());
+}
+
+TEST(Server, CompletionIsAValidObjectAndReportsTheBudget) {
+    const json r = post_json("/v1/completions", {{"prompt", kPrompt},
+                                                 {"max_tokens", 6},
+                                                 {"temperature", 0},
+                                                 {"kv", {{"policy", "kvec"}, {"budget", 40}}}});
+    EXPECT_EQ(r.at("object"), "text_completion");
+    EXPECT_EQ(r.at("id").get<std::string>().rfind("cmpl-", 0), 0u);
+    const json& c = r.at("choices").at(0);
+    EXPECT_TRUE(c.at("text").is_string());
+    const json& kv = r.at("kv");
+    EXPECT_EQ(kv.at("policy").get<std::string>().rfind("kvec:", 0), 0u);
+    EXPECT_EQ(kv.at("budget"), 40);
+    const int64_t n_prompt = r.at("usage").at("prompt_tokens");
+    ASSERT_GT(n_prompt, 40);
+    const int64_t heads = 2 * 2;  // layers x KV heads of the tiny model
+    EXPECT_EQ(kv.at("entries_before").get<int64_t>(), heads * n_prompt);
+    EXPECT_EQ(kv.at("budget_entries").get<int64_t>(), heads * 40);
+    EXPECT_EQ(kv.at("entries_after").get<int64_t>(), heads * 40);
+    EXPECT_TRUE(kv.at("budget_held").get<bool>());
+    EXPECT_LT(kv.at("bytes_after").get<int64_t>(), kv.at("bytes_before").get<int64_t>());
+    EXPECT_GT(kv.at("evicted").get<int64_t>(), 0);
+    EXPECT_GE(kv.at("peak_bytes").get<int64_t>(), kv.at("bytes_end").get<int64_t>());
+}
+
+TEST(Server, StreamingGivesTheSameTextAsAWholeResponse) {
+    for (const bool chat : {false, true}) {
+        SCOPED_TRACE(chat ? "chat" : "completion");
+        json body = {{"max_tokens", 10}, {"temperature", 0}, {"kv", {{"policy", "snapkv"}, {"budget", 40}}}};
+        if (chat) {
+            body["messages"] = {{{"role", "user"}, {"content", kPrompt}}};
+        } else {
+            body["prompt"] = kPrompt;
+        }
+        const std::string path = chat ? "/v1/chat/completions" : "/v1/completions";
+        const json whole = post_json(path, body);
+        body["stream"] = true;
+        body["stream_options"] = {{"include_usage", true}};
+        json last;
+        const std::string streamed = stream_text(stream_request(path, body), chat, &last);
+        const json& choice = whole.at("choices").at(0);
+        EXPECT_EQ(streamed, chat ? choice.at("message").at("content").get<std::string>() : choice.at("text").get<std::string>());
+        ASSERT_TRUE(last.is_object());
+        EXPECT_EQ(last.at("choices").at(0).at("finish_reason"), choice.at("finish_reason"));
+        EXPECT_EQ(last.at("usage"), whole.at("usage"));
+        EXPECT_EQ(last.at("kv").at("entries_after"), whole.at("kv").at("entries_after"));
+    }
+}
+
+// Runs `kvec run` and returns what it printed on stdout (the generated text and a newline).
+std::string kvec_run(const std::string& args) {
+    const std::string cmd = std::string(KVEC_BINARY) + " run -m " + model_path() + " " + args + " 2>/dev/null";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    EXPECT_NE(p, nullptr);
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    EXPECT_EQ(::pclose(p), 0) << cmd;
+    return out;
+}
+
+TEST(Server, GreedyOutputEqualsKvecRun) {
+    // The prompt goes through a file: no shell quoting.
+    const std::string prompt_file = temp_path("serve-prompt.txt");
+    {
+        FILE* f = std::fopen(prompt_file.c_str(), "w");
+        std::fputs(kPrompt.c_str(), f);
+        std::fclose(f);
+    }
+    struct Case {
+        const char* policy;  // "" = full cache
+        int budget;
+    };
+    for (const Case& k : {Case{"", 0}, Case{"kvec", 40}, Case{"snapkv", 36}}) {
+        for (const bool chat : {false, true}) {
+            SCOPED_TRACE(fmt::format("policy '{}', budget {}, chat {}", k.policy, k.budget, chat));
+            std::string args = "-f " + prompt_file + " -n 12 --temp 0";
+            json body = {{"max_tokens", 12}, {"temperature", 0}};
+            if (*k.policy != '\0') {
+                args += fmt::format(" --policy {} --budget {}", k.policy, k.budget);
+                body["kv"] = {{"policy", k.policy}, {"budget", k.budget}};
+            } else {
+                body["kv"] = {{"policy", "none"}};
+            }
+            if (chat) {
+                args += " --chat";
+                body["messages"] = {{{"role", "user"}, {"content", kPrompt}}};
+            } else {
+                body["prompt"] = kPrompt;
+            }
+            const json r = post_json(chat ? "/v1/chat/completions" : "/v1/completions", body);
+            const json& c = r.at("choices").at(0);
+            const std::string text = chat ? c.at("message").at("content").get<std::string>() : c.at("text").get<std::string>();
+            EXPECT_FALSE(text.empty());
+            EXPECT_EQ(kvec_run(args), text + "\n");
+        }
+    }
+}
+
+TEST(Server, ServerDefaultsApplyWithoutKvAndRequestsOverrideThem) {
+    ServerOptions o;
+    o.policy = "kvec";
+    o.budget = 40;
+    TestServer s(o);
+    auto c = s.client();
+    json body = {{"prompt", kPrompt}, {"max_tokens", 2}, {"temperature", 0}};
+    auto res = post(c, "/v1/completions", body.dump());
+    ASSERT_TRUE(res);
+    ASSERT_EQ(res->status, 200) << res->body;
+    EXPECT_EQ(json::parse(res->body).at("kv").at("budget"), 40);
+    body["kv"] = {{"budget", 48}};
+    res = post(c, "/v1/completions", body.dump());
+    ASSERT_EQ(res->status, 200) << res->body;
+    EXPECT_EQ(json::parse(res->body).at("kv").at("budget"), 48);
+    body["kv"] = {{"policy", "none"}};
+    res = post(c, "/v1/completions", body.dump());
+    ASSERT_EQ(res->status, 200) << res->body;
+    EXPECT_EQ(json::parse(res->body).at("kv").at("policy"), "none");
+}
+
+TEST(Server, ModelsHealthAndUnknownEndpoints) {
+    auto c = shared_server().client();
+    auto res = c.Get("/v1/models");
+    ASSERT_TRUE(res);
+    ASSERT_EQ(res->status, 200);
+    const json models = json::parse(res->body);
+    EXPECT_EQ(models.at("object"), "list");
+    EXPECT_EQ(models.at("data").at(0).at("id"), "tiny");
+    res = c.Get("/health");
+    ASSERT_EQ(res->status, 200);
+    EXPECT_EQ(json::parse(res->body).at("status"), "ok");
+    res = c.Get("/v1/nothing");
+    ASSERT_EQ(res->status, 404);
+    EXPECT_TRUE(json::parse(res->body).at("error").at("message").is_string());
+    res = c.Get("/v1/completions");  // POST only
+    ASSERT_TRUE(res);
+    EXPECT_GE(res->status, 400);
+    EXPECT_LT(res->status, 500);
+}
+
+// ---- Bad input ---------------------------------------------------------------------------
+
+struct BadRequest {
+    std::string path;
+    std::string body;
+    std::string what;
+};
+
+// n malformed requests drawn with a fixed seed from every class of bad input.
+std::vector<BadRequest> bad_requests(int n, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    auto pick = [&](size_t k) { return static_cast<size_t>(rng() % k); };
+    const std::vector<json> wrong_values = {json("text"), json(12), json(-3.5), json::array({1, 2}),
+                                            json::object({{"a", 1}}), json(true), json(nullptr)};
+    std::vector<BadRequest> out;
+    for (int i = 0; i < n; ++i) {
+        const bool chat = pick(2) == 0;
+        const std::string path = chat ? "/v1/chat/completions" : "/v1/completions";
+        json good = {{"max_tokens", 4}, {"temperature", 0}};
+        if (chat) {
+            good["messages"] = {{{"role", "user"}, {"content", "hi"}}};
+        } else {
+            good["prompt"] = "hi";
+        }
+        json b = good;
+        std::string raw;
+        std::string what;
+        switch (pick(10)) {
+            case 0: {  // invalid JSON
+                what = "invalid JSON";
+                const std::string text = good.dump();
+                const std::vector<std::string> broken = {text.substr(0, pick(text.size())), "{", "[1,2", "nul", "",
+                                                         "{\"prompt\": \"a\",}", "{'prompt': 'a'}", text + "}",
+                                                         std::string(64, '['), "\x01\x02\x03"};
+                raw = broken[pick(broken.size())];
+                break;
+            }
+            case 1: {  // wrong types
+                const std::vector<std::string> fields = {chat ? "messages" : "prompt", "max_tokens", "temperature", "top_p",
+                                                         "top_k", "seed", "stop", "stream", "kv", "model", "n",
+                                                         "stream_options"};
+                const std::string f = fields[pick(fields.size())];
+                json v = wrong_values[pick(wrong_values.size())];
+                // Skip values that are valid for the field (or null: absent).
+                if (v.is_null() || (f == "stop" && v.is_string()) || (f == "kv" && v.is_object()) ||
+                    (f == "model" && v.is_string()) || (f == "stream_options" && v.is_object()) ||
+                    (f == "prompt" && v.is_string()) || (f == "stream" && v.is_boolean())) {
+                    v = json::array({json::object()});
+                }
+                if ((f == "temperature" || f == "top_p") && v.is_number()) v = "hot";
+                if ((f == "max_tokens" || f == "top_k" || f == "seed") && v.is_number_integer()) v = 2.5;
+                b[f] = v;
+                what = "wrong type for " + f;
+                break;
+            }
+            case 2: {  // negative or huge max_tokens
+                const std::vector<json> values = {json(-1), json(0), json(-2147483648LL), json(1000000000000LL),
+                                                  json(257), json(18446744073709551615ULL), json(1.5), json("16")};
+                b["max_tokens"] = values[pick(values.size())];
+                what = "max_tokens " + b["max_tokens"].dump();
+                break;
+            }
+            case 3: {  // unknown policy or option
+                const std::vector<json> kvs = {{{"policy", "nosuch"}},
+                                               {{"policy", "kvec:nosuch=1"}},
+                                               {{"policy", "kvec:budget=abc"}},
+                                               {{"policy", "kvec:gamma"}},
+                                               {{"policy", ""}},
+                                               {{"policy", ":budget=3"}},
+                                               {{"policy", "kvec"}, {"window", 3}},
+                                               {{"policy", "full"}, {"budget", 64}},
+                                               {{"policy", "none"}, {"budget", 64}},
+                                               {{"policy", "kvec:budget=64"}, {"budget", 64}},
+                                               {{"policy", "kvec"}, {"budget", 64}, {"ratio", 0.5}}};
+                b["kv"] = kvs[pick(kvs.size())];
+                what = "kv " + b["kv"].dump();
+                break;
+            }
+            case 4: {  // budget below the policy's minimum, ratio out of range
+                const std::vector<json> kvs = {{{"policy", "kvec"}, {"budget", 1}},
+                                               {{"policy", "snapkv"}, {"budget", 4}},
+                                               {{"policy", "kvec"}, {"budget", 0}},
+                                               {{"policy", "kvec"}, {"budget", -5}},
+                                               {{"policy", "kvec"}, {"ratio", 2.0}},
+                                               {{"policy", "kvec"}, {"ratio", -0.5}},
+                                               {{"policy", "kvec:budget=2"}}};
+                b["kv"] = kvs[pick(kvs.size())];
+                what = "kv " + b["kv"].dump();
+                break;
+            }
+            case 5: {  // prompt longer than the context (256 tokens)
+                std::string longp;
+                for (int w = 0; w < 300 + static_cast<int>(pick(200)); ++w) longp += "word ";
+                if (chat) {
+                    b["messages"][0]["content"] = longp;
+                } else {
+                    b["prompt"] = longp;
+                }
+                what = "prompt longer than the context";
+                break;
+            }
+            case 6: {  // invalid UTF-8 (raw bytes, overlong, surrogates)
+                const std::vector<std::string> bad = {"\xff\xfe", "\xc0\xaf", "\xed\xa0\x80", "a\x80z", "\xf8\x88\x80\x80\x80"};
+                const std::string s = bad[pick(bad.size())];
+                std::string text = good.dump();
+                const std::string target = "\"hi\"";
+                raw = pick(4) == 0 ? text.replace(text.find(target), target.size(), "\"\\ud800\"")
+                                   : text.replace(text.find(target), target.size(), "\"h" + s + "i\"");
+                what = "invalid UTF-8";
+                break;
+            }
+            case 7: {  // empty messages or prompt, missing fields
+                const std::vector<json> values = chat ? std::vector<json>{json::array(), json::array({json::object()}),
+                                                                         json::array({{{"role", "user"}}}),
+                                                                         json::array({{{"content", "x"}}})}
+                                                      : std::vector<json>{json(""), json::array(), json::array({"a", "b"}),
+                                                                         json::array({1, 2})};
+                b[chat ? "messages" : "prompt"] = values[pick(values.size())];
+                if (pick(5) == 0) b.erase(chat ? "messages" : "prompt");
+                what = "empty or missing prompt";
+                break;
+            }
+            case 8: {  // unknown role (or a bad content part)
+                const std::vector<json> roles = {json("wizard"), json("tool"), json(""), json(5), json("USER"), json("function")};
+                b = good;
+                if (!chat) {
+                    b.erase("prompt");
+                    b["messages"] = {{{"role", "user"}, {"content", "hi"}}};
+                }
+                if (pick(4) == 0) {
+                    b["messages"][0]["content"] = json::array({{{"type", "image_url"}, {"image_url", "x"}}});
+                } else {
+                    b["messages"][0]["role"] = roles[pick(roles.size())];
+                }
+                if (!chat) {  // a chat body on the completions endpoint lacks its prompt
+                    what = "chat body on /v1/completions";
+                } else {
+                    what = "unknown role or content";
+                }
+                break;
+            }
+            default: {  // sampling values out of range, unsupported options, bodies that are not objects
+                const std::vector<std::pair<std::string, json>> values = {
+                    {"temperature", 3.0}, {"temperature", -1.0}, {"top_p", 0.0}, {"top_p", 1.5}, {"top_k", -1},
+                    {"min_p", 1.0}, {"n", 2}, {"logprobs", true}, {"stop", json::array({"a", "b", "c", "d", "e"})},
+                    {"stop", ""}, {"tools", json::array({{{"type", "function"}}})}, {"repeat_penalty", -1.0}};
+                const auto& [f, v] = values[pick(values.size())];
+                b[f] = v;
+                what = f + " = " + v.dump();
+                if (pick(6) == 0) {
+                    const std::vector<std::string> not_objects = {"[]", "42", "\"text\"", "null", "true"};
+                    raw = not_objects[pick(not_objects.size())];
+                    what = "body not an object";
+                }
+                break;
+            }
+        }
+        out.push_back({path, raw.empty() && what.find("invalid JSON") == std::string::npos ? b.dump() : raw, what});
+    }
+    // 10 MB bodies.
+    for (int i = 0; i < 5; ++i) {
+        out.push_back({i % 2 == 0 ? "/v1/completions" : "/v1/chat/completions",
+                       "{\"prompt\": \"" + std::string(10u << 20, 'a') + "\"}", "10 MB body"});
+    }
+    return out;
+}
+
+TEST(Server, FiveHundredMalformedRequestsGetCleanClientErrors) {
+    const std::vector<BadRequest> requests = bad_requests(520, 25);
+    auto c = shared_server().client();
+    std::map<int, int> statuses;
+    for (const BadRequest& r : requests) {
+        auto res = post(c, r.path, r.body);
+        ASSERT_TRUE(res) << r.what << ": no response (" << httplib::to_string(res.error()) << ")";
+        ++statuses[res->status];
+        EXPECT_GE(res->status, 400) << r.what << ": " << r.body.substr(0, 200);
+        EXPECT_LT(res->status, 500) << r.what << ": " << res->body;
+        if (res->status < 400 || res->status >= 500) continue;
+        // An OpenAI error object that names the problem, and no file paths.
+        const json e = json::parse(res->body, nullptr, false);
+        ASSERT_FALSE(e.is_discarded()) << r.what << ": body is not JSON: " << res->body;
+        const json& err = e.at("error");
+        EXPECT_FALSE(err.at("message").get<std::string>().empty()) << r.what;
+        EXPECT_TRUE(err.at("type").is_string());
+        EXPECT_TRUE(err.at("code").is_string());
+        EXPECT_EQ(res->body.find(".gguf"), std::string::npos) << res->body;
+        EXPECT_EQ(res->body.find(".cpp"), std::string::npos) << res->body;
+    }
+    EXPECT_GT(statuses[413], 0);
+    EXPECT_GT(statuses[400], 400);
+    for (const auto& [status, n] : statuses) std::printf("status %d: %d requests\n", status, n);
+    // The server still serves.
+    const json ok = post_json("/v1/completions", {{"prompt", "hi"}, {"max_tokens", 3}, {"temperature", 0}});
+    EXPECT_EQ(ok.at("object"), "text_completion");
+}
+
+TEST(Server, ErrorMessagesNameTheProblem) {
+    auto c = shared_server().client();
+    auto message = [&](const std::string& path, const std::string& body) {
+        auto res = post(c, path, body);
+        EXPECT_TRUE(res);
+        if (!res) return std::string();
+        EXPECT_EQ(res->status, 400) << res->body;
+        return json::parse(res->body).at("error").at("message").get<std::string>();
+    };
+    EXPECT_NE(message("/v1/completions", "{").find("not valid JSON"), std::string::npos);
+    EXPECT_NE(message("/v1/completions", R"({"prompt": "a", "max_tokens": -4})").find("max_tokens"), std::string::npos);
+    EXPECT_NE(message("/v1/completions", R"({"prompt": "a", "kv": {"policy": "nosuch"}})").find("unknown eviction policy"),
+              std::string::npos);
+    EXPECT_NE(message("/v1/completions", R"({"prompt": "a", "kv": {"policy": "kvec", "budget": 1}})").find("budget"),
+              std::string::npos);
+    EXPECT_NE(message("/v1/chat/completions", R"({"messages": []})").find("empty"), std::string::npos);
+    EXPECT_NE(message("/v1/chat/completions", R"({"messages": [{"role": "wizard", "content": "a"}]})").find("wizard"),
+              std::string::npos);
+    std::string longp;
+    for (int i = 0; i < 400; ++i) longp += "word ";
+    EXPECT_NE(message("/v1/completions", json{{"prompt", longp}}.dump()).find("context"), std::string::npos);
+}
+
+// ---- Security ---------------------------------------------------------------------------
+
+TEST(Server, ApiKeyIsRequiredEverywhereButHealth) {
+    ServerOptions o;
+    o.api_key = "sekrit";
+    TestServer s(o);
+    auto c = s.client();
+    const std::string body = json{{"prompt", "hi"}, {"max_tokens", 2}}.dump();
+    for (const httplib::Headers& h : {httplib::Headers{}, httplib::Headers{{"Authorization", "Bearer wrong"}},
+                                      httplib::Headers{{"Authorization", "sekrit"}}}) {
+        auto res = post(c, "/v1/completions", body, h);
+        ASSERT_TRUE(res);
+        EXPECT_EQ(res->status, 401);
+        EXPECT_EQ(json::parse(res->body).at("error").at("type"), "authentication_error");
+        res = c.Get("/v1/models", h);
+        EXPECT_EQ(res->status, 401);
+        res = c.Get("/metrics", h);
+        EXPECT_EQ(res->status, 401);
+    }
+    auto res = c.Get("/health");
+    EXPECT_EQ(res->status, 200);
+    const httplib::Headers key = {{"Authorization", "Bearer sekrit"}};
+    res = post(c, "/v1/completions", body, key);
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 200) << res->body;
+    EXPECT_EQ(c.Get("/v1/models", key)->status, 200);
+    // Refused requests are counted too.
+    auto m = c.Get("/metrics", key);
+    ASSERT_EQ(m->status, 200);
+    EXPECT_NE(m->body.find("kvec_requests_total{path=\"/v1/completions\",code=\"401\"} 3"), std::string::npos) << m->body;
+}
+
+TEST(Server, BodiesOverTheLimitGet413) {
+    ServerOptions o;
+    o.max_body_bytes = 4096;
+    TestServer s(o);
+    auto c = s.client();
+    auto res = post(c, "/v1/completions", json{{"prompt", std::string(5000, 'a')}}.dump());
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 413);
+    EXPECT_EQ(json::parse(res->body).at("error").at("code"), "request_too_large");
+    res = post(c, "/v1/completions", json{{"prompt", "a"}, {"max_tokens", 1}}.dump());
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 200);
+    auto m = c.Get("/metrics");
+    EXPECT_NE(m->body.find("kvec_requests_total{path=\"/v1/completions\",code=\"413\"} 1"), std::string::npos) << m->body;
+}
+
+// ---- Metrics and load ---------------------------------------------------------------------
+
+// name{labels} -> value of a Prometheus text exposition; every line must parse.
+std::map<std::string, double> parse_metrics(const std::string& text) {
+    std::map<std::string, double> m;
+    size_t pos = 0;
+    while (pos < text.size()) {
+        size_t end = text.find('\n', pos);
+        if (end == std::string::npos) end = text.size();
+        const std::string line = text.substr(pos, end - pos);
+        pos = end + 1;
+        if (line.empty() || line[0] == '#') continue;
+        const size_t space = line.rfind(' ');
+        EXPECT_NE(space, std::string::npos) << line;
+        if (space == std::string::npos) continue;
+        size_t used = 0;
+        const double v = std::stod(line.substr(space + 1), &used);
+        EXPECT_EQ(used, line.size() - space - 1) << line;
+        m[line.substr(0, space)] = v;
+    }
+    return m;
+}
+
+std::map<std::string, double> scrape(TestServer& s) {
+    auto c = s.client();
+    auto res = c.Get("/metrics");
+    EXPECT_TRUE(res);
+    if (!res) return {};
+    EXPECT_EQ(res->status, 200);
+    EXPECT_EQ(res->get_header_value("Content-Type").rfind("text/plain", 0), 0u);
+    return parse_metrics(res->body);
+}
+
+TEST(Server, MetricsCountRequestsAndTokens) {
+    TestServer s(two_slots());
+    auto c = s.client();
+    for (int i = 0; i < 3; ++i) {
+        ASSERT_EQ(post(c, "/v1/completions", json{{"prompt", "hi"}, {"max_tokens", 4}, {"temperature", 0}}.dump())->status, 200);
+    }
+    ASSERT_EQ(post(c, "/v1/completions", "{")->status, 400);
+    auto m = scrape(s);
+    EXPECT_EQ(m["kvec_requests_total{path=\"/v1/completions\",code=\"200\"}"], 3);
+    EXPECT_EQ(m["kvec_requests_total{path=\"/v1/completions\",code=\"400\"}"], 1);
+    EXPECT_GT(m["kvec_prompt_tokens_total"], 0);
+    EXPECT_GE(m["kvec_generated_tokens_total"], 3);
+    EXPECT_EQ(m["kvec_generations_total"], 3);
+    EXPECT_EQ(m["kvec_kv_cache_bytes"], 0);
+    EXPECT_EQ(m["kvec_queue_length"], 0);
+    EXPECT_EQ(m["kvec_slots"], 2);
+    EXPECT_EQ(m["kvec_slots_busy"], 0);
+    m = scrape(s);  // the first scrape is counted now
+    EXPECT_EQ(m["kvec_requests_total{path=\"/metrics\",code=\"200\"}"], 1);
+}
+
+TEST(Server, AClientThatHangsUpStopsItsGenerationAndFreesTheSlot) {
+    ServerOptions o;
+    o.parallel = 1;
+    TestServer s(o);
+    httplib::Client c("127.0.0.1", s.port());
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = json{{"prompt", "hi"}, {"max_tokens", 250}, {"temperature", 0}, {"stream", true}}.dump();
+    std::string received;
+    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+        received.append(data, n);
+        return received.find("\n\n") == std::string::npos;  // hang up after the first event
+    };
+    auto res = c.send(req);
+    ASSERT_FALSE(res);
+    EXPECT_EQ(res.error(), httplib::Error::Canceled);
+    std::map<std::string, double> m;
+    for (int i = 0; i < 200; ++i) {
+        m = scrape(s);
+        if (m["kvec_generations_total"] == 1) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_EQ(m["kvec_generations_total"], 1);
+    EXPECT_EQ(m["kvec_slots_busy"], 0);
+    EXPECT_EQ(m["kvec_kv_cache_bytes"], 0);
+    // Stopped early: far fewer than the 250 tokens asked for.
+    std::printf("the hung-up stream generated %.0f of 250 tokens\n", m["kvec_generated_tokens_total"]);
+    EXPECT_LT(m["kvec_generated_tokens_total"], 125);
+    // The one slot serves the next request.
+    auto ok = post(c, "/v1/completions", json{{"prompt", "hi"}, {"max_tokens", 2}}.dump());
+    ASSERT_TRUE(ok);
+    EXPECT_EQ(ok->status, 200);
+}
+
+TEST(Server, LoadWithCancelledStreamsEndsIdleWithAnEmptyCache) {
+    TestServer s(two_slots());
+    constexpr int kRequests = 40, kConcurrency = 8;
+    std::atomic<int> next{0}, ok{0}, cancelled{0}, failed{0};
+    std::atomic<size_t> kv_seen{0};
+    auto worker = [&](int w) {
+        httplib::Client c("127.0.0.1", s.port());
+        c.set_read_timeout(60, 0);
+        std::mt19937 rng(static_cast<uint32_t>(100 + w));
+        for (int i = next++; i < kRequests; i = next++) {
+            const bool chat = i % 2 == 0;
+            const bool stream = i % 3 != 0;
+            const bool cancel = stream && i % 4 == 1;
+            std::string prompt;
+            for (int k = 0; k < 5 + static_cast<int>(rng() % 60); ++k) prompt += "story ";
+            json body = {{"max_tokens", 4 + static_cast<int>(rng() % 24)}, {"temperature", 0.7}, {"seed", i}};
+            if (chat) {
+                body["messages"] = {{{"role", "user"}, {"content", prompt}}};
+            } else {
+                body["prompt"] = prompt;
+            }
+            const char* policies[] = {"none", "kvec", "snapkv", "streaming"};
+            const std::string policy = policies[i % 4];
+            body["kv"] = {{"policy", policy}};
+            if (policy != "none") body["kv"]["budget"] = 40;
+            body["stream"] = stream;
+            httplib::Request req;
+            req.method = "POST";
+            req.path = chat ? "/v1/chat/completions" : "/v1/completions";
+            req.body = body.dump();
+            req.set_header("Content-Type", "application/json");
+            std::string received;
+            req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+                received.append(data, n);
+                // Cancelled streams hang up after their second event (the first piece of text).
+                size_t events = 0;
+                for (size_t p = received.find("\n\n"); p != std::string::npos; p = received.find("\n\n", p + 2)) ++events;
+                return !(cancel && events >= 2);
+            };
+            auto res = c.send(req);
+            if (cancel && !res && res.error() == httplib::Error::Canceled) {
+                ++cancelled;
+                continue;
+            }
+            if (!res || res->status != 200) {
+                ++failed;
+                ADD_FAILURE() << "request " << i << ": " << (res ? std::to_string(res->status) : httplib::to_string(res.error()));
+                continue;
+            }
+            if (stream) {
+                EXPECT_EQ(sse_data(received).back(), "[DONE]");
+            } else {
+                const json r = json::parse(received);
+                kv_seen += r.at("kv").at("peak_bytes").get<size_t>();
+            }
+            ++ok;
+        }
+    };
+    // While it runs, /metrics sees requests queued (8 clients, 2 slots) and KV bytes in use.
+    std::atomic<bool> running{true};
+    double max_queue = 0, max_kv = 0;
+    std::thread watcher([&] {
+        httplib::Client c("127.0.0.1", s.port());
+        while (running) {
+            auto res = c.Get("/metrics");
+            if (res && res->status == 200) {
+                auto m = parse_metrics(res->body);
+                max_queue = std::max(max_queue, m["kvec_queue_length"]);
+                max_kv = std::max(max_kv, m["kvec_kv_cache_bytes"]);
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        }
+    });
+    std::vector<std::thread> threads;
+    for (int w = 0; w < kConcurrency; ++w) threads.emplace_back(worker, w);
+    for (auto& t : threads) t.join();
+    running = false;
+    watcher.join();
+    EXPECT_GT(max_queue, 0);
+    EXPECT_GT(max_kv, 0);
+    EXPECT_EQ(failed, 0);
+    EXPECT_EQ(ok + cancelled, kRequests);
+    EXPECT_GT(cancelled, 0);
+    std::printf("%d requests: %d answered, %d streams cancelled by the client\n", kRequests, ok.load(), cancelled.load());
+    EXPECT_GT(kv_seen, 0u);
+    // Idle: every slot free, nothing queued, no KV bytes held (cancelled streams included).
+    std::map<std::string, double> m;
+    for (int i = 0; i < 100; ++i) {
+        m = scrape(s);
+        if (m["kvec_slots_busy"] == 0 && m["kvec_kv_cache_bytes"] == 0) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_EQ(m["kvec_slots_busy"], 0);
+    EXPECT_EQ(m["kvec_queue_length"], 0);
+    EXPECT_EQ(m["kvec_kv_cache_bytes"], 0);
+    EXPECT_EQ(m["kvec_slot_kv_cache_bytes{slot=\"0\"}"], 0);
+    EXPECT_EQ(m["kvec_slot_kv_cache_bytes{slot=\"1\"}"], 0);
+    // Generations that ran: the finished ones and the cancelled ones that reached a slot.
+    EXPECT_GE(m["kvec_generations_total"], ok.load());
+    // And it still serves.
+    auto c = s.client();
+    EXPECT_EQ(post(c, "/v1/completions", json{{"prompt", "hi"}, {"max_tokens", 2}}.dump())->status, 200);
+}
+
+}  // namespace
+}  // namespace kvec::server
