@@ -29,6 +29,18 @@ const Cell* find_cell(const SweepSummary& s, const std::string& policy, int64_t 
     return it == s.cells.end() ? nullptr : &it->second;
 }
 
+// Every cell present, in table order: policies as given, each with its budgets (an unbudgeted
+// policy with its single budget 0).
+void for_each_cell(const SweepSummary& s,
+                   const std::function<void(const std::string& policy, int64_t budget, const Cell&)>& fn) {
+    for (size_t p = 0; p < s.policies.size(); ++p) {
+        const std::vector<int64_t> budgets = s.budgeted[p] ? s.budgets : std::vector<int64_t>{0};
+        for (int64_t b : budgets) {
+            if (const Cell* c = find_cell(s, s.policies[p], b)) fn(s.policies[p], b, *c);
+        }
+    }
+}
+
 // The cell shown for (policy, budget column): an unbudgeted policy's single cell everywhere.
 const Cell* column_cell(const SweepSummary& s, size_t p, int64_t budget) {
     return find_cell(s, s.policies[p], s.budgeted[p] ? budget : 0);
@@ -178,30 +190,25 @@ nlohmann::ordered_json metrics_json(const SweepSummary& s) {
     j["expected_records"] = s.expected;
     j["complete"] = s.present == s.expected;
     nlohmann::ordered_json results = nlohmann::ordered_json::array();
-    for (size_t p = 0; p < s.policies.size(); ++p) {
-        const std::vector<int64_t> budgets = s.budgeted[p] ? s.budgets : std::vector<int64_t>{0};
-        for (int64_t b : budgets) {
-            const Cell* c = find_cell(s, s.policies[p], b);
-            if (c == nullptr) continue;
-            nlohmann::ordered_json row;
-            row["policy"] = s.policies[p];
-            row["budget"] = b;
-            row["scores"] = c->task_scores;
-            row["average"] = c->average;
-            row["average_ci"] = estimate_json(c->average_ci);
-            nlohmann::ordered_json task_ci;
-            for (const auto& [t, e] : c->task_ci) task_ci[t] = estimate_json(e);
-            row["scores_ci"] = task_ci;
-            row["c_head"] = c->c_head;
-            row["c_layer"] = c->c_layer;
-            row["c_head_tokens"] = c->c_head_tokens;
-            row["redundancy"] = c->redundancy;
-            row["kv_bytes"] = c->kv_bytes;
-            row["kv_entries"] = c->kv_entries;
-            row["samples"] = c->n;
-            results.push_back(row);
-        }
-    }
+    for_each_cell(s, [&](const std::string& policy, int64_t b, const Cell& c) {
+        nlohmann::ordered_json row;
+        row["policy"] = policy;
+        row["budget"] = b;
+        row["scores"] = c.task_scores;
+        row["average"] = c.average;
+        row["average_ci"] = estimate_json(c.average_ci);
+        nlohmann::ordered_json task_ci;
+        for (const auto& [t, e] : c.task_ci) task_ci[t] = estimate_json(e);
+        row["scores_ci"] = task_ci;
+        row["c_head"] = c.c_head;
+        row["c_layer"] = c.c_layer;
+        row["c_head_tokens"] = c.c_head_tokens;
+        row["redundancy"] = c.redundancy;
+        row["kv_bytes"] = c.kv_bytes;
+        row["kv_entries"] = c.kv_entries;
+        row["samples"] = c.n;
+        results.push_back(row);
+    });
     j["results"] = results;
     nlohmann::ordered_json paired = nlohmann::ordered_json::array();
     for (const PairedComparison& pc : paired_comparisons(s)) {
@@ -256,16 +263,11 @@ std::string summary_markdown(const SweepSummary& s, const std::string& header) {
         out += tail_columns + "\n|---|---:|";
         for (size_t i = 0; i < s.tasks.size() + n_tail; ++i) out += "---:|";
         out += "\n";
-        for (size_t p = 0; p < s.policies.size(); ++p) {
-            const std::vector<int64_t> budgets = s.budgeted[p] ? s.budgets : std::vector<int64_t>{0};
-            for (int64_t b : budgets) {
-                const Cell* c = find_cell(s, s.policies[p], b);
-                if (c == nullptr) continue;
-                out += fmt::format("| {} | {} |", s.policies[p], budget_text(b));
-                for (const std::string& t : s.tasks) out += fmt::format(" {} |", task_cell(*c, t));
-                out += tail(*c) + "\n";
-            }
-        }
+        for_each_cell(s, [&](const std::string& policy, int64_t b, const Cell& c) {
+            out += fmt::format("| {} | {} |", policy, budget_text(b));
+            for (const std::string& t : s.tasks) out += fmt::format(" {} |", task_cell(c, t));
+            out += tail(c) + "\n";
+        });
     };
     per_task_table(
         "Scores per task", " average | C_head | C_layer | KV bytes | n |", 5,
@@ -337,23 +339,18 @@ std::string summary_csv(const SweepSummary& s) {
         out += csv_quote(t);
     }
     out += ",average,average_lo,average_hi,c_head,c_layer,c_head_tokens,redundancy,kv_bytes,kv_entries,samples\n";
-    for (size_t p = 0; p < s.policies.size(); ++p) {
-        const std::vector<int64_t> budgets = s.budgeted[p] ? s.budgets : std::vector<int64_t>{0};
-        for (int64_t b : budgets) {
-            const Cell* c = find_cell(s, s.policies[p], b);
-            if (c == nullptr) continue;
-            out += csv_quote(s.policies[p]);
-            out += fmt::format(",{}", b);
-            for (const std::string& t : s.tasks) {
-                const auto it = c->task_scores.find(t);
-                out.push_back(',');
-                if (it != c->task_scores.end()) out += fmt::format("{:.2f}", it->second);
-            }
-            out += fmt::format(",{:.4f},{:.4f},{:.4f},{:.6f},{:.6f},{:.6f},{:.6f},{:.1f},{:.1f},{}\n", c->average,
-                               c->average_ci.lo, c->average_ci.hi, c->c_head, c->c_layer, c->c_head_tokens,
-                               c->redundancy, c->kv_bytes, c->kv_entries, c->n);
+    for_each_cell(s, [&](const std::string& policy, int64_t b, const Cell& c) {
+        out += csv_quote(policy);
+        out += fmt::format(",{}", b);
+        for (const std::string& t : s.tasks) {
+            const auto it = c.task_scores.find(t);
+            out.push_back(',');
+            if (it != c.task_scores.end()) out += fmt::format("{:.2f}", it->second);
         }
-    }
+        out += fmt::format(",{:.4f},{:.4f},{:.4f},{:.6f},{:.6f},{:.6f},{:.6f},{:.1f},{:.1f},{}\n", c.average,
+                           c.average_ci.lo, c.average_ci.hi, c.c_head, c.c_layer, c.c_head_tokens,
+                           c.redundancy, c.kv_bytes, c.kv_entries, c.n);
+    });
     return out;
 }
 
