@@ -5,8 +5,9 @@
 #   scripts/parity-vs-llama-cpp.sh [-t THREADS] [-n TOKENS] [--out DIR] [--kvec PATH] [--if-built]
 #
 # Files: random-weight models that `kvec gen-model` writes (llama, llama with a tied output,
-# llama with llama3 RoPE scaling, qwen2, qwen3) as F32 and F16, their Q4_K_M by `kvec quantize`,
-# and their Q8_0, Q6_K, Q4_K_M and IQ4_XS by llama.cpp's llama-quantize (from the F32 file); the
+# llama with llama3 RoPE scaling, qwen2, qwen3) as F32 and F16, their Q4_K_M, IQ4_XS and MXFP4 by
+# `kvec quantize`, and their Q8_0, Q6_K, Q4_K_M, IQ4_XS and IQ4_NL by llama.cpp's llama-quantize
+# (from the F32 file); the
 # bundled models/kvec-tiny.gguf (F16) and its Q8_0 and Q4_K_M by llama-quantize. Tokens: TOKENS
 # (default 256) ids drawn with a fixed seed from the model's ordinary tokens, BOS first
 # (scripts/peer/compare_logits.py). Each run evaluates them in one batch: `kvec logits`, or
@@ -50,7 +51,7 @@ for v in "$threads" "$n_tokens"; do
 done
 
 # Types kvec does not read (yet): their cells say "refused by kvec: <message>".
-expected_refusals="IQ4_XS"
+expected_refusals=""
 max_ppl_diff=0.001  # relative
 
 [ -x "$kvec" ] || { echo "error: $kvec not built (cmake --preset release && cmake --build build/release)" >&2; exit 2; }
@@ -135,13 +136,15 @@ for v in "${variants[@]}"; do
         # shellcheck disable=SC2086  # the flags are words
         "$kvec" gen-model $flags $shape --type $t -o "$base-${t^^}.gguf" 2>> "$log"
     done
-    "$kvec" quantize "$base-F32.gguf" "$base-kvec-Q4_K_M.gguf" q4_K_M > /dev/null 2>> "$log"
-    for t in Q8_0 Q6_K Q4_K_M IQ4_XS; do quantize "$base-F32.gguf" "$base-$t.gguf" "$t"; done
+    for t in Q4_K_M IQ4_XS MXFP4; do
+        "$kvec" quantize "$base-F32.gguf" "$base-kvec-$t.gguf" "$t" > /dev/null 2>> "$log"
+    done
+    for t in Q8_0 Q6_K Q4_K_M IQ4_XS IQ4_NL; do quantize "$base-F32.gguf" "$base-$t.gguf" "$t"; done
     "$python" "$compare" tokens "$base-F32.gguf" "$n_tokens" 1 "$base.tokens"
     cell "$name" F32 "kvec gen-model" "$base-F32.gguf" "$base.tokens"
     cell "$name" F16 "kvec gen-model" "$base-F16.gguf" "$base.tokens"
-    cell "$name" Q4_K_M "kvec quantize" "$base-kvec-Q4_K_M.gguf" "$base.tokens"
-    for t in Q8_0 Q6_K Q4_K_M IQ4_XS; do cell "$name" "$t" llama-quantize "$base-$t.gguf" "$base.tokens"; done
+    for t in Q4_K_M IQ4_XS MXFP4; do cell "$name" "$t" "kvec quantize" "$base-kvec-$t.gguf" "$base.tokens"; done
+    for t in Q8_0 Q6_K Q4_K_M IQ4_XS IQ4_NL; do cell "$name" "$t" llama-quantize "$base-$t.gguf" "$base.tokens"; done
 done
 
 echo "kvec-tiny" >&2

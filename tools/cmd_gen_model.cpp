@@ -49,7 +49,7 @@ int gen_model(GenOptions& o) {
     const auto type = ggml_type_from_name(o.type);
     if (!type || !ggml_type_traits(static_cast<uint32_t>(*type))) {
         fail("unknown tensor type '{}' (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, "
-             "q3_K, q4_K, q5_K, q6_K)", o.type);
+             "q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, mxfp4)", o.type);
     }
     if (*type == GgmlType::Q8_1 || *type == GgmlType::Q8_K) {
         fail("type {} is an intermediate format, not a weight type; pick another --type", o.type);
@@ -85,7 +85,7 @@ void add_gen_model_command(CLI::App& app, Action& action) {
         ->capture_default_str();
     cmd->add_option("--rope-factor", s.rope_factor, "RoPE scaling factor (default: 4 linear, 8 llama3)");
     cmd->add_flag("--tied", s.tied, "no output.weight: the output shares the token embedding");
-    cmd->add_option("--type", o->type, "weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K..q6_K")
+    cmd->add_option("--type", o->type, "weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K..q6_K, iq4_nl, iq4_xs, mxfp4")
         ->capture_default_str();
     cmd->add_option("--vocab-from", s.vocab_from, "GGUF file whose tokenizer is copied (default: the llama-spm vocabulary)");
     cmd->add_option("--name", s.name, "general.name");

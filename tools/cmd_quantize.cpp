@@ -26,7 +26,7 @@ int quantize(const QuantizeCmdOptions& o) {
     const auto target = quant::parse_quantize_target(o.type);
     if (!target) {
         fail("unknown quantisation type '{}' (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, "
-             "q3_K_S, q3_K_M, q4_K_S, q4_K_M, q5_K_S, q5_K_M, q6_K)", o.type);
+             "q3_K_S, q3_K_M, q4_K_S, q4_K_M, q5_K_S, q5_K_M, q6_K, iq4_nl, iq4_xs, mxfp4)", o.type);
     }
     quant::QuantizeOptions qo;
     qo.mixed = target->mixed;

@@ -20,6 +20,10 @@ Block layouts (byte offsets inside one block; f16 = IEEE half, little-endian):
   Q4_K (256, 144 B): d | dmin | scales[12] (8 x (6-bit scale, 6-bit min)) | qs[128]
   Q5_K (256, 176 B): d | dmin | scales[12] | qh[32] | qs[128]
   Q6_K (256, 210 B): ql[128] | qh[64] | scales[16] int8 | d
+  IQ4_NL (32, 18 B): d | qs[16]: nibbles as Q4_0 index the grid kvalues_iq4nl; x = d*grid[q]
+  IQ4_XS (256, 136 B): d | scales_h u16 | scales_l[4] | qs[128]: 8 sub-blocks of 32, 6-bit scale
+        ls = (scales_l[j/2] >> 4*(j%2)) & 15 | ((scales_h >> 2j) & 3) << 4; x = d*(ls-32)*grid[q]
+  MXFP4 (32, 17 B): e (E8M0) | qs[16]: nibbles as Q4_0 index kvalues_mxfp4; x = 2^(e-128)*val[q]
 The K-quant element orders are spelled out beside each function.
 """
 
@@ -234,6 +238,39 @@ def _dq_q6_k(b: np.ndarray) -> np.ndarray:  # b [nb, 210]
     return dl[:, _SUB16] * q.astype(np.float32)
 
 
+# The grids of ggml-common.h: IQ4_NL/IQ4_XS levels, and MXFP4's E2M1 values doubled (its scale
+# 2^(e-128) is half the E8M0 value 2^(e-127)).
+_IQ4NL_GRID = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113],
+                       dtype=np.float32)
+_MXFP4_VALUES = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], dtype=np.float32)
+
+
+def _grid_nibbles(qs: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """qs [nb, 16] -> grid values [nb, 32], nibbles ordered as Q4_0."""
+    return grid[np.concatenate([qs & 0x0F, qs >> 4], axis=1)]
+
+
+def _dq_iq4_nl(b: np.ndarray) -> np.ndarray:  # b [nb, 18]
+    return _grid_nibbles(b[:, 2:18], _IQ4NL_GRID) * _half_col(b, 0)
+
+
+def _dq_iq4_xs(b: np.ndarray) -> np.ndarray:  # b [nb, 136]
+    nb = b.shape[0]
+    d = _half_col(b, 0)                                              # [nb, 1]
+    scales_h = b[:, 2:4].copy().view("<u2").astype(np.int32)        # [nb, 1]
+    j = np.arange(8)
+    low = (b[:, 4 + j // 2].astype(np.int32) >> (4 * (j % 2))) & 15  # [nb, 8]
+    ls = low | (((scales_h >> (2 * j)) & 3) << 4)                    # [nb, 8]
+    dl = d * (ls - 32).astype(np.float32)                            # [nb, 8]
+    q = _grid_nibbles(b[:, 8:136].reshape(nb * 8, 16), _IQ4NL_GRID).reshape(nb, 8, 32)
+    return (q * dl[:, :, None]).reshape(nb, 256)
+
+
+def _dq_mxfp4(b: np.ndarray) -> np.ndarray:  # b [nb, 17]
+    d = np.ldexp(np.float32(1.0), b[:, 0:1].astype(np.int32) - 128).astype(np.float32)  # [nb, 1]
+    return _grid_nibbles(b[:, 1:17], _MXFP4_VALUES) * d
+
+
 _BLOCK_DEQUANT = {
     GGMLType.Q4_0: _dq_q4_0,
     GGMLType.Q4_1: _dq_q4_1,
@@ -245,6 +282,9 @@ _BLOCK_DEQUANT = {
     GGMLType.Q4_K: _dq_q4_k,
     GGMLType.Q5_K: _dq_q5_k,
     GGMLType.Q6_K: _dq_q6_k,
+    GGMLType.IQ4_NL: _dq_iq4_nl,
+    GGMLType.IQ4_XS: _dq_iq4_xs,
+    GGMLType.MXFP4: _dq_mxfp4,
 }
 
 SUPPORTED_DEQUANT = frozenset(_BLOCK_DEQUANT) | {

@@ -28,7 +28,8 @@ class BlockSizes(unittest.TestCase):
     def test_sizes_match_the_struct_layouts(self):
         expect = {GGMLType.Q4_0: 18, GGMLType.Q4_1: 20, GGMLType.Q5_0: 22, GGMLType.Q5_1: 24,
                   GGMLType.Q8_0: 34, GGMLType.Q2_K: 84, GGMLType.Q3_K: 110, GGMLType.Q4_K: 144,
-                  GGMLType.Q5_K: 176, GGMLType.Q6_K: 210, GGMLType.BF16: 2, GGMLType.F16: 2}
+                  GGMLType.Q5_K: 176, GGMLType.Q6_K: 210, GGMLType.BF16: 2, GGMLType.F16: 2,
+                  GGMLType.IQ4_NL: 18, GGMLType.IQ4_XS: 136, GGMLType.MXFP4: 17}
         for t, n in expect.items():
             self.assertEqual(TYPE_TRAITS[t].block_bytes, n, t.name)
 
@@ -313,6 +314,45 @@ class Quantize(unittest.TestCase):
     def test_zero_block(self):
         y = dequantize(quantize(np.zeros(32, np.float32), GGMLType.Q4_0), GGMLType.Q4_0, 32)
         self.assertTrue((y == 0).all())
+
+
+IQ4NL = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113]  # kvalues_iq4nl
+MXFP4 = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12]               # kvalues_mxfp4
+
+
+class NonUniformGrids(unittest.TestCase):
+    """IQ4_NL, IQ4_XS, MXFP4: element j < 16 is the low nibble of qs[j], j >= 16 the high one."""
+
+    def test_iq4_nl(self):
+        qs = bytes((j | ((15 - j) << 4)) for j in range(16))
+        y = deq(h(0.5) + qs, GGMLType.IQ4_NL)
+        for j in range(16):
+            self.assertEqual(y[j], 0.5 * IQ4NL[j])
+            self.assertEqual(y[16 + j], 0.5 * IQ4NL[15 - j])
+        self.assertEqual(y[0], -63.5)
+
+    def test_iq4_xs(self):
+        rng = np.random.default_rng(5)
+        qs = bytes(rng.integers(0, 256, 128, dtype=np.uint8))
+        scales_h, scales_l = 0xE4B1, bytes([0x2F, 0x90, 0x51, 0xC7])
+        y = deq(h(0.25) + struct.pack("<H", scales_h) + scales_l + qs, GGMLType.IQ4_XS)
+        for e in range(256):
+            j = e // 32
+            ls = ((scales_l[j // 2] >> (4 * (j % 2))) & 15) | (((scales_h >> (2 * j)) & 3) << 4)
+            byte = qs[16 * j + e % 16]
+            q = byte & 15 if e % 32 < 16 else byte >> 4
+            self.assertEqual(y[e], np.float32(0.25) * np.float32(ls - 32) * IQ4NL[q], e)
+        # sub-block 0: ls = 15 | 1 << 4 = 31 -> scale -0.25
+        self.assertEqual(y[0], -0.25 * IQ4NL[qs[0] & 15])
+
+    def test_mxfp4(self):
+        qs = bytes((j | ((15 - j) << 4)) for j in range(16))
+        y = deq(bytes([127]) + qs, GGMLType.MXFP4)  # scale 2^-1
+        for j in range(16):
+            self.assertEqual(y[j], 0.5 * MXFP4[j])
+            self.assertEqual(y[16 + j], 0.5 * MXFP4[15 - j])
+        self.assertEqual(deq(bytes([0]) + qs, GGMLType.MXFP4)[1], 2.0 ** -128)
+        self.assertEqual(deq(bytes([254]) + qs, GGMLType.MXFP4)[2], 2.0 ** 127)
 
 
 class Errors(unittest.TestCase):

@@ -16,7 +16,7 @@ struct TypeEntry {
 
 // Block geometry as in llama.cpp's ggml-common.h (QK_K = 256); sizes are pinned by the
 // static_asserts in src/quant/blocks.h.
-constexpr std::array<TypeEntry, 15> kTypes = {{
+constexpr std::array<TypeEntry, 18> kTypes = {{
     {GgmlType::F32, {"f32", 1, 4, false}},
     {GgmlType::F16, {"f16", 1, 2, false}},
     {GgmlType::Q4_0, {"q4_0", 32, 18, true}},
@@ -31,7 +31,10 @@ constexpr std::array<TypeEntry, 15> kTypes = {{
     {GgmlType::Q5_K, {"q5_K", 256, 176, true}},
     {GgmlType::Q6_K, {"q6_K", 256, 210, true}},
     {GgmlType::Q8_K, {"q8_K", 256, 292, true}},
+    {GgmlType::IQ4_NL, {"iq4_nl", 32, 18, true}},
+    {GgmlType::IQ4_XS, {"iq4_xs", 256, 136, true}},
     {GgmlType::BF16, {"bf16", 1, 2, false}},
+    {GgmlType::MXFP4, {"mxfp4", 32, 17, true}},
 }};
 
 const TypeEntry* find_entry(uint32_t type) {
@@ -72,7 +75,8 @@ const char* ggml_type_name(GgmlType type) {
 }
 
 size_t ggml_type_alignment(GgmlType type) {
-    return type == GgmlType::F32 || type == GgmlType::Q8_K ? 4 : 2;
+    if (type == GgmlType::F32 || type == GgmlType::Q8_K) return 4;
+    return type == GgmlType::MXFP4 ? 1 : 2;
 }
 
 size_t ggml_row_size(GgmlType type, int64_t n) {

@@ -23,7 +23,10 @@ enum class GgmlType : uint32_t {
     Q5_K = 13,
     Q6_K = 14,
     Q8_K = 15,
+    IQ4_NL = 20,
+    IQ4_XS = 23,
     BF16 = 30,
+    MXFP4 = 39,
 };
 
 struct GgmlTypeTraits {
@@ -46,7 +49,8 @@ const char* ggml_type_name(GgmlType type);
 size_t ggml_row_size(GgmlType type, int64_t n);
 
 // Alignment in bytes the kernels read a block of this type with: 4 for F32 and Q8_K (a float
-// scale), 2 for every other type (F16/BF16 elements or an f16 scale first in each block).
+// scale), 1 for MXFP4 (17-byte blocks of bytes), 2 for every other type (F16/BF16 elements or an
+// f16 scale first in each block).
 size_t ggml_type_alignment(GgmlType type);
 
 }  // namespace kvec

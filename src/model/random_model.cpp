@@ -46,7 +46,10 @@ int file_type_of(GgmlType t) {
         case GgmlType::Q4_K: return 14;
         case GgmlType::Q5_K: return 16;
         case GgmlType::Q6_K: return 18;
+        case GgmlType::IQ4_NL: return 25;
+        case GgmlType::IQ4_XS: return 30;
         case GgmlType::BF16: return 32;
+        case GgmlType::MXFP4: return 38;
         default: return 0;
     }
 }

@@ -23,8 +23,15 @@
 //         q = nibble (quarter/2) of ql[64*(e/128) + 32*(quarter%2) + e%32]
 //             | ((qh[32*(e/128) + e%32] >> (2*quarter)) & 3) << 4,  quarter = (e%128)/32
 //   Q8_K: x = d * qs[e] (float d; bsums[j] = sum of qs[16j..16j+16))
+//   IQ4_NL: x = d * kIq4nlValues[q], q = nibble as Q4_0 (a non-uniform 4-bit grid)
+//   IQ4_XS: 8 sub-blocks of 32, 6-bit scales ls = low nibble (e/32)%2 of scales_l[e/64]
+//           | ((scales_h >> 2*(e/32)) & 3) << 4; x = d*(ls-32)*kIq4nlValues[q],
+//           q = nibble (e%32)/16 of qs[16*(e/32) + e%16]
+//   MXFP4: x = 2^(e8-128) * kMxfp4Values[q], q = nibble as Q4_0 (the E2M1 values doubled, so
+//          that the scale 2^(e8-128) is half the E8M0 scale 2^(e8-127), as llama.cpp stores it)
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 namespace kvec::quant {
@@ -37,6 +44,13 @@ constexpr int QK8_0 = 32;
 constexpr int QK8_1 = 32;
 constexpr int QK_K = 256;
 constexpr int K_SCALE_SIZE = 12;
+constexpr int QK4_NL = 32;
+constexpr int QK_MXFP4 = 32;
+
+// The 16 levels of the IQ4_NL / IQ4_XS grid, and the doubled E2M1 values of MXFP4 (ggml-common.h).
+inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
+inline constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 struct BlockQ4_0 {
     uint16_t d;              // fp16 scale
@@ -126,6 +140,34 @@ struct BlockQ8_K {
     int16_t bsums[QK_K / 16];   // sum of quants in groups of 16
 };
 static_assert(sizeof(BlockQ8_K) == 292, "wrong q8_K block size");
+
+struct BlockIQ4_NL {
+    uint16_t d;               // fp16 scale
+    uint8_t qs[QK4_NL / 2];   // grid indices, nibbles as Q4_0
+};
+static_assert(sizeof(BlockIQ4_NL) == 18, "wrong iq4_nl block size");
+
+struct BlockIQ4_XS {
+    uint16_t d;                 // fp16 super-block scale
+    uint16_t scales_h;          // high 2 bits of the 8 sub-block scales
+    uint8_t scales_l[QK_K / 64];  // low 4 bits of the sub-block scales, two per byte
+    uint8_t qs[QK_K / 2];       // grid indices: 16 bytes per sub-block, nibbles as Q4_0
+};
+static_assert(sizeof(BlockIQ4_XS) == 136, "wrong iq4_xs block size");
+
+struct BlockMXFP4 {
+    uint8_t e;                  // E8M0 shared exponent
+    uint8_t qs[QK_MXFP4 / 2];   // E2M1 codes, nibbles as Q4_0
+};
+static_assert(sizeof(BlockMXFP4) == 17, "wrong mxfp4 block size");
+
+// Scale of sub-block j (0..7) of an IQ4_XS block, without the -32 offset: 0..63.
+inline int iq4xs_scale(const BlockIQ4_XS& b, int j) {
+    return ((b.scales_l[j / 2] >> (4 * (j % 2))) & 15) | (((b.scales_h >> (2 * j)) & 3) << 4);
+}
+
+// 2^(e - 128) as a float (an MXFP4 block's scale; exact for every e, subnormal below e = 2).
+inline float mxfp4_scale(uint8_t e) { return std::ldexp(1.0f, int{e} - 128); }
 
 // Scale j (0..7) and min j of a Q4_K / Q5_K block: 6 bits each, packed in 12 bytes as
 // llama.cpp's get_scale_min_k4: j < 4 in the low 6 bits of bytes j (scale) and j+4 (min);

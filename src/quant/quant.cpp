@@ -2,7 +2,8 @@
 //
 // The quantisers follow the logic of llama.cpp's reference quantisers (quantize_row_*_ref in
 // ggml-quants.c: absmax scales for the 32-element types, make_qkx2 / make_q3 / make_qx style
-// scale searches for the k-quants), written anew. They are not guaranteed bit-identical to
+// scale searches for the k-quants, a scale search on the non-uniform grid for IQ4_NL / IQ4_XS),
+// written anew. They are not guaranteed bit-identical to
 // llama.cpp, but produce valid blocks with the same error behaviour. Non-finite inputs never
 // cause undefined behaviour (every float-to-int conversion is clamped), and scales are clamped
 // to the fp16 range so large but finite inputs saturate rather than decode to inf/NaN.
@@ -632,6 +633,154 @@ void quantize_q8_k(const float* x, BlockQ8_K* y, int64_t nb) {
 }
 
 // --------------------------------------------------------------------------------------------
+// Non-uniform 4-bit grids: IQ4_NL, IQ4_XS (kIq4nlValues) and MXFP4 (kMxfp4Values)
+//
+// No importance matrix: like llama.cpp without one, each element's squared error is weighted by
+// x^2, so the large weights, which matter most to a dot product, are represented best.
+
+// Index of the IQ4_NL level nearest to v (the levels are increasing); NaN maps to the level 1.
+int nearest_iq4nl(float v) {
+    if (!(v == v)) return 8;
+    const int8_t* g = kIq4nlValues;
+    if (v <= g[0]) return 0;
+    if (v >= g[15]) return 15;
+    int lo = 0, hi = 15;  // g[lo] < v <= g[hi]
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        (v > g[mid] ? lo : hi) = mid;
+    }
+    return v - g[lo] < g[hi] - v ? lo : hi;
+}
+
+// Best scale d of n values on the IQ4_NL grid: tries inverse scales around the one that puts the
+// largest-magnitude value on the grid's long end (-127), fits d by weighted least squares to the
+// levels each trial chose, and keeps the fit with the least weighted error. L receives the levels
+// chosen for the returned d (recomputed for it, so that they are the nearest ones).
+float iq4nl_scale(const float* x_in, int n, uint8_t* L) {
+    // Non-finite and huge inputs saturate at a scale fp16 can hold; NaN counts as 0.
+    constexpr float kBig = kFp16Max * 100.0f;
+    float x[32];
+    KVEC_CHECK(n <= 32);
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < n; ++j) {
+        x[j] = x_in[j] == x_in[j] ? std::clamp(x_in[j], -kBig, kBig) : 0.0f;
+        if (std::fabs(x[j]) > amax) {
+            amax = std::fabs(x[j]);
+            max = x[j];
+        }
+    }
+    if (amax < kGroupMaxEps) {
+        for (int j = 0; j < n; ++j) L[j] = 8;
+        return 0.0f;
+    }
+    float best_d = max / static_cast<float>(kIq4nlValues[0]);
+    double best_score = -1.0;  // (sum w x v)^2 / sum w v^2: the weighted error is sum w x^2 - score
+    for (int t = -7; t <= 7; ++t) {
+        const float id = (static_cast<float>(kIq4nlValues[0]) + 0.1f * static_cast<float>(t)) / max;
+        double sxv = 0.0, svv = 0.0;
+        for (int j = 0; j < n; ++j) {
+            const double w = static_cast<double>(x[j]) * x[j];
+            const double v = kIq4nlValues[nearest_iq4nl(x[j] * id)];
+            sxv += w * x[j] * v;
+            svv += w * v * v;
+        }
+        if (svv > 0.0 && sxv * sxv / svv > best_score) {
+            best_score = sxv * sxv / svv;
+            best_d = static_cast<float>(sxv / svv);
+        }
+    }
+    best_d = from_half(to_half(best_d));  // the scale as stored
+    const float id = best_d != 0.0f ? 1.0f / best_d : 0.0f;
+    for (int j = 0; j < n; ++j) L[j] = static_cast<uint8_t>(nearest_iq4nl(x[j] * id));
+    return best_d;
+}
+
+// Packs 32 levels as Q4_0 does: element j in the low nibble of qs[j], j + 16 in the high one.
+void pack_nibbles(const uint8_t* L, uint8_t* qs) {
+    for (int j = 0; j < 16; ++j) qs[j] = static_cast<uint8_t>(L[j] | (L[j + 16] << 4));
+}
+
+void quantize_iq4_nl(const float* x, BlockIQ4_NL* y, int64_t nb) {
+    uint8_t L[QK4_NL];
+    for (int64_t i = 0; i < nb; ++i, x += QK4_NL) {
+        y[i].d = to_half(iq4nl_scale(x, QK4_NL, L));
+        pack_nibbles(L, y[i].qs);
+    }
+}
+
+// IQ4_XS: each sub-block of 32 gets its best IQ4_NL scale; the super-block scale d maps the
+// largest of them to -32, the sub-block scales become 6-bit multiples of d (ls - 32 in
+// [-32, 31]), and every sub-block is quantised again on its stored scale.
+void quantize_iq4_xs(const float* x, BlockIQ4_XS* y, int64_t nb) {
+    constexpr int kSub = QK_K / 32;
+    uint8_t L[32];
+    for (int64_t i = 0; i < nb; ++i, x += QK_K) {
+        float scales[kSub];
+        float max_scale = 0.0f;
+        for (int j = 0; j < kSub; ++j) {
+            scales[j] = iq4nl_scale(x + 32 * j, 32, L);
+            if (std::fabs(scales[j]) > std::fabs(max_scale)) max_scale = scales[j];
+        }
+        std::memset(&y[i], 0, sizeof(BlockIQ4_XS));
+        const float d = from_half(to_half(-max_scale / 32.0f));
+        y[i].d = to_half(d);
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        for (int j = 0; j < kSub; ++j) {
+            const int ls = std::clamp(nearest_int(id * scales[j]), -32, 31) + 32;
+            y[i].scales_l[j / 2] = static_cast<uint8_t>(y[i].scales_l[j / 2] | ((ls & 15) << (4 * (j % 2))));
+            y[i].scales_h = static_cast<uint16_t>(y[i].scales_h | ((ls >> 4) << (2 * j)));
+            const float dl = d * static_cast<float>(ls - 32);
+            const float idl = dl != 0.0f ? 1.0f / dl : 0.0f;
+            for (int e = 0; e < 32; ++e) L[e] = static_cast<uint8_t>(nearest_iq4nl(x[32 * j + e] * idl));
+            pack_nibbles(L, y[i].qs + 16 * j);
+        }
+    }
+}
+
+// Index of the MXFP4 value nearest to v (first of equals; NaN: 0).
+int nearest_mxfp4(float v) {
+    int best = 0;
+    float err = std::numeric_limits<float>::infinity();
+    for (int k = 0; k < 16; ++k) {
+        const float e = std::fabs(v - static_cast<float>(kMxfp4Values[k]));
+        if (e < err) {
+            err = e;
+            best = k;
+        }
+    }
+    return best;
+}
+
+// MXFP4: the exponent that puts the largest magnitude in [8, 16) times the scale (llama.cpp's
+// choice) or the next one up (no clipping above 12), whichever has the smaller squared error.
+void quantize_mxfp4(const float* x, BlockMXFP4* y, int64_t nb) {
+    for (int64_t i = 0; i < nb; ++i, x += QK_MXFP4) {
+        float amax = 0.0f;
+        for (int j = 0; j < QK_MXFP4; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+        int e0 = 0;
+        if (amax > 0.0f) e0 = std::isfinite(amax) ? std::ilogb(amax) - 3 + 128 : 254;
+        e0 = std::clamp(e0, 0, 254);
+        double best_err = std::numeric_limits<double>::infinity();
+        for (int e = e0; e <= std::min(e0 + 1, 254); ++e) {
+            const float d = mxfp4_scale(static_cast<uint8_t>(e));
+            double err = 0.0;
+            for (int j = 0; j < QK_MXFP4; ++j) {
+                const double r = x[j] - d * kMxfp4Values[nearest_mxfp4(x[j] / d)];
+                err += r * r;
+            }
+            if (!(err >= best_err)) {
+                best_err = err;
+                y[i].e = static_cast<uint8_t>(e);
+            }
+        }
+        const float d = mxfp4_scale(y[i].e);
+        uint8_t L[QK_MXFP4];
+        for (int j = 0; j < QK_MXFP4; ++j) L[j] = static_cast<uint8_t>(nearest_mxfp4(x[j] / d));
+        pack_nibbles(L, y[i].qs);
+    }
+}
+
+// --------------------------------------------------------------------------------------------
 // Dequantisation
 
 void dequantize_q4_0(const BlockQ4_0* x, float* y, int64_t nb) {
@@ -816,6 +965,32 @@ void dequantize_q8_k(const BlockQ8_K* x, float* y, int64_t nb) {
     }
 }
 
+// Nibble j of 16 bytes (element j < 16: low nibble of qs[j], j >= 16: high nibble of qs[j - 16])
+// through a 16-entry table, times d.
+void dequantize_grid32(const uint8_t* qs, const int8_t* table, float d, float* y) {
+    for (int j = 0; j < 16; ++j) {
+        y[j] = d * static_cast<float>(table[qs[j] & 0xF]);
+        y[j + 16] = d * static_cast<float>(table[qs[j] >> 4]);
+    }
+}
+
+void dequantize_iq4_nl(const BlockIQ4_NL* x, float* y, int64_t nb) {
+    for (int64_t i = 0; i < nb; ++i, y += QK4_NL) dequantize_grid32(x[i].qs, kIq4nlValues, from_half(x[i].d), y);
+}
+
+void dequantize_iq4_xs(const BlockIQ4_XS* x, float* y, int64_t nb) {
+    for (int64_t i = 0; i < nb; ++i) {
+        const float d = from_half(x[i].d);
+        for (int j = 0; j < QK_K / 32; ++j, y += 32) {
+            dequantize_grid32(x[i].qs + 16 * j, kIq4nlValues, d * static_cast<float>(iq4xs_scale(x[i], j) - 32), y);
+        }
+    }
+}
+
+void dequantize_mxfp4(const BlockMXFP4* x, float* y, int64_t nb) {
+    for (int64_t i = 0; i < nb; ++i, y += QK_MXFP4) dequantize_grid32(x[i].qs, kMxfp4Values, mxfp4_scale(x[i].e), y);
+}
+
 int64_t n_blocks(GgmlType type, int64_t n, const char* what) {
     const GgmlTypeTraits& t = ggml_type_traits(type);
     if (n < 0 || n % t.block_size != 0) {
@@ -861,6 +1036,9 @@ void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
         case GgmlType::Q5_K: dequantize_q5_k(static_cast<const BlockQ5_K*>(src), dst, nb); return;
         case GgmlType::Q6_K: dequantize_q6_k(static_cast<const BlockQ6_K*>(src), dst, nb); return;
         case GgmlType::Q8_K: dequantize_q8_k(static_cast<const BlockQ8_K*>(src), dst, nb); return;
+        case GgmlType::IQ4_NL: dequantize_iq4_nl(static_cast<const BlockIQ4_NL*>(src), dst, nb); return;
+        case GgmlType::IQ4_XS: dequantize_iq4_xs(static_cast<const BlockIQ4_XS*>(src), dst, nb); return;
+        case GgmlType::MXFP4: dequantize_mxfp4(static_cast<const BlockMXFP4*>(src), dst, nb); return;
     }
     fail("dequantize_row: unsupported type {}", static_cast<uint32_t>(type));
 }
@@ -897,6 +1075,9 @@ void quantize_row(GgmlType type, const float* src, void* dst, int64_t n) {
         case GgmlType::Q5_K: quantize_q5_k(src, static_cast<BlockQ5_K*>(dst), nb); return;
         case GgmlType::Q6_K: quantize_q6_k(src, static_cast<BlockQ6_K*>(dst), nb); return;
         case GgmlType::Q8_K: quantize_q8_k(src, static_cast<BlockQ8_K*>(dst), nb); return;
+        case GgmlType::IQ4_NL: quantize_iq4_nl(src, static_cast<BlockIQ4_NL*>(dst), nb); return;
+        case GgmlType::IQ4_XS: quantize_iq4_xs(src, static_cast<BlockIQ4_XS*>(dst), nb); return;
+        case GgmlType::MXFP4: quantize_mxfp4(src, static_cast<BlockMXFP4*>(dst), nb); return;
     }
     fail("quantize_row: unsupported type {}", static_cast<uint32_t>(type));
 }

@@ -64,6 +64,7 @@ GgmlType fallback_for_shape(GgmlType type, int64_t ncols) {
         case GgmlType::Q4_K: fb = GgmlType::Q5_0; break;
         case GgmlType::Q5_K: fb = GgmlType::Q5_1; break;
         case GgmlType::Q6_K: fb = GgmlType::Q8_0; break;
+        case GgmlType::IQ4_XS: fb = GgmlType::IQ4_NL; break;  // as llama-quantize
         default: fb = GgmlType::F16; break;
     }
     if (ncols % ggml_type_traits(fb).block_size != 0) fb = GgmlType::F16;
@@ -105,7 +106,8 @@ std::optional<QuantizeTarget> parse_quantize_target(std::string_view name) {
         {"q4_k", GgmlType::Q4_K, true},    {"q4_k_s", GgmlType::Q4_K, false},
         {"q4_k_m", GgmlType::Q4_K, true},  {"q5_k", GgmlType::Q5_K, true},
         {"q5_k_s", GgmlType::Q5_K, false}, {"q5_k_m", GgmlType::Q5_K, true},
-        {"q6_k", GgmlType::Q6_K, false},
+        {"q6_k", GgmlType::Q6_K, false},   {"iq4_nl", GgmlType::IQ4_NL, false},
+        {"iq4_xs", GgmlType::IQ4_XS, false}, {"mxfp4", GgmlType::MXFP4, false},
     };
     for (const Entry& e : kEntries) {
         if (s == e.name) return QuantizeTarget{e.type, e.mixed};
@@ -127,7 +129,10 @@ uint32_t llama_file_type(GgmlType type, bool mixed) {
         case GgmlType::Q4_K: return mixed ? 15 : 14;
         case GgmlType::Q5_K: return mixed ? 17 : 16;
         case GgmlType::Q6_K: return 18;
+        case GgmlType::IQ4_NL: return 25;
+        case GgmlType::IQ4_XS: return 30;
         case GgmlType::BF16: return 32;
+        case GgmlType::MXFP4: return 38;  // llama.cpp's MXFP4_MOE, the only file type naming it
         default: fail("quantize: no llama file type for {}", ggml_type_name(type));
     }
 }

@@ -5,7 +5,7 @@
 //   - 2-D (and 3-D/4-D) tensors whose name ends in "weight", except norms ("_norm.weight"),
 //     MoE routers ("ffn_gate_inp.weight") and position / token-type embeddings, go to the
 //     target type. If ne[0] is not a multiple of the target's block size, a fallback is used
-//     (q2_K/q3_K -> q4_0, q4_K -> q5_0, q5_K -> q5_1, q6_K -> q8_0; then f16).
+//     (q2_K/q3_K -> q4_0, q4_K -> q5_0, q5_K -> q5_1, q6_K -> q8_0, iq4_xs -> iq4_nl; then f16).
 //   - Unless `pure`: output.weight (or token_embd.weight when the model has no output.weight,
 //     i.e. tied embeddings) goes to q6_K for every quantised target except q8_0 (q8_0 if ne[0]
 //     is not a multiple of 256).

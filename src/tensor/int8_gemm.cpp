@@ -26,6 +26,9 @@ bool has_panel_form(GgmlType type) {
         case GgmlType::Q4_K:
         case GgmlType::Q5_K:
         case GgmlType::Q6_K:
+        case GgmlType::IQ4_NL:
+        case GgmlType::IQ4_XS:
+        case GgmlType::MXFP4:
             return true;
         default:
             return false;
@@ -241,6 +244,45 @@ void unpack_q6_k(const uint8_t* src, int64_t nb, int8_t* q, float* s, float*) {
     }
 }
 
+// 16 bytes of grid indices (nibbles ordered as Q4_0) through a 16-entry level table.
+inline void grid_nibbles(const uint8_t* qs, const int8_t* table, int8_t* q) {
+    for (int e = 0; e < 16; ++e) {
+        q[e] = table[qs[e] & 15];
+        q[e + 16] = table[qs[e] >> 4];
+    }
+}
+
+void unpack_iq4_nl(const uint8_t* src, int64_t nb, int8_t* q, float* s, float*) {
+    const auto* x = reinterpret_cast<const BlockIQ4_NL*>(src);
+    for (int64_t b = 0; b < nb; ++b) {
+        grid_nibbles(x[b].qs, kIq4nlValues, q + b * 32);
+        const float d = fp16_to_float(x[b].d);
+        set_halves(s, b, d, d);
+    }
+}
+
+void unpack_iq4_xs(const uint8_t* src, int64_t nb, int8_t* q, float* s, float*) {
+    const auto* x = reinterpret_cast<const BlockIQ4_XS*>(src);
+    for (int64_t sb = 0; sb < nb / 8; ++sb) {
+        const float d = fp16_to_float(x[sb].d);
+        for (int j = 0; j < 8; ++j) {
+            const int64_t b = sb * 8 + j;
+            grid_nibbles(x[sb].qs + 16 * j, kIq4nlValues, q + b * 32);
+            const float dl = d * static_cast<float>(iq4xs_scale(x[sb], j) - 32);
+            set_halves(s, b, dl, dl);
+        }
+    }
+}
+
+void unpack_mxfp4(const uint8_t* src, int64_t nb, int8_t* q, float* s, float*) {
+    const auto* x = reinterpret_cast<const BlockMXFP4*>(src);
+    for (int64_t b = 0; b < nb; ++b) {
+        grid_nibbles(x[b].qs, kMxfp4Values, q + b * 32);
+        const float d = mxfp4_scale(x[b].e);
+        set_halves(s, b, d, d);
+    }
+}
+
 RowUnpacker unpacker_for(GgmlType type) {
     switch (type) {
         case GgmlType::Q8_0: return &unpack_q8_0;
@@ -253,6 +295,9 @@ RowUnpacker unpacker_for(GgmlType type) {
         case GgmlType::Q4_K: return &unpack_q4_k;
         case GgmlType::Q5_K: return &unpack_q5_k;
         case GgmlType::Q6_K: return &unpack_q6_k;
+        case GgmlType::IQ4_NL: return &unpack_iq4_nl;
+        case GgmlType::IQ4_XS: return &unpack_iq4_xs;
+        case GgmlType::MXFP4: return &unpack_mxfp4;
         default: return nullptr;
     }
 }

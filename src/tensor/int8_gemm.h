@@ -8,7 +8,9 @@
 //     w[e] = scale[half(e)] * q[e] + min[half(e)]
 // This form holds exactly for every block type: Q8_0, Q4_0, Q5_0 (scale d, q shifted to signed),
 // Q4_1, Q5_1 (scale d, min m), Q4_K, Q5_K (32-element sub-blocks: scale d*sc, min -dmin*m),
-// Q2_K, Q3_K, Q6_K (16-element sub-blocks: the two halves carry their own scale). A dot product
+// Q2_K, Q3_K, Q6_K (16-element sub-blocks: the two halves carry their own scale), IQ4_NL, IQ4_XS,
+// MXFP4 (q = the grid level of the 4-bit index, in [-127, 113]; scale d, d * (ls - 32) per
+// 32-element sub-block, or 2^(e - 128)). A dot product
 // is then, per block and half,
 //     sum_e w[e] x[e] ~ d_x * (scale * sum_e q_w[e] q_x[e] + min * sum_e q_x[e])
 // with the integer sums computed exactly (AVX2: maddubs/madd; AVX-512 VNNI: vpdpbusd, used for

@@ -114,7 +114,8 @@ std::vector<Case> variant_cases() {
 const std::vector<GgmlType>& all_types() {
     static const std::vector<GgmlType> t = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
                                             GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q2_K, GgmlType::Q3_K,
-                                            GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+                                            GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_NL,
+                                            GgmlType::IQ4_XS, GgmlType::MXFP4};
     return t;
 }
 

@@ -4,6 +4,7 @@
 // worked out by hand. Together they pin the byte layouts independently of quant.cpp.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -54,6 +55,9 @@ TEST(KnownAnswer, TraitsMatchBlockStructs) {
         {GgmlType::Q5_K, 256, sizeof(BlockQ5_K), "q5_K"},
         {GgmlType::Q6_K, 256, sizeof(BlockQ6_K), "q6_K"},
         {GgmlType::Q8_K, 256, sizeof(BlockQ8_K), "q8_K"},
+        {GgmlType::IQ4_NL, 32, sizeof(BlockIQ4_NL), "iq4_nl"},
+        {GgmlType::IQ4_XS, 256, sizeof(BlockIQ4_XS), "iq4_xs"},
+        {GgmlType::MXFP4, 32, sizeof(BlockMXFP4), "mxfp4"},
     };
     for (const Expect& e : expects) {
         SCOPED_TRACE(e.name);
@@ -72,6 +76,12 @@ TEST(KnownAnswer, TraitsMatchBlockStructs) {
     EXPECT_EQ(ggml_type_traits(GgmlType::Q3_K).type_size, 110u);
     EXPECT_EQ(ggml_type_traits(GgmlType::Q5_K).type_size, 176u);
     EXPECT_EQ(ggml_type_traits(GgmlType::Q8_K).type_size, 292u);
+    EXPECT_EQ(ggml_type_traits(GgmlType::IQ4_NL).type_size, 18u);
+    EXPECT_EQ(ggml_type_traits(GgmlType::IQ4_XS).type_size, 136u);
+    EXPECT_EQ(ggml_type_traits(GgmlType::MXFP4).type_size, 17u);
+    EXPECT_EQ(static_cast<uint32_t>(GgmlType::IQ4_NL), 20u);  // ggml.h numbering
+    EXPECT_EQ(static_cast<uint32_t>(GgmlType::IQ4_XS), 23u);
+    EXPECT_EQ(static_cast<uint32_t>(GgmlType::MXFP4), 39u);
     EXPECT_EQ(ggml_type_from_name("Q4_K"), GgmlType::Q4_K);
     EXPECT_EQ(ggml_type_from_name("BF16"), GgmlType::BF16);
     EXPECT_FALSE(ggml_type_from_name("q4_k_m").has_value());
@@ -287,6 +297,69 @@ TEST(KnownAnswer, Q6_K) {
     EXPECT_EQ(y[0], -17.5f);    // ql[0] = 1, qh[0] = 2 -> q 33 - 32 = 1; scale -70
     EXPECT_EQ(y[130], -12.5f);  // ql[66] = 0xE7 -> 7, qh[34] = 16 -> 0: -25; scale 2
     EXPECT_EQ(y[100], 24.0f);   // ql[36] = 0xAD high 10, qh[4] = 94 bits 6..7 = 1: 26 - 32; scale -16
+}
+
+// The non-uniform grids as ggml-common.h lists them (kvalues_iq4nl, kvalues_mxfp4).
+constexpr int kIq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+constexpr int kMxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// IQ4_NL: x = d * grid[nibble], nibbles ordered as Q4_0.
+TEST(KnownAnswer, IQ4_NL) {
+    BlockIQ4_NL b{};
+    b.d = kHalf_0_5;
+    for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+    const auto y = decode(GgmlType::IQ4_NL, b, 32);
+    for (int j = 0; j < 16; ++j) {
+        EXPECT_EQ(y[j], 0.5f * kIq4nl[j]) << j;
+        EXPECT_EQ(y[16 + j], 0.5f * kIq4nl[15 - j]) << j;
+    }
+    EXPECT_EQ(y[0], -63.5f);
+    EXPECT_EQ(y[16], 56.5f);
+}
+
+// IQ4_XS: sub-block j (32 elements) has the 6-bit scale low nibble j%2 of scales_l[j/2] | bits
+// 2j..2j+1 of scales_h << 4, offset by 32; its 16 quant bytes at qs[16j], nibbles as Q4_0.
+TEST(KnownAnswer, IQ4_XS) {
+    BlockIQ4_XS b{};
+    b.d = kHalf_0_25;
+    b.scales_h = 0xE4B1;  // high bits per sub-block: 1, 0, 3, 2, 0, 1, 2, 3
+    const uint8_t lows[4] = {0x2F, 0x90, 0x51, 0xC7};
+    std::memcpy(b.scales_l, lows, 4);
+    for (int k = 0; k < 128; ++k) b.qs[k] = static_cast<uint8_t>(k * 37 + 5);
+    const auto y = decode(GgmlType::IQ4_XS, b, 256);
+    const int high[8] = {1, 0, 3, 2, 0, 1, 2, 3};
+    for (int e = 0; e < 256; ++e) {
+        const int j = e / 32;
+        const int ls = ((lows[j / 2] >> (4 * (j % 2))) & 15) | (high[j] << 4);
+        const uint8_t byte = b.qs[16 * j + e % 16];
+        const int q = (e % 32) < 16 ? (byte & 15) : (byte >> 4);
+        EXPECT_EQ(y[e], 0.25f * static_cast<float>(ls - 32) * kIq4nl[q]) << e;
+    }
+    // Sub-block 0: ls = 15 | 16 = 31 -> -1 * 0.25; qs[0] = 5 -> grid -35: 8.75.
+    EXPECT_EQ(y[0], 8.75f);
+    // Sub-block 2: ls = 0 | 48 = 48 -> 16 * 0.25 = 4; element 80 is the high nibble of
+    // qs[32] = 165 = 0xA5: 10 -> grid 25: 100.
+    EXPECT_EQ(y[80], 100.0f);
+}
+
+// MXFP4: x = 2^(e - 128) * (doubled E2M1 value of the nibble), nibbles ordered as Q4_0.
+TEST(KnownAnswer, MXFP4) {
+    BlockMXFP4 b{};
+    b.e = 127;  // 2^-1
+    for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+    auto y = decode(GgmlType::MXFP4, b, 32);
+    for (int j = 0; j < 16; ++j) {
+        EXPECT_EQ(y[j], 0.5f * kMxfp4[j]) << j;
+        EXPECT_EQ(y[16 + j], 0.5f * kMxfp4[15 - j]) << j;
+    }
+    EXPECT_EQ(y[7], 6.0f);    // E2M1 6.0 at the E8M0 scale 2^0
+    EXPECT_EQ(y[16], -6.0f);
+    b.e = 0;  // the smallest scale, 2^-128 (subnormal)
+    y = decode(GgmlType::MXFP4, b, 32);
+    EXPECT_EQ(y[1], std::ldexp(1.0f, -128));
+    b.e = 254;
+    y = decode(GgmlType::MXFP4, b, 32);
+    EXPECT_EQ(y[2], std::ldexp(1.0f, 127));
 }
 
 TEST(KnownAnswer, FloatTypes) {

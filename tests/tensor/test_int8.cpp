@@ -24,7 +24,8 @@ namespace {
 
 const std::vector<GgmlType> kQuantTypes = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
                                            GgmlType::Q5_1, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
-                                           GgmlType::Q5_K, GgmlType::Q6_K};
+                                           GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS,
+                                           GgmlType::MXFP4};
 
 bool have_avx2() { return cpu_kernel_supported(CpuKernel::Avx2); }
 bool is_k_quant(GgmlType type) { return ggml_type_traits(type).block_size == 256; }
@@ -251,7 +252,7 @@ TEST_P(Int8Types, DecodeKernelsMatchScalarReference) {
     const GgmlType type = GetParam();
     const std::pair<const char*, int8::decode::Kernel> kernels[] = {{"avx2", int8::decode::kernel_avx2(type)},
                                                                     {"avx512", int8::decode::kernel_avx512(type)}};
-    if (kernels[0].second == nullptr && kernels[1].second == nullptr) GTEST_SKIP() << "no decode kernel on this CPU";
+    if (kernels[0].second == nullptr && kernels[1].second == nullptr) GTEST_SKIP() << "no decode kernel for this type on this CPU";
     const int64_t nw = 13, ldy = nw + 2, sub = int8::decode::layout(type).sub;
     for (int64_t k : is_k_quant(type) ? std::vector<int64_t>{768, 256} : std::vector<int64_t>{288, 224, 32}) {
         const Quantised w = quantise(type, gaussian(k * nw, 24, 0.5f), k, nw);

@@ -92,7 +92,7 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTypes,
                          ::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0,
                                            GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
                                            GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K,
-                                           GgmlType::Q6_K),
+                                           GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::MXFP4),
                          [](const auto& info) { return std::string(ggml_type_name(info.param)); });
 
 TEST(Matmul, OddShapesAndManyRows) {
