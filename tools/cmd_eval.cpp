@@ -693,8 +693,8 @@ void add_eval_command(CLI::App& app, Action& action) {
     auto merge_dirs = std::make_shared<std::vector<std::string>>();
     CLI::App* merge = cmd->add_subcommand(
         "merge", "join the output directories of the shards of one sweep (--shard) into the outputs of one run");
-    merge->add_option("out", *merge_out, "output directory of the merged run")->required();
-    merge->add_option("shards", *merge_dirs, "the shards' output directories")->required();
+    merge->add_option("OUT", *merge_out, "output directory of the merged run")->required();
+    merge->add_option("SHARD_DIR", *merge_dirs, "the output directories of the shards, in any order")->required();
     merge->callback([merge_out, merge_dirs, &action] {
         action = [merge_out, merge_dirs] {
             const std::string md = eval::merge_shards(*merge_out, *merge_dirs);

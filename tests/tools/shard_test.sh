@@ -11,6 +11,7 @@
 #      too), --shard k8s/N reads JOB_COMPLETION_INDEX; the Kubernetes manifest in deploy/k8s/ is
 #      valid YAML whose --shard k8s/N names its own completion count;
 #   4. errors: bad --shard values, a missing shard, a repeated shard, an unfinished shard.
+# Shards without items (more shards than items) are checked too.
 set -u
 KVEC="$1"
 SRC="$(cd "$2" && pwd)"
@@ -78,6 +79,15 @@ homes = {json.load(open(p))["shard"]["index"] for p in sys.argv[1:3]
          for it in json.load(open(p))["items"] if it["task"] == "niah_askmany"}
 assert len(homes) == 1, homes
 PY
+
+# Shards without items (1 item, 3 shards) are finished runs too.
+ONE=(eval -m "$SRC/models/kvec-tiny.gguf" --suite synthetic-1k --samples 1 --tasks niah_single --policies full,snapkv
+     --budgets 64 --max-new-tokens 4 -t 1)
+expect 0 "1 item unsharded" -- "$KVEC" "${ONE[@]}" --out "$DIR/one"
+for k in 0 1 2; do expect 0 "1 item, shard $k/3" -- "$KVEC" "${ONE[@]}" --shard "$k/3" --out "$DIR/one$k"; done
+[ "$(( $(lines "$DIR/one0") + $(lines "$DIR/one1") + $(lines "$DIR/one2") ))" -eq 2 ] || fail "1 item x 2 combinations over 3 shards"
+expect 0 "merge with empty shards" -- "$KVEC" eval merge "$DIR/one-merged" "$DIR/one0" "$DIR/one1" "$DIR/one2"
+same_file "$DIR/one/summary.csv" "$DIR/one-merged/summary.csv" "merged with empty shards vs unsharded"
 
 # 3. Index contracts of the schedulers.
 expect 0 "--shard slurm (array 1-3: task 2 is shard 1/3)" -- env SLURM_ARRAY_TASK_ID=2 SLURM_ARRAY_TASK_MIN=1 \
