@@ -372,11 +372,13 @@ int run_eval(const EvalOptions& o) {
     Session session(*model, so);
     Generator generator(session, tokenizer);
 
-    const std::string out_dir = !o.out.empty() ? o.out
-                                : (fidelity     ? std::string("kvec-eval-fidelity")
-                                : !o.suite.empty() ? "kvec-eval-" + o.suite
-                                                   : std::string("kvec-eval-longbench")) +
-                                (shard ? fmt::format("-shard-{}-of-{}", shard->index, shard->count) : std::string());
+    std::string out_dir = o.out;
+    if (out_dir.empty()) {
+        out_dir = fidelity           ? std::string("kvec-eval-fidelity")
+                  : !o.suite.empty() ? "kvec-eval-" + o.suite
+                                     : std::string("kvec-eval-longbench");
+        if (shard) out_dir += fmt::format("-shard-{}-of-{}", shard->index, shard->count);
+    }
     std::error_code ec;
     fs::create_directories(out_dir, ec);
     if (ec) fail("cannot create output directory '{}': {}", out_dir, ec.message());

@@ -115,9 +115,12 @@ std::vector<EvalItem> make_items(size_t n) {
 }
 
 TEST(Shard, PartitionIsDeterministicDisjointAndCovering) {
-    // Pinned: the partition must not change between versions (shards of one run may be made by
-    // different builds of the same commit on different machines).
-    EXPECT_EQ(shard_of("niah_single/all/s1/L2048/0", 4), shard_of("niah_single/all/s1/L2048/0", 4));
+    // Pinned: the partition must not change between versions or machines. Expected values from
+    // Python: int(hashlib.sha256(id.encode()).hexdigest()[:16], 16) % n.
+    EXPECT_EQ(shard_of("niah_single/all/s1/L2048/0", 4), 0);
+    EXPECT_EQ(shard_of("niah_single/all/s1/L2048/0", 7), 5);
+    EXPECT_EQ(shard_of("kvec-fixture-qasper-0", 2), 1);
+    EXPECT_EQ(shard_of("abc", 1000), 74);
     const std::vector<EvalItem> items = make_items(600);
     for (int64_t n = 1; n <= 7; ++n) {
         std::vector<int> seen(items.size(), 0);
