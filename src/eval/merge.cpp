@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 
@@ -313,8 +314,16 @@ MergedRun read_shards(const std::vector<std::string>& dirs) {
 }
 
 std::string merge_shards(const std::string& out, const std::vector<std::string>& dirs) {
-    const MergedRun m = read_shards(dirs);
+    // A shard still running holds its directory's lock: refused, naming it (pid, host, start).
     std::error_code ec;
+    std::vector<std::unique_ptr<DirLock>> locks;
+    std::set<std::string> locked;
+    for (const std::string& d : dirs) {
+        if (fs::is_directory(d) && locked.insert(fs::canonical(d, ec).string()).second) {
+            locks.push_back(std::make_unique<DirLock>(d));
+        }
+    }
+    const MergedRun m = read_shards(dirs);
     for (const std::string& d : m.dirs) {
         if (fs::equivalent(out, d, ec)) fail("'{}' is a shard's directory: merge into another one", out);
     }

@@ -51,7 +51,8 @@ struct MergedRun {
 // Reads and checks the shard directories (see the top of this file); kvec::Error otherwise.
 MergedRun read_shards(const std::vector<std::string>& dirs);
 
-// `kvec eval merge`: read_shards, then writes config.json (with "merged_from"), predictions.jsonl
+// `kvec eval merge`: locks the shard directories (a shard still running is refused, naming it),
+// read_shards, then writes config.json (with "merged_from"), predictions.jsonl
 // and the outputs of one run (write_sweep_outputs) into `out`, which must not be a shard's
 // directory nor hold another run (a previous merge is replaced). Returns summary.md's text.
 std::string merge_shards(const std::string& out, const std::vector<std::string>& dirs);

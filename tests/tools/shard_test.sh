@@ -10,7 +10,8 @@
 #   3. the index contracts: --shard slurm reads the SLURM_ARRAY_* variables (a 1-based array
 #      too), --shard k8s/N reads JOB_COMPLETION_INDEX; the Kubernetes manifest in deploy/k8s/ is
 #      valid YAML whose --shard k8s/N names its own completion count;
-#   4. errors: bad --shard values, a missing shard, a repeated shard, an unfinished shard.
+#   4. errors: bad --shard values, a missing shard, a repeated shard, an unfinished shard, a shard
+#      still running.
 # Shards without items (more shards than items) are checked too.
 set -u
 KVEC="$1"
@@ -136,6 +137,14 @@ contains err "shard(s) 1/3 not given" "missing shard named"
 contains err "in no shard:" "missing items named"
 expect 1 "merge with shard 1 twice" -- "$KVEC" eval merge "$DIR/m3" "$DIR/s0" "$DIR/s1" "$DIR/s2" "$DIR/k8s1"
 contains err "shard(s) given twice: 1/3" "repeated shard named"
+# One process holds shard 0's lock as a running shard does (killed, it lets go).
+/usr/bin/python3 -c 'import fcntl, sys, time; f = open(sys.argv[1], "a"); fcntl.flock(f, fcntl.LOCK_EX); time.sleep(60)' \
+    "$DIR/s0/.kvec-eval.lock" &
+holder=$!
+sleep 0.5
+expect 1 "merge while a shard runs" -- "$KVEC" eval merge "$DIR/m5" "$DIR/s0" "$DIR/s1" "$DIR/s2"
+contains err "'$DIR/s0' is in use by another kvec eval" "running shard named"
+kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null
 expect 1 "merge of an unsharded run" -- "$KVEC" eval merge "$DIR/m4" "$DIR/whole"
 contains err "not made with --shard" "unsharded directory"
 expect 1 "merge into a run's directory" -- "$KVEC" eval merge "$DIR/whole" "$DIR/s0" "$DIR/s1" "$DIR/s2"
