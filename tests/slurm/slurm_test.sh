@@ -4,7 +4,8 @@
 # slurmctld, slurmd on loopback, everything in a temporary directory), submits the array job of 4
 # shards and the merge job with scripts/slurm/submit-eval.sh (the bundled model on a small
 # synthetic sweep), waits, checks that the merged summary.csv and paired.csv equal a local
-# unsharded run's, and shuts the cluster down. Exit 77 (skipped) when Slurm or munge is not
+# unsharded run's; then requeues one array task (it resumes) and merges again; shuts the cluster
+# down. Exit 77 (skipped) when Slurm or munge is not
 # installed (apt-get install slurm-wlm munge) or when not root.
 set -u
 KVEC="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
@@ -42,6 +43,20 @@ contains "$DIR/run/logs/merge.log" "merged 4 shards" "the merge job ran after th
 cmp -s "$DIR/whole/summary.csv" "$DIR/run/merged/summary.csv" || { fail "merged summary.csv differs from the unsharded run's"; diff "$DIR/whole/summary.csv" "$DIR/run/merged/summary.csv" | head; }
 cmp -s "$DIR/whole/paired.csv" "$DIR/run/merged/paired.csv" || fail "merged paired.csv differs from the unsharded run's"
 [ "$failures" -eq 0 ] && echo "ok: merged results of the Slurm array job equal the unsharded run's"
+
+# A shard run again by Slurm (requeued, as after a preemption or a node failure) keeps its array
+# index and resumes from its finished predictions; merged again, the results are the same.
+# (Slurm holds a requeued job for about 2 minutes; StartTime=now releases it.)
+array=${jobs%% *}
+expect 0 "scontrol requeue ${array}_1" -- scontrol requeue "${array}_1"
+scontrol update JobId="${array}_1" StartTime=now >/dev/null 2>&1
+timeout 300 bash -c "source '$SRC/tests/slurm/slurm_cluster.sh'; slurm_wait $array" || fail "the requeued task did not finish"
+[ "$(grep -c 'shard 1/4 (slurm)' "$DIR/run/logs/shard-1.log")" -eq 2 ] || fail "the requeued task did not run again as shard 1/4"
+contains "$DIR/run/logs/shard-1.log" "resuming:" "the requeued shard resumes from its finished predictions"
+expect 0 "merge job again" -- sbatch --parsable --output="$DIR/run/logs/merge2.log" "$SRC/scripts/slurm/eval-merge.sbatch" "$KVEC" "$DIR/run"
+timeout 300 bash -c "source '$SRC/tests/slurm/slurm_cluster.sh'; slurm_wait $(cat "$DIR/out")" || fail "the second merge did not finish"
+cmp -s "$DIR/whole/summary.csv" "$DIR/run/merged/summary.csv" || fail "merged summary.csv after the requeue differs"
+[ "$failures" -eq 0 ] && echo "ok: requeued shard resumed; merged again, still equal to the unsharded run"
 slurm_stop
 echo "slurm test: $(( $(date +%s) - start )) s"
 if [ "$failures" -ne 0 ]; then
