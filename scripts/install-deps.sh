@@ -20,6 +20,8 @@ APT_PACKAGES=(
     clang libclang-rt-14-dev libomp-dev
     # Tests of bad input: flock (util-linux) holds a lock from the shell.
     util-linux
+    # tests/slurm: a sharded sweep on a real single-node Slurm cluster (munged, slurmctld, slurmd).
+    slurm-wlm munge
 )
 # Node.js and npm: Debian's packages unless the machine already has an npm (e.g. NodeSource's
 # nodejs, which bundles npm and conflicts with Debian's npm package).

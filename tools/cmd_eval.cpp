@@ -19,11 +19,13 @@
 #include "eval/eval_items.h"
 #include "eval/fidelity.h"
 #include "eval/jsonl.h"
+#include "eval/merge.h"
 #include "eval/out_dir.h"
 #include "eval/plot.h"
 #include "eval/provenance.h"
 #include "eval/report.h"
 #include "eval/sha256.h"
+#include "eval/shard.h"
 #include "eval/stats.h"
 #include "eval/sweep.h"
 #include "eval/text_source.h"
@@ -68,6 +70,7 @@ struct EvalOptions {
     int prefix = 0;
     int continuation = 128;
     int segments = 1;
+    std::string shard;  // --shard: "K/N", "slurm", "k8s/N" (eval/shard.h)
 };
 
 std::vector<std::string> split_commas(const std::string& s) {
@@ -298,6 +301,7 @@ void write_fidelity(const eval::FidelityReport& rep, const std::vector<eval::Pol
 }
 
 int run_eval(const EvalOptions& o) {
+    if (o.model.empty()) fail("--model is required (the GGUF model file)");
     check_readable_file(o.model, "model file");
     if (o.chat && o.no_chat) fail("--chat and --no-chat exclude each other");
     const bool fidelity = !o.fidelity.empty();
@@ -316,6 +320,11 @@ int run_eval(const EvalOptions& o) {
     if (o.continuation <= 0) fail("--continuation must be positive, got {}", o.continuation);
     if (o.segments <= 0) fail("--segments must be positive, got {}", o.segments);
     const eval::Protocol protocol = eval::parse_protocol(o.protocol);
+    std::optional<eval::Shard> shard;
+    if (!o.shard.empty()) {
+        if (fidelity) fail("--shard goes with --suite or --data (fidelity runs over one text)");
+        shard = eval::parse_shard(o.shard);
+    }
     const eval::HeldoutSplit split = eval::parse_heldout_split(o.split);
     const uint64_t seed = o.seed.value_or(eval::default_seed(split));
     if (split != eval::HeldoutSplit::All && o.suite.empty()) fail("--split goes with --suite (the synthetic suite's text and seed)");
@@ -363,10 +372,13 @@ int run_eval(const EvalOptions& o) {
     Session session(*model, so);
     Generator generator(session, tokenizer);
 
-    const std::string out_dir = !o.out.empty() ? o.out
-                                : fidelity     ? std::string("kvec-eval-fidelity")
-                                : !o.suite.empty() ? "kvec-eval-" + o.suite
-                                                   : std::string("kvec-eval-longbench");
+    std::string out_dir = o.out;
+    if (out_dir.empty()) {
+        out_dir = fidelity           ? std::string("kvec-eval-fidelity")
+                  : !o.suite.empty() ? "kvec-eval-" + o.suite
+                                     : std::string("kvec-eval-longbench");
+        if (shard) out_dir += fmt::format("-shard-{}-of-{}", shard->index, shard->count);
+    }
     std::error_code ec;
     fs::create_directories(out_dir, ec);
     if (ec) fail("cannot create output directory '{}': {}", out_dir, ec.message());
@@ -399,6 +411,7 @@ int run_eval(const EvalOptions& o) {
     run["max_new_tokens_cap"] = o.max_new_tokens;
     run["coverage_window"] = 32;
     if (!o.suite.empty()) run["suite"] = o.suite;
+    if (shard) run["shard"] = {{"index", shard->index}, {"count", shard->count}};
     if (!data_files.empty()) {
         nlohmann::ordered_json files = nlohmann::ordered_json::array();
         for (const auto& f : data_files) files.push_back({{"file", fs::path(f).filename().string()}, {"sha256", eval::sha256_file(f)}});
@@ -518,11 +531,21 @@ int run_eval(const EvalOptions& o) {
     io.max_new_tokens = o.max_new_tokens;
     eval::ItemSummary isum;
     Timer prep;
-    const std::vector<eval::EvalItem> items = eval::build_items(io, tokenizer, generator, session.n_ctx(), &isum);
+    std::vector<eval::EvalItem> items = eval::build_items(io, tokenizer, generator, session.n_ctx(), &isum);
     fmt::print(stderr, "{}: {} samples, {} tasks, format {}{}; prepared in {:.1f} s\n", isum.source, items.size(),
                isum.tasks.size(), isum.format,
                isum.truncated > 0 ? fmt::format(", {} prompts truncated in the middle", isum.truncated) : "",
                prep.seconds());
+    const size_t items_total = items.size();
+    if (shard) {  // this shard's items only; shard.json tells `kvec eval merge` which
+        const std::vector<size_t> mine = eval::shard_items(items, protocol, *shard);
+        eval::write_text_file(out_dir + "/shard.json", eval::shard_manifest(items, mine, *shard, isum.format).dump(1) + "\n");
+        std::vector<eval::EvalItem> own;
+        for (size_t i : mine) own.push_back(std::move(items[i]));
+        items = std::move(own);
+        fmt::print(stderr, "shard {} ({}): {} of {} samples\n", eval::shard_name(*shard), shard->source, items.size(),
+                   items_total);
+    }
 
     std::vector<eval::EvalRecord> records = load_predictions(pred_path);
     std::set<eval::RecordKey> done;
@@ -554,18 +577,18 @@ int run_eval(const EvalOptions& o) {
         o.no_share ? "separate prefill per combination (--no-share-prefill)"
                    : fmt::format("prefill shared: {} prefills for {} generations ({} derived from a shared prefill)",
                                  st.prefills, st.generations, st.shared_generations);
-    nlohmann::ordered_json metrics = eval::metrics_json(summary);
-    metrics["mode"] = {{"share_prefill", !o.no_share},
-                       {"description", mode_text},
-                       {"prefills", st.prefills},
-                       {"generations", st.generations},
-                       {"shared_generations", st.shared_generations},
-                       {"skipped_existing", st.skipped}};
-    metrics["timing"] = {{"wall_seconds", st.wall_seconds},
-                         {"prefill_seconds", st.prefill_seconds},
-                         {"replay_seconds", st.replay_seconds},
-                         {"decode_seconds", st.decode_seconds},
-                         {"threads", num_threads()}};
+    nlohmann::ordered_json extra;
+    extra["mode"] = {{"share_prefill", !o.no_share},
+                     {"description", mode_text},
+                     {"prefills", st.prefills},
+                     {"generations", st.generations},
+                     {"shared_generations", st.shared_generations},
+                     {"skipped_existing", st.skipped}};
+    extra["timing"] = {{"wall_seconds", st.wall_seconds},
+                       {"prefill_seconds", st.prefill_seconds},
+                       {"replay_seconds", st.replay_seconds},
+                       {"decode_seconds", st.decode_seconds},
+                       {"threads", num_threads()}};
     // Every invocation's cost, killed ones included (up to their last record).
     const nlohmann::json all = costs.totals();
     auto total_of = [&](const char* key) { return all.value(key, 0.0); };
@@ -573,29 +596,37 @@ int run_eval(const EvalOptions& o) {
     const double total_prefills = total_of("prefills");
     const double total_generations = total_of("generations");
     const double invocations = total_of("invocations");
-    metrics["total"] = {{"wall_seconds", total_wall},
-                        {"prefill_seconds", total_of("prefill_seconds")},
-                        {"replay_seconds", total_of("replay_seconds")},
-                        {"decode_seconds", total_of("decode_seconds")},
-                        {"prefills", total_prefills},
-                        {"generations", total_generations},
-                        {"invocations", invocations}};
-    eval::write_text_file(out_dir + "/metrics.json", metrics.dump(2) + "\n");
+    extra["total"] = {{"wall_seconds", total_wall},
+                      {"prefill_seconds", total_of("prefill_seconds")},
+                      {"replay_seconds", total_of("replay_seconds")},
+                      {"decode_seconds", total_of("decode_seconds")},
+                      {"prefills", total_prefills},
+                      {"generations", total_generations},
+                      {"invocations", invocations}};
     const std::string what = !o.suite.empty() ? o.suite : std::string("LongBench");
-    const std::string header = fmt::format(
-        "# kvec eval: {}\n\nModel `{}` (sha256 {}), {} samples, format {}, protocol {}{}, kvec {} ({}).\n\nMode: {}. "
-        "Sweep wall time {:.1f} s in total ({:.0f} prefills for {:.0f} generations over {:.0f} invocation(s); "
-        "this one {:.1f} s, {} threads).\n",
-        what, fs::path(o.model).filename().string(), model_hash.substr(0, 12), items.size(), isum.format,
-        eval::protocol_name(protocol),
-        o.suite.empty() ? std::string() : fmt::format(", split {} (seed {})", eval::heldout_split_name(split), seed),
-        eval::engine_version(), eval::git_commit(), mode_text, total_wall, total_prefills, total_generations,
-        invocations, st.wall_seconds, num_threads());
-    const std::string md = eval::summary_markdown(summary, header);
-    eval::write_text_file(out_dir + "/summary.md", md);
-    eval::write_text_file(out_dir + "/summary.csv", eval::summary_csv(summary));
-    eval::write_text_file(out_dir + "/paired.csv", eval::paired_csv(summary));
-    eval::write_sweep_plots(summary, out_dir, what);
+    eval::SweepTitle title;
+    title.what = what;
+    title.model_file = fs::path(o.model).filename().string();
+    title.model_sha256 = model_hash;
+    title.samples = static_cast<int64_t>(items.size());
+    title.format = isum.format;
+    title.protocol = eval::protocol_name(protocol);
+    if (!o.suite.empty()) {
+        title.split = eval::heldout_split_name(split);
+        title.seed = seed;
+    }
+    title.version = eval::engine_version();
+    title.commit = eval::git_commit();
+    std::string header = eval::sweep_title(title);
+    if (shard) {
+        header += fmt::format("\nShard {} of a sharded run: {} of its {} samples (`kvec eval merge` joins the shards).\n",
+                              eval::shard_name(*shard), items.size(), items_total);
+    }
+    header += fmt::format(
+        "\nMode: {}. Sweep wall time {:.1f} s in total ({:.0f} prefills for {:.0f} generations over {:.0f} "
+        "invocation(s); this one {:.1f} s, {} threads).\n",
+        mode_text, total_wall, total_prefills, total_generations, invocations, st.wall_seconds, num_threads());
+    const std::string md = eval::write_sweep_outputs(summary, out_dir, header, extra, what);
     fmt::print("{}", md);
     fmt::print(stderr, "\n{}; wall {:.1f} s (prefill {:.1f} s, replay {:.2f} s, decode {:.1f} s); results in {}/\n",
                mode_text, st.wall_seconds, st.prefill_seconds, st.replay_seconds, st.decode_seconds, out_dir);
@@ -608,7 +639,7 @@ void add_eval_command(CLI::App& app, Action& action) {
     auto o = std::make_shared<EvalOptions>();
     CLI::App* cmd = app.add_subcommand(
         "eval", "evaluate eviction policies x KV budgets: synthetic suite, LongBench files, or fidelity to the full cache");
-    cmd->add_option("-m,--model", o->model, "model file (GGUF)")->required();
+    cmd->add_option("-m,--model", o->model, "model file (GGUF; required)");
     add_load_flags(cmd, o->load);
     cmd->add_option("--suite", o->suite, "synthetic suite: synthetic-1k|2k|4k|8k|16k|32k");
     cmd->add_option("--data", o->data, "LongBench JSONL file(s), comma-separated (named <dataset>.jsonl)");
@@ -652,7 +683,28 @@ void add_eval_command(CLI::App& app, Action& action) {
     cmd->add_option("--prefix", o->prefix, "fidelity: prompt tokens per segment (default: context - continuation - 1)");
     cmd->add_option("--continuation", o->continuation, "fidelity: teacher-forced tokens per segment")->capture_default_str();
     cmd->add_option("--segments", o->segments, "fidelity: segments of the text")->capture_default_str();
-    cmd->callback([o, &action] { action = [o] { return run_eval(*o); }; });
+    cmd->add_option("--shard", o->shard,
+                    "run only shard K of N of the items (0-based K/N; slurm: the array task; k8s/N: "
+                    "JOB_COMPLETION_INDEX of N); join the shards with `kvec eval merge`");
+    cmd->callback([o, cmd, &action] {
+        if (cmd->get_subcommands().empty()) action = [o] { return run_eval(*o); };
+    });
+
+    // kvec eval merge OUT SHARD_DIR...
+    auto merge_out = std::make_shared<std::string>();
+    auto merge_dirs = std::make_shared<std::vector<std::string>>();
+    CLI::App* merge = cmd->add_subcommand(
+        "merge", "join the output directories of the shards of one sweep (--shard) into the outputs of one run");
+    merge->add_option("OUT", *merge_out, "output directory of the merged run")->required();
+    merge->add_option("SHARD_DIR", *merge_dirs, "the output directories of the shards, in any order")->required();
+    merge->callback([merge_out, merge_dirs, &action] {
+        action = [merge_out, merge_dirs] {
+            const std::string md = eval::merge_shards(*merge_out, *merge_dirs);
+            fmt::print("{}", md);
+            fmt::print(stderr, "\nmerged {} shards into {}/\n", merge_dirs->size(), *merge_out);
+            return 0;
+        };
+    });
 }
 
 }  // namespace kvec::tools

@@ -370,6 +370,26 @@ void write_sweep_plots(const SweepSummary& s, const std::string& dir, const std:
                         dir + "/coverage_vs_budget.png");
 }
 
+std::string sweep_title(const SweepTitle& t) {
+    return fmt::format("# kvec eval: {}\n\nModel `{}` (sha256 {}), {} samples, format {}, protocol {}{}, kvec {} ({}).\n",
+                       t.what, t.model_file, t.model_sha256.substr(0, 12), t.samples, t.format, t.protocol,
+                       t.split.empty() ? std::string() : fmt::format(", split {} (seed {})", t.split, t.seed),
+                       t.version, t.commit);
+}
+
+std::string write_sweep_outputs(const SweepSummary& summary, const std::string& dir, const std::string& header,
+                                const nlohmann::ordered_json& extra, const std::string& what) {
+    nlohmann::ordered_json metrics = metrics_json(summary);
+    for (const auto& [key, value] : extra.items()) metrics[key] = value;
+    write_text_file(dir + "/metrics.json", metrics.dump(2) + "\n");
+    const std::string md = summary_markdown(summary, header);
+    write_text_file(dir + "/summary.md", md);
+    write_text_file(dir + "/summary.csv", summary_csv(summary));
+    write_text_file(dir + "/paired.csv", paired_csv(summary));
+    write_sweep_plots(summary, dir, what);
+    return md;
+}
+
 void write_text_file(const std::string& path, const std::string& text) { write_file_atomic(path, text); }
 
 }  // namespace kvec::eval

@@ -73,6 +73,29 @@ std::string paired_csv(const SweepSummary& summary);
 // horizontal lines. `what` names the score in the titles ("synthetic-2k", "LongBench").
 void write_sweep_plots(const SweepSummary& summary, const std::string& dir, const std::string& what);
 
+// The first lines of summary.md, e.g. "# kvec eval: synthetic-2k\n\nModel `m.gguf` (sha256
+// 0123456789ab), 48 samples, format completion, protocol query-aware, split all (seed 1), kvec
+// 0.1.0 (<commit>).\n".
+struct SweepTitle {
+    std::string what;          // the suite, or "LongBench"
+    std::string model_file;    // file name
+    std::string model_sha256;
+    int64_t samples = 0;
+    std::string format;        // the items' prompt format
+    std::string protocol;      // protocol_name
+    std::string split;         // the synthetic suite's held-out split; "" for LongBench
+    uint64_t seed = 0;         // with a split
+    std::string version;       // engine_version
+    std::string commit;        // git_commit
+};
+std::string sweep_title(const SweepTitle& t);
+
+// The outputs of a sweep in `dir`: metrics.json (metrics_json followed by the keys of `extra`:
+// mode, timing, totals), summary.md (`header`, then the tables), summary.csv, paired.csv and the
+// plots (write_sweep_plots). Returns summary.md's text.
+std::string write_sweep_outputs(const SweepSummary& summary, const std::string& dir, const std::string& header,
+                                const nlohmann::ordered_json& extra, const std::string& what);
+
 // A CSV field, quoted (with doubled quotes) when it holds a comma, a quote or a newline (policy
 // labels such as "kvec:kernel=7,layers=local" do).
 std::string csv_quote(const std::string& v);

@@ -54,9 +54,9 @@ std::string format_duration(double s) {
     return fmt::format("{}s", t);
 }
 
-// Items [begin, end) compressed as one: under the query-agnostic protocol, consecutive items
-// with the same context tokens; otherwise one item.
-size_t group_end(const std::vector<EvalItem>& items, size_t begin, Protocol protocol) {
+}  // namespace
+
+size_t compression_group_end(const std::vector<EvalItem>& items, size_t begin, Protocol protocol) {
     size_t end = begin + 1;
     if (protocol != Protocol::QueryAgnostic) return end;
     const EvalItem& a = items[begin];
@@ -67,8 +67,6 @@ size_t group_end(const std::vector<EvalItem>& items, size_t begin, Protocol prot
     while (end < items.size() && same_context(items[end])) ++end;
     return end;
 }
-
-}  // namespace
 
 const char* protocol_name(Protocol p) { return p == Protocol::QueryAgnostic ? "query-agnostic" : "query-aware"; }
 
@@ -389,7 +387,7 @@ SweepStats run_sweep(Session& session, const Tokenizer& tokenizer, const std::ve
         return done.count({item.id, policies[c.policy].label, c.budget}) != 0;
     };
     for (size_t begin = 0; begin < items.size();) {
-        const size_t end = group_end(items, begin, options.protocol);
+        const size_t end = compression_group_end(items, begin, options.protocol);
         const std::span<const EvalItem> group(items.data() + begin, end - begin);
         begin = end;
         std::vector<size_t> pending;  // combos with an item of the group still to run

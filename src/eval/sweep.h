@@ -114,6 +114,10 @@ enum class Protocol { QueryAware, QueryAgnostic };
 const char* protocol_name(Protocol p);               // "query-aware" / "query-agnostic"
 Protocol parse_protocol(std::string_view text);      // kvec::Error for anything else
 
+// The end of the items compressed as one group starting at `begin`: under the query-agnostic
+// protocol, consecutive items with the same context tokens; otherwise the one item.
+size_t compression_group_end(const std::vector<EvalItem>& items, size_t begin, Protocol protocol);
+
 struct SweepOptions {
     Protocol protocol = Protocol::QueryAware;
     bool share_prefill = true;
