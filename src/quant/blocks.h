@@ -31,8 +31,8 @@
 //          that the scale 2^(e8-128) is half the E8M0 scale 2^(e8-127), as llama.cpp stores it)
 #pragma once
 
-#include <cmath>
 #include <cstdint>
+#include <cstring>
 
 namespace kvec::quant {
 
@@ -166,8 +166,14 @@ inline int iq4xs_scale(const BlockIQ4_XS& b, int j) {
     return ((b.scales_l[j / 2] >> (4 * (j % 2))) & 15) | (((b.scales_h >> (2 * j)) & 3) << 4);
 }
 
-// 2^(e - 128) as a float (an MXFP4 block's scale; exact for every e, subnormal below e = 2).
-inline float mxfp4_scale(uint8_t e) { return std::ldexp(1.0f, int{e} - 128); }
+// 2^(e - 128) as a float, an MXFP4 block's scale: exact for every e (subnormal below e = 2),
+// built from its bits.
+inline float mxfp4_scale(uint8_t e) {
+    const uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return f;
+}
 
 // Scale j (0..7) and min j of a Q4_K / Q5_K block: 6 bits each, packed in 12 bytes as
 // llama.cpp's get_scale_min_k4: j < 4 in the low 6 bits of bytes j (scale) and j+4 (min);

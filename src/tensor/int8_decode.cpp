@@ -17,7 +17,11 @@ const Layout& layout(GgmlType type) {
         case GgmlType::Q4_1:
         case GgmlType::Q5_0:
         case GgmlType::Q5_1:
+        case GgmlType::IQ4_NL:
+        case GgmlType::MXFP4:
             return kLegacyLayout;
+        case GgmlType::IQ4_XS:
+            return kIq4XsLayout;
         case GgmlType::Q8_0:
             return kQ8_0Layout;
         case GgmlType::Q2_K:

@@ -6,8 +6,8 @@
 // Only the float accumulation differs (its order, and the offset o taken back in float once per
 // group); the tests bound the difference by 1e-5 of the sum of |terms|.
 //
-// The kernel walks a row in groups: one super-block of 256 elements (K-quants) or four blocks of
-// 32 (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0). A group is unpacked into 64-byte segments of unsigned
+// The kernel walks a row in groups: one super-block of 256 elements (K-quants, IQ4_XS) or four
+// blocks of 32 (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4). A group is unpacked into 64-byte segments of unsigned
 // weights u in [0, 255] (plus the type's offset o: w = s * (u - o) + m per sub-block of 16 or 32
 // elements with its own scale s and min m), and each segment meets 64 activation bytes in one
 // int8 dot product (AVX-512 VNNI vpdpbusd into 16 int32 lanes; AVX2 maddubs + madd into 2 x 8),
@@ -61,6 +61,12 @@ inline constexpr uint8_t kQ4KOrder[8] = {0, 2, 1, 3, 4, 6, 5, 7};
 inline constexpr Layout kQ4KLayout{256, 32, 32, kQ4KOrder};
 // Q6_K: the low nibbles of ql[0..64) (with their qh bits) are elements 0..63, in order.
 inline constexpr Layout kQ6KLayout{256, 16, 32, kInOrder};
+// IQ4_XS: the low nibbles of quant bytes 16j..16j+15 are elements 32j..32j+15, the high ones
+// 32j+16..; IQ4_NL and MXFP4 (blocks of 32) take the legacy layout. Their 4-bit indices become
+// weights through a 16-byte table (a byte shuffle): u = level + 128 for the IQ4 grid (any byte,
+// so AVX-512 VNNI only), u = value + 12 for MXFP4 (at most 24, both instruction sets).
+inline constexpr uint8_t kIq4XsOrder[16] = {0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15};
+inline constexpr Layout kIq4XsLayout{256, 32, 16, kIq4XsOrder};
 
 // The layout of a type that has decode kernels (throws kvec::Error for any other type).
 const Layout& layout(GgmlType type);
@@ -85,7 +91,8 @@ using Kernel = void (*)(const Rows& x, int64_t nx, const uint8_t* w, size_t row_
 // The kernel for n activation rows with the active CPU kernels (AVX-512 VNNI where enabled, else
 // AVX2), or null: more than kMaxVnniRows rows with VNNI, kMaxRows without; types without a kernel;
 // CPUs without AVX2; Q8_0 without AVX-512 VNNI (its weights use all 8 bits, which AVX2's maddubs
-// would saturate; int8::gemm_q8_0_avx2 reads them in place with the sign trick).
+// would saturate; int8::gemm_q8_0_avx2 reads them in place with the sign trick); IQ4_NL and IQ4_XS
+// without AVX-512 VNNI (the same reason; they go through the int8 panel form).
 Kernel kernel_for(GgmlType type, int64_t n);
 
 // The kernels of one instruction set (tests compare both with the reference): null where the

@@ -49,6 +49,11 @@ struct V256 {
         const __m256i v = load32(p);
         return {v, v};
     }
+    static I broadcast16(const uint8_t* p) {
+        const __m256i t = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+        return {t, t};
+    }
+    static I lookup16(I table, I idx) { return {_mm256_shuffle_epi8(table.a, idx.a), _mm256_shuffle_epi8(table.b, idx.b)}; }
     static I set1_8(int v) { return set_halves8(v, v); }
     static I set_halves8(int lo, int hi) {
         return {_mm256_set1_epi8(static_cast<char>(lo)), _mm256_set1_epi8(static_cast<char>(hi))};

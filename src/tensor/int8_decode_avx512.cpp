@@ -49,6 +49,10 @@ struct V512 {
     static I broadcast32(const uint8_t* p) {
         return _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     }
+    static I broadcast16(const uint8_t* p) {
+        return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    }
+    static I lookup16(I table, I idx) { return _mm512_shuffle_epi8(table, idx); }
     static I set1_8(int v) { return _mm512_set1_epi8(static_cast<char>(v)); }
     static I set_halves8(int lo, int hi) {
         return _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(lo)), _mm256_set1_epi8(static_cast<char>(hi)), 1);
@@ -197,6 +201,9 @@ PanelPacker packer_avx512(GgmlType type) {
         case GgmlType::Q4_K: return &pack_panel<Q4_K>;
         case GgmlType::Q5_K: return &pack_panel<Q5_K>;
         case GgmlType::Q6_K: return &pack_panel<Q6_K>;
+        case GgmlType::IQ4_NL: return &pack_panel<IQ4_NL>;
+        case GgmlType::IQ4_XS: return &pack_panel<IQ4_XS>;
+        case GgmlType::MXFP4: return &pack_panel<MXFP4>;
         default: return nullptr;  // Q8_0: int8_vnni.cpp packs its blocks in place
     }
 }

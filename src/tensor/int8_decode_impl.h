@@ -6,6 +6,8 @@
 //
 // V's interface (I: 64 bytes = 16 int32 lanes, F: 16 floats, M: a byte mask):
 //   I load64(p), load16x4(p0, p1, p2, p3), load32x2(p0, p1), broadcast32(p) (32 bytes, twice),
+//     broadcast16(p) (16 bytes, four times), lookup16(table, idx) (byte e = the byte of table's
+//     16-byte lane numbered by idx's byte e, idx bytes < 16),
 //     set1_8(v), set_halves8(lo, hi) (bytes 0..31 = lo, 32..63 = hi), and_, or_, xor_, add_where(u, M, v),
 //     srli16<n>, slli16<n>, srl_halves16<n0, n1> (16-bit shifts; per half of 32 bytes), zero_i,
 //     dp(acc, u, x): acc + per lane sum of 4 u8 x s8 products (u <= 63, or any byte where
@@ -325,6 +327,84 @@ struct Q6_K {
     }
 };
 
+// The 16 weights u of the 4-bit indices of the non-uniform types (u = value + kOffset).
+inline constexpr auto kIq4nlBytes = [] {
+    std::array<uint8_t, 16> t{};
+    for (int i = 0; i < 16; ++i) t[i] = static_cast<uint8_t>(quant::kIq4nlValues[i] + 128);
+    return t;
+}();
+inline constexpr auto kMxfp4Bytes = [] {
+    std::array<uint8_t, 16> t{};
+    for (int i = 0; i < 16; ++i) t[i] = static_cast<uint8_t>(quant::kMxfp4Values[i] + 12);
+    return t;
+}();
+
+// Nibble indices in u[0..n) through a 16-entry table of weights.
+template <class V, int N>
+inline void lookup(const std::array<uint8_t, 16>& table, typename V::I (&u)[N]) {
+    const auto t = V::broadcast16(table.data());
+#pragma GCC unroll 4
+    for (int s = 0; s < N; ++s) u[s] = V::lookup16(t, u[s]);
+}
+
+struct IQ4_NL {
+    static constexpr GgmlType kType = GgmlType::IQ4_NL;
+    static constexpr int kOffset = 128;  // w = s * (u - kOffset) + m
+    static constexpr Layout kLayout = kLegacyLayout;
+    static constexpr size_t B = sizeof(quant::BlockIQ4_NL), kGroupBytes = 4 * B;
+    template <class V>
+    static void unpack(const uint8_t* p, Group<V, 2>& g) {
+        nibbles4<V, B, offsetof(quant::BlockIQ4_NL, qs)>(p, g.u);
+        lookup<V>(kIq4nlBytes, g.u);
+        g.scale = halves4<V, B, offsetof(quant::BlockIQ4_NL, d)>(p);
+        g.bias = V::mul(g.scale, V::set1(-kOffset));
+    }
+};
+
+struct IQ4_XS {
+    static constexpr GgmlType kType = GgmlType::IQ4_XS;
+    static constexpr int kOffset = 128;  // w = s * (u - kOffset) + m
+    static constexpr Layout kLayout = kIq4XsLayout;
+    static constexpr size_t kGroupBytes = sizeof(quant::BlockIQ4_XS);
+    template <class V>
+    static void unpack(const uint8_t* p, Group<V, 4>& g) {
+        constexpr size_t Q = offsetof(quant::BlockIQ4_XS, qs);
+        const auto m = V::set1_8(0x0F);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+            const auto raw = V::load64(p + Q + 64 * h);
+            g.u[2 * h] = V::and_(raw, m);
+            g.u[2 * h + 1] = V::and_(V::template srli16<4>(raw), m);
+        }
+        lookup<V>(kIq4nlBytes, g.u);
+        // Sub-block j: 6-bit scale = bits 4j..4j+3 of the 32-bit scales_l | bits 2j..2j+1 of scales_h << 4.
+        const uint32_t lo = load_u32(p + offsetof(quant::BlockIQ4_XS, scales_l));
+        const uint32_t hi = load_u16(p + offsetof(quant::BlockIQ4_XS, scales_h));
+        alignas(16) int8_t ls[16] = {};
+        for (int j = 0; j < 8; ++j) ls[j] = static_cast<int8_t>((((lo >> (4 * j)) & 15) | (((hi >> (2 * j)) & 3) << 4)) - 32);
+        const float d = _cvtsh_ss(load_u16(p + offsetof(quant::BlockIQ4_XS, d)));
+        g.scale = V::mul(V::from_i8x16(_mm_load_si128(reinterpret_cast<const __m128i*>(ls))), V::set1(d));
+        g.bias = V::mul(g.scale, V::set1(-kOffset));
+    }
+};
+
+struct MXFP4 {
+    static constexpr GgmlType kType = GgmlType::MXFP4;
+    static constexpr int kOffset = 12;  // w = s * (u - kOffset) + m
+    static constexpr Layout kLayout = kLegacyLayout;
+    static constexpr size_t B = sizeof(quant::BlockMXFP4), kGroupBytes = 4 * B;
+    template <class V>
+    static void unpack(const uint8_t* p, Group<V, 2>& g) {
+        nibbles4<V, B, offsetof(quant::BlockMXFP4, qs)>(p, g.u);
+        lookup<V>(kMxfp4Bytes, g.u);
+        constexpr size_t E = offsetof(quant::BlockMXFP4, e);
+        alignas(16) const float s[4] = {quant::mxfp4_scale(p[E]), quant::mxfp4_scale(p[B + E]),
+                                        quant::mxfp4_scale(p[2 * B + E]), quant::mxfp4_scale(p[3 * B + E])};
+        g.scale = V::template load<4>(s);
+        g.bias = V::mul(g.scale, V::set1(-kOffset));
+    }
+};
+
 // y[i * ldy] for the R activation rows i0.. against one weight row. Per group and row: the
 // sub-block scales times the row's d_x (the table), then per segment one dot product, converted
 // and multiplied by the table's lanes (once for two segments whose lanes hold the same
@@ -404,6 +484,13 @@ Kernel kernel_table(GgmlType type) {
         case GgmlType::Q4_K: return &kernel<V, Q4_K>;
         case GgmlType::Q5_K: return &kernel<V, Q5_K>;
         case GgmlType::Q6_K: return &kernel<V, Q6_K>;
+        case GgmlType::MXFP4: return &kernel<V, MXFP4>;
+        case GgmlType::IQ4_NL:  // weights u up to 241: dp must take any byte
+            if constexpr (V::kFullBytes) return &kernel<V, IQ4_NL>;
+            return nullptr;
+        case GgmlType::IQ4_XS:
+            if constexpr (V::kFullBytes) return &kernel<V, IQ4_XS>;
+            return nullptr;
         default: return nullptr;
     }
 }
