@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "quant/quant.h"
 #include "tensor/kernels.h"
 #include "tensor/matmul.h"
 #include "tensor/ops.h"
@@ -12,80 +13,84 @@ namespace kvec {
 
 namespace {
 
-// The kernels of one block of n <= kEntryBlock entries (rows d elements apart), kernels.h:
+// The kernels of one block of n <= kEntryBlock entries (rows of `type`, d elements each), kernels.h:
 //   keys_t: kt [d, ldkt] = the keys transposed to float (columns n .. round_up(n, 8) zero)
 //   scores: y[i * ldy + j] = dot(q_i, column j of kt) for j < n (a multiple of 8)
 //   values: out[i * ldo + e] += sum_j p[i * ldp + j] v[j, e]
 struct BlockKernels {
-    void (*keys_t)(const void* k, int64_t n, int64_t d, float* kt, int64_t ldkt);
+    void (*keys_t)(GgmlType type, const void* k, int64_t n, int64_t d, float* kt, int64_t ldkt);
     void (*scores)(const float* q, int64_t nq, int64_t ldq, const float* kt, int64_t ldkt, int64_t d, int64_t n,
                    float* y, int64_t ldy);
     void (*values)(const float* p, int64_t nq, int64_t ldp, const void* v, int64_t n, int64_t d, float* out,
                    int64_t ldo);
+    bool convert_values;  // values reads F32: each block of values is converted first (block_to_f32)
 };
 
 const float* as_f32(const void* p) { return static_cast<const float*>(p); }
 const uint16_t* as_f16(const void* p) { return static_cast<const uint16_t*>(p); }
 
-// Generic F16 values: the block converted to float in a grow-only thread-local buffer [n, d].
-const float* block_to_f32(const void* rows, int64_t n, int64_t d) {
+// A block of n rows of `type` (F16, BF16 or quantised) converted to float in a grow-only
+// thread-local buffer [n, d]; valid until the next call.
+const float* block_to_f32(GgmlType type, const void* rows, int64_t n, int64_t d) {
     thread_local std::vector<float> buf;  // [kEntryBlock, d]
     if (buf.size() < static_cast<size_t>(n * d)) buf.resize(static_cast<size_t>(n * d));
-    kernels::fp16_to_fp32_generic(as_f16(rows), buf.data(), n * d);
+    if (type == GgmlType::F16) {
+        kernels::fp16_to_fp32_generic(as_f16(rows), buf.data(), n * d);
+    } else {
+        quant::dequantize_row(type, rows, buf.data(), n * d);
+    }
     return buf.data();
 }
 
-constexpr BlockKernels kAvx2F32 = {
-    [](const void* k, int64_t n, int64_t d, float* kt, int64_t ldkt) {
-        kernels::keys_t_f32_avx2(as_f32(k), n, d, kt, ldkt);
-    },
-    kernels::attention_scores_avx2,
-    [](const float* p, int64_t nq, int64_t ldp, const void* v, int64_t n, int64_t d, float* out, int64_t ldo) {
-        kernels::attention_values_f32_avx2(p, nq, ldp, as_f32(v), n, d, out, ldo);
-    }};
-
-constexpr BlockKernels kAvx2F16 = {
-    [](const void* k, int64_t n, int64_t d, float* kt, int64_t ldkt) {
-        kernels::keys_t_f16_avx2(as_f16(k), n, d, kt, ldkt);
-    },
-    kernels::attention_scores_avx2,
-    [](const float* p, int64_t nq, int64_t ldp, const void* v, int64_t n, int64_t d, float* out, int64_t ldo) {
-        kernels::attention_values_f16_avx2(p, nq, ldp, as_f16(v), n, d, out, ldo);
-    }};
-
-constexpr BlockKernels kGenericF32 = {
-    [](const void* k, int64_t n, int64_t d, float* kt, int64_t ldkt) {
-        kernels::keys_t_f32_generic(as_f32(k), n, d, kt, ldkt);
-    },
-    kernels::attention_scores_generic,
-    [](const float* p, int64_t nq, int64_t ldp, const void* v, int64_t n, int64_t d, float* out, int64_t ldo) {
-        kernels::attention_values_generic(p, nq, ldp, as_f32(v), n, d, out, ldo);
-    }};
-
-constexpr BlockKernels kGenericF16 = {
-    [](const void* k, int64_t n, int64_t d, float* kt, int64_t ldkt) {
-        kernels::keys_t_f16_generic(as_f16(k), n, d, kt, ldkt);
-    },
-    kernels::attention_scores_generic,
-    [](const float* p, int64_t nq, int64_t ldp, const void* v, int64_t n, int64_t d, float* out, int64_t ldo) {
-        kernels::attention_values_generic(p, nq, ldp, block_to_f32(v, n, d), n, d, out, ldo);
-    }};
-
-size_t element_size(const KvHeadData& kv) {
-    if (kv.type == GgmlType::F32) return 4;
-    if (kv.type == GgmlType::F16) return 2;
-    fail("attention: the KV cache element type must be f32 or f16, got {}", ggml_type_traits(kv.type).name);
+// Keys: F32 and F16 transposed in place; any other type dequantised block by block first.
+void keys_t_f32_avx2(GgmlType, const void* k, int64_t n, int64_t d, float* kt, int64_t ldkt) {
+    kernels::keys_t_f32_avx2(as_f32(k), n, d, kt, ldkt);
+}
+void keys_t_f16_avx2(GgmlType, const void* k, int64_t n, int64_t d, float* kt, int64_t ldkt) {
+    kernels::keys_t_f16_avx2(as_f16(k), n, d, kt, ldkt);
+}
+void keys_t_dequant_avx2(GgmlType type, const void* k, int64_t n, int64_t d, float* kt, int64_t ldkt) {
+    kernels::keys_t_f32_avx2(block_to_f32(type, k, n, d), n, d, kt, ldkt);
+}
+void keys_t_f32_generic(GgmlType, const void* k, int64_t n, int64_t d, float* kt, int64_t ldkt) {
+    kernels::keys_t_f32_generic(as_f32(k), n, d, kt, ldkt);
+}
+void keys_t_f16_generic(GgmlType, const void* k, int64_t n, int64_t d, float* kt, int64_t ldkt) {
+    kernels::keys_t_f16_generic(as_f16(k), n, d, kt, ldkt);
+}
+void keys_t_dequant_generic(GgmlType type, const void* k, int64_t n, int64_t d, float* kt, int64_t ldkt) {
+    kernels::keys_t_f32_generic(block_to_f32(type, k, n, d), n, d, kt, ldkt);
 }
 
-const BlockKernels& block_kernels(const KvHeadData& kv) {
-    const bool f16 = element_size(kv) == 2;
-    if (active_cpu_kernel() == CpuKernel::Avx2) return f16 ? kAvx2F16 : kAvx2F32;
-    return f16 ? kGenericF16 : kGenericF32;
+// Values: F32 (and, on AVX2, F16) read in place; any other type converted to F32 once per block
+// of entries (BlockKernels::convert_values) for every position that reads the block.
+void values_f32_avx2(const float* p, int64_t nq, int64_t ldp, const void* v, int64_t n, int64_t d, float* out,
+                     int64_t ldo) {
+    kernels::attention_values_f32_avx2(p, nq, ldp, as_f32(v), n, d, out, ldo);
+}
+void values_f16_avx2(const float* p, int64_t nq, int64_t ldp, const void* v, int64_t n, int64_t d, float* out,
+                     int64_t ldo) {
+    kernels::attention_values_f16_avx2(p, nq, ldp, as_f16(v), n, d, out, ldo);
+}
+void values_f32_generic(const float* p, int64_t nq, int64_t ldp, const void* v, int64_t n, int64_t d, float* out,
+                        int64_t ldo) {
+    kernels::attention_values_generic(p, nq, ldp, as_f32(v), n, d, out, ldo);
 }
 
-// Entry j of a [n, head_dim] array of the cache's element type.
-const void* entry(const KvHeadData& kv, const void* rows, int32_t j) {
-    return static_cast<const uint8_t*>(rows) + static_cast<size_t>(j) * static_cast<size_t>(kv.head_dim) * element_size(kv);
+BlockKernels block_kernels(const KvHeadData& kv) {
+    const GgmlType kt = kv.key_type, vt = kv.value_type;
+    if (active_cpu_kernel() == CpuKernel::Avx2) {
+        return {kt == GgmlType::F32 ? keys_t_f32_avx2 : kt == GgmlType::F16 ? keys_t_f16_avx2 : keys_t_dequant_avx2,
+                kernels::attention_scores_avx2, vt == GgmlType::F16 ? values_f16_avx2 : values_f32_avx2,
+                vt != GgmlType::F32 && vt != GgmlType::F16};
+    }
+    return {kt == GgmlType::F32 ? keys_t_f32_generic : kt == GgmlType::F16 ? keys_t_f16_generic : keys_t_dequant_generic,
+            kernels::attention_scores_generic, values_f32_generic, vt != GgmlType::F32};
+}
+
+// Entry j of an array of rows of row_bytes bytes.
+const void* entry(const void* rows, int32_t j, size_t row_bytes) {
+    return static_cast<const uint8_t*>(rows) + static_cast<size_t>(j) * row_bytes;
 }
 
 int32_t round_up8(int32_t n) { return (n + 7) / 8 * 8; }
@@ -100,8 +105,9 @@ void check_args(int64_t n_pos, int64_t nq, const KvHeadData& kv, int32_t n_vis, 
 void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq, const KvHeadData& kv, int32_t n_vis,
                       float scale, float* p, int64_t ldp, float* out, RowLayout out_at) {
     check_args(n_pos, nq, kv, n_vis, ldp, out != nullptr);
-    const BlockKernels& k = block_kernels(kv);
+    const BlockKernels k = block_kernels(kv);
     const int64_t D = kv.head_dim;
+    const size_t key_row = ggml_row_size(kv.key_type, D), value_row = ggml_row_size(kv.value_type, D);
     const auto n_last = static_cast<int32_t>(n_vis + n_pos - 1);  // entries the last position sees
     auto vis = [&](int64_t t) { return static_cast<int32_t>(n_vis + t); };
     auto p_row = [&](int64_t t, int64_t i) { return p + (t * nq + i) * ldp; };  // [vis(t)]
@@ -115,7 +121,7 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
     y.resize(static_cast<size_t>(nq * kEntryBlock));
     for (int32_t j0 = 0; j0 < n_last; j0 += kEntryBlock) {
         const int32_t n = std::min(kEntryBlock, n_last - j0);
-        k.keys_t(entry(kv, kv.keys, j0), n, D, kt.data(), kEntryBlock);
+        k.keys_t(kv.key_type, entry(kv.keys, j0, key_row), n, D, kt.data(), kEntryBlock);
         for (int64_t t = first_pos(j0); t < n_pos; ++t) {
             const int32_t n_t = std::min(n, vis(t) - j0);
             k.scores(q + t * q_at.ld_pos, nq, q_at.ld_row, kt.data(), kEntryBlock, D, round_up8(n_t), y.data(),
@@ -141,10 +147,11 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
         }
     }
     for (int32_t j0 = 0; j0 < n_last; j0 += kEntryBlock) {
+        const void* v = entry(kv.values, j0, value_row);  // [min(kEntryBlock, n_last - j0)] rows
+        if (k.convert_values) v = block_to_f32(kv.value_type, v, std::min(kEntryBlock, n_last - j0), D);
         for (int64_t t = first_pos(j0); t < n_pos; ++t) {
             const int32_t n_t = std::min(kEntryBlock, vis(t) - j0);
-            k.values(p_row(t, 0) + j0, nq, ldp, entry(kv, kv.values, j0), n_t, D, out + t * out_at.ld_pos,
-                     out_at.ld_row);
+            k.values(p_row(t, 0) + j0, nq, ldp, v, n_t, D, out + t * out_at.ld_pos, out_at.ld_row);
         }
     }
 }
