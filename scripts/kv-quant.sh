@@ -10,6 +10,7 @@
 #   3. KV bytes after a prompt of about 8k tokens (kvec run -n 1), full cache and K-VEC B;
 #   4. decode speed at depth D, f16 against q8_0 (one `kvec bench` run, so the rows share the load).
 #   scripts/kv-quant.sh [MODEL.gguf] [BUDGET] [DEPTH]   (default: models/kvec-tiny.gguf, 256, 1536)
+# SECTIONS="ppl logits memory bench" (the default: all four) picks tables; THREADS (default 2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KVEC=${KVEC:-build/release/tools/kvec}
@@ -21,7 +22,10 @@ T=${THREADS:-2}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 PAIRS="f16:f16 q8_0:q8_0 q8_0:q4_0 q4_0:q4_0"
+SECTIONS=${SECTIONS:-ppl logits memory bench}
+want() { case " $SECTIONS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
+if want ppl; then
 cat data/text/sotu/200[1-5]_*.txt >"$tmp/heldout.txt"
 ppl() {  # ppl K V [policy flags...]
     local k="$1" v="$2"
@@ -41,7 +45,9 @@ for pair in $PAIRS; do
          "$(awk -v a="$kv" -v b="$base_kvec" 'BEGIN{printf "%+.3f %%", 100*(a/b-1)}') |"
 done
 echo
+fi
 
+if want logits; then
 "$PY" scripts/peer/compare_logits.py tokens "$M" 256 7 "$tmp/tokens.txt"
 "$KVEC" logits -m "$M" --tokens "$tmp/tokens.txt" -o "$tmp/f16.f32" -t "$T" 2>/dev/null
 echo "| keys/values | max abs dlogit/std | mean KL vs f16 | top-1 agreement |"
@@ -51,11 +57,14 @@ for pair in $PAIRS; do
     [ "$pair" = f16:f16 ] && continue
     "$KVEC" logits -m "$M" --tokens "$tmp/tokens.txt" -o "$tmp/$k-$v.f32" -t "$T" -ctk "$k" -ctv "$v" 2>/dev/null
     echo "| $k/$v | $("$PY" scripts/peer/compare_logits.py compare "$tmp/tokens.txt" "$tmp/$k-$v.f32" "$tmp/f16.f32" \
-        --max-kl 1 --min-top1 0)"
+        --max-kl 1 --min-top1 0) |"
 done
 echo
+fi
 
-for _ in 1 2 3 4 5 6; do cat README.md docs/*.md; done | head -c 17000 >"$tmp/prompt.txt"
+if want memory; then
+for _ in 1 2 3 4 5 6; do cat README.md docs/*.md; done >"$tmp/all.txt"
+head -c 17000 "$tmp/all.txt" >"$tmp/prompt.txt"
 echo "| run | keys/values | bytes per entry | prompt tokens | KV after the prompt |"
 echo "|---|---|---:|---:|---:|"
 for run in "full cache|" "kvec, budget 512|--policy kvec --budget 512"; do
@@ -76,5 +85,8 @@ for run in "full cache|" "kvec, budget 512|--policy kvec --budget 512"; do
     done
 done
 echo
+fi
 
-"$KVEC" bench -m "$M" -p 0 -n 64 -d "$D" -r 3 -t "$T" --kv-type f16,q8_0 --no-bandwidth 2>/dev/null
+if want bench; then
+    "$KVEC" bench -m "$M" -p 0 -n 64 -d "$D" -r 3 -t "$T" --kv-type f16,q8_0 --no-bandwidth 2>/dev/null
+fi
