@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "quant/quant.h"
+#include "tensor/int8_gemm.h"
 #include "tensor/kernels.h"
 #include "tensor/matmul.h"
 #include "tensor/ops.h"
@@ -88,6 +89,63 @@ BlockKernels block_kernels(const KvHeadData& kv) {
             kernels::attention_scores_generic, values_f32_generic, vt != GgmlType::F32};
 }
 
+// Q8_0 keys: the scores of a block are int8 dot products (int8_gemm.h) of the query rows,
+// quantised once per call (query_q8), with the keys read in place: AVX2 reads the blocks as
+// int8::gemm_q8_0_avx2 reads Q8_0 weights; the generic kernel unpacks them into a panel and runs
+// the scalar int8::gemm_ref.
+//   y[i * ldy + j] = dot(query row i, key j)   for i < nq, j < n
+using Int8Scores = void (*)(const int8::QuantRows& x, int64_t nq, const uint8_t* k, size_t row_bytes, int64_t n,
+                            float* y, int64_t ldy);
+
+void scores_q8_0_generic(const int8::QuantRows& x, int64_t nq, const uint8_t* k, size_t row_bytes, int64_t n,
+                         float* y, int64_t ldy) {
+    const int64_t nb = x.k / int8::kBlock;
+    thread_local std::vector<int8_t> q;     // [kEntryBlock, d]
+    thread_local std::vector<float> scale;  // [kEntryBlock, nb, 2]
+    q.resize(static_cast<size_t>(n * x.k));
+    scale.resize(static_cast<size_t>(n * nb * 2));
+    for (int64_t j = 0; j < n; ++j) {
+        int8::unpack_blocks(GgmlType::Q8_0, k + static_cast<size_t>(j) * row_bytes, nb, q.data() + j * x.k,
+                            scale.data() + j * nb * 2, nullptr);
+    }
+    int8::gemm_ref(x, nq, int8::Panel{q.data(), scale.data(), nullptr, x.k}, n, y, ldy);
+}
+
+// The n_pos * nq query rows (position t, row i at q + t * ld_pos + i * ld_row) quantised for the
+// int8 scores (int8::quantize_row_ref): row t * nq + i of q [rows, d], d [rows, d / 32] and
+// hsum [rows, d / 32, 2]; thread-local buffers, valid until the next call.
+struct QueryQ8 {
+    std::vector<int8_t> q;
+    std::vector<float> d, hsum;
+    int64_t k = 0;
+    int8::QuantRows rows(int64_t first) const {
+        const int64_t nb = k / int8::kBlock;
+        int8::QuantRows r;
+        r.q = q.data() + first * k;
+        r.d = d.data() + first * nb;
+        r.hsum = hsum.data() + first * nb * 2;
+        r.k = k;
+        return r;
+    }
+};
+
+const QueryQ8& query_q8(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq, int64_t D) {
+    thread_local QueryQ8 qq;
+    const int64_t rows = n_pos * nq, nb = D / int8::kBlock;
+    qq.k = D;
+    qq.q.resize(static_cast<size_t>(rows * D));
+    qq.d.resize(static_cast<size_t>(rows * nb));
+    qq.hsum.resize(static_cast<size_t>(rows * nb * 2));
+    for (int64_t t = 0; t < n_pos; ++t) {
+        for (int64_t i = 0; i < nq; ++i) {
+            const int64_t r = t * nq + i;
+            int8::quantize_row_ref(q + t * q_at.ld_pos + i * q_at.ld_row, D, qq.q.data() + r * D,
+                                   qq.d.data() + r * nb, qq.hsum.data() + r * nb * 2);
+        }
+    }
+    return qq;
+}
+
 // Entry j of an array of rows of row_bytes bytes.
 const void* entry(const void* rows, int32_t j, size_t row_bytes) {
     return static_cast<const uint8_t*>(rows) + static_cast<size_t>(j) * row_bytes;
@@ -115,17 +173,26 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
     auto first_pos = [&](int32_t j0) { return std::max<int64_t>(0, j0 - n_vis + 1); };
 
     // Scores, block by block: the block's keys transposed once, then every position that sees
-    // some of them.
+    // some of them. Q8_0 keys: int8 dot products with the query rows quantised once.
+    const Int8Scores int8_scores = kv.key_type != GgmlType::Q8_0           ? nullptr
+                                   : active_cpu_kernel() == CpuKernel::Avx2 ? int8::gemm_q8_0_avx2
+                                                                            : scores_q8_0_generic;
+    const QueryQ8* qq = int8_scores != nullptr ? &query_q8(q, q_at, n_pos, nq, D) : nullptr;
     thread_local std::vector<float> kt, y;  // [D, kEntryBlock], [nq, kEntryBlock]
     kt.resize(static_cast<size_t>(D * kEntryBlock));
     y.resize(static_cast<size_t>(nq * kEntryBlock));
     for (int32_t j0 = 0; j0 < n_last; j0 += kEntryBlock) {
         const int32_t n = std::min(kEntryBlock, n_last - j0);
-        k.keys_t(kv.key_type, entry(kv.keys, j0, key_row), n, D, kt.data(), kEntryBlock);
+        const auto* keys = static_cast<const uint8_t*>(entry(kv.keys, j0, key_row));
+        if (int8_scores == nullptr) k.keys_t(kv.key_type, keys, n, D, kt.data(), kEntryBlock);
         for (int64_t t = first_pos(j0); t < n_pos; ++t) {
             const int32_t n_t = std::min(n, vis(t) - j0);
-            k.scores(q + t * q_at.ld_pos, nq, q_at.ld_row, kt.data(), kEntryBlock, D, round_up8(n_t), y.data(),
-                     kEntryBlock);
+            if (int8_scores != nullptr) {
+                int8_scores(qq->rows(t * nq), nq, keys, key_row, n_t, y.data(), kEntryBlock);
+            } else {
+                k.scores(q + t * q_at.ld_pos, nq, q_at.ld_row, kt.data(), kEntryBlock, D, round_up8(n_t), y.data(),
+                         kEntryBlock);
+            }
             for (int64_t i = 0; i < nq; ++i) {
                 std::copy_n(y.data() + i * kEntryBlock, n_t, p_row(t, i) + j0);
             }

@@ -13,7 +13,10 @@
 // then each query row yields 8 entries' scores per vector (no horizontal sums). Values: the AVX2
 // kernel reads F16 values in place and converts them in registers (F16C); the generic one
 // converts the block into a small buffer. BF16 and quantised keys and values are dequantised one
-// block of entries at a time into a small buffer (quant::dequantize_row), then take the F32 path.
+// block of entries at a time into a small buffer (quant::dequantize_row), then take the F32 path;
+// except Q8_0 keys, whose scores are int8 dot products with the query rows quantised once per call
+// to blocks of 32 int8 with a float scale (int8_gemm.h's activations; llama.cpp quantises the
+// query for a Q8_0 cache likewise), the keys read in place.
 // ref::attention (reference.h) is the scalar reference the tests use.
 #pragma once
 

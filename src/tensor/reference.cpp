@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "quant/quant.h"
+#include "tensor/int8_gemm.h"
 #include "util/error.h"
 
 namespace kvec::ref {
@@ -86,6 +87,22 @@ void attention(const float* q, int64_t nq, int64_t ldq, const KvHeadData& kv, in
         return f;
     };
     const std::vector<float> keys = decode(kv.key_type, kv.keys);
+    // Q8_0 keys meet the query quantised to int8 blocks (attention.h): the rows as quantised.
+    std::vector<float> q_q8;  // [nq, D]
+    if (kv.key_type == GgmlType::Q8_0) {
+        const int64_t nb = D / int8::kBlock;
+        std::vector<int8_t> qi(static_cast<size_t>(D));
+        std::vector<float> d(static_cast<size_t>(nb)), hsum(static_cast<size_t>(nb * 2));
+        q_q8.resize(static_cast<size_t>(nq * D));
+        for (int64_t i = 0; i < nq; ++i) {
+            int8::quantize_row_ref(q + i * ldq, D, qi.data(), d.data(), hsum.data());
+            for (int64_t e = 0; e < D; ++e) {
+                q_q8[static_cast<size_t>(i * D + e)] = d[static_cast<size_t>(e / int8::kBlock)] * qi[static_cast<size_t>(e)];
+            }
+        }
+        q = q_q8.data();
+        ldq = D;
+    }
     const std::vector<float> values = decode(kv.value_type, out == nullptr ? nullptr : kv.values);
     auto at = [&](const std::vector<float>& rows, int64_t j, int64_t e) -> double {
         return rows[static_cast<size_t>(j * D + e)];

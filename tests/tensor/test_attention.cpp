@@ -230,8 +230,8 @@ TEST_P(AttentionTypes, CausalBlocksOfPositionsMatchTheReferencePerPosition) {
 
 // BF16 and block-quantised caches (keys and values alike, and mixed): head sizes of whole 32-element
 // blocks, entry counts across the entry block, one position (decode) and blocks of positions
-// (prefill). The reference decodes the same blocks (quant::dequantize_row), so the tolerances are
-// the F32 ones.
+// (prefill). The reference decodes the same blocks (quant::dequantize_row) and, for Q8_0 keys,
+// quantises the query rows as the int8 scores do, so the tolerances are the F32 ones.
 class QuantisedAttention : public ::testing::TestWithParam<TypePair> {};
 
 TEST_P(QuantisedAttention, EveryKernelMatchesReference) {
@@ -260,8 +260,8 @@ INSTANTIATE_TEST_SUITE_P(
         return name;
     });
 
-// Quantised keys and values are what they decode to: attention over a q8_0 cache is close to
-// attention over the float rows it was made from (scores within q8_0's rounding).
+// Quantised keys and values are what they decode to: attention over a q8_0 cache (its int8
+// scores with the query quantised too) is close to attention over the float rows it was made from.
 TEST(QuantisedAttention, Q8_0IsCloseToTheFloatRows) {
     std::mt19937 rng(5);
     const int nq = 4, d = 64;
