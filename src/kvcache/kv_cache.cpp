@@ -6,6 +6,7 @@
 #include <iterator>
 #include <new>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "quant/quant.h"
@@ -15,7 +16,14 @@ namespace kvec {
 
 const char* kv_type_name(KvType type) { return ggml_type_name(type); }
 
-const char* kv_type_list() { return "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1"; }
+const char* kv_type_list() {
+    static const std::string list = [] {
+        std::string s;
+        for (KvType t : kKvTypes) s += (s.empty() ? "" : ", ") + std::string(kv_type_name(t));
+        return s;
+    }();
+    return list.c_str();
+}
 
 KvType parse_kv_type(std::string_view name, std::string_view what) {
     const std::optional<GgmlType> t = ggml_type_from_name(name);
