@@ -2,7 +2,8 @@
 //
 // Every parameter takes a comma list and the bench runs the cross product:
 //   -m models, -t threads, -p prompt sizes, -n generation sizes, -d depths (tokens already in the
-//   cache), --policy eviction policies, --budget budgets, -b chunk sizes, --kv-type.
+//   cache), --policy eviction policies, --budget budgets, -b chunk sizes, KV-cache types: --kv-type
+//   (keys and values alike) or the cross product of -ctk/--cache-type-k and -ctv/--cache-type-v.
 // Tests: `pp N` (a prefill of N tokens after the depth), `tg N` (N decode steps after the depth);
 // with a depth they are named `pp N @ dD` / `tg N @ dD`. With a policy the depth prompt is
 // prefilled with the policy attached (it compresses the prompt once after the prefill, or after
@@ -10,7 +11,7 @@
 // cache. For pp tests the policy is attached to the timed prefill itself (chunked eviction).
 // Each test runs -r times: mean and sample standard deviation of tokens/s.
 //
-// Also reported: KV bytes after the test and the peak (allocated bytes, KvCache::bytes()), the
+// Also reported: bytes of one KV entry (key + value + position, kv_row_bytes), KV bytes after the test and the peak (allocated bytes, KvCache::bytes()), the
 // share of the timed section spent in eviction (Session::eviction_stats(): scoring, selection,
 // compaction), the share spent in context reconstruction passes (KVzip's second forward pass,
 // its own column), and for tg tests the
@@ -51,7 +52,7 @@ struct BenchOptions {
     std::vector<int> depth = {0};
     std::vector<int> threads = {0};
     std::vector<int> chunk = {512};
-    std::vector<std::string> kv_type = {"f16"};
+    std::vector<std::pair<KvType, KvType>> kv_types = {{KvType::F16, KvType::F16}};  // (keys, values)
     std::vector<std::string> policy = {"full"};
     std::vector<int> budget;
     int reps = 5;
@@ -109,6 +110,29 @@ std::vector<std::string> parse_policy_list(const std::string& s) {
     return out;
 }
 
+// The (keys, values) type pairs to run: --kv-type's types for both, or the cross product of
+// --cache-type-k and --cache-type-v (either one missing: --kv-type's list in its place).
+std::vector<std::pair<KvType, KvType>> parse_kv_types(const std::string& both, const std::string& k,
+                                                      const std::string& v) {
+    auto types = [](const std::string& list, const char* flag) {
+        std::vector<KvType> out;
+        for (const std::string& s : parse_string_list(list, flag)) out.push_back(parse_kv_type(s, flag));
+        return out;
+    };
+    const std::vector<KvType> all = types(both, "--kv-type");
+    std::vector<std::pair<KvType, KvType>> out;
+    if (k.empty() && v.empty()) {
+        for (KvType t : all) out.emplace_back(t, t);
+        return out;
+    }
+    const std::vector<KvType> ks = k.empty() ? all : types(k, "--cache-type-k");
+    const std::vector<KvType> vs = v.empty() ? all : types(v, "--cache-type-v");
+    for (KvType kt : ks) {
+        for (KvType vt : vs) out.emplace_back(kt, vt);
+    }
+    return out;
+}
+
 std::string policy_name(const std::string& spec) { return spec.substr(0, spec.find(':')); }
 
 bool spec_has_option(const std::string& spec, const std::string& key) {
@@ -160,7 +184,8 @@ struct BenchResult {
     size_t model_bytes = 0;
     int64_t model_params = 0;
     int threads = 0, chunk = 0;
-    std::string kv_type, policy;  // policy: the full spec
+    std::string kv_type, policy;  // kv_type: kv_types_name; policy: the full spec
+    size_t kv_entry_bytes = 0;    // bytes of one entry (KvCache::entry_bytes)
     BenchTest test{};
     Stats tokens_per_second;      // one per repetition
     Stats seconds;                // timed section per repetition
@@ -232,7 +257,8 @@ private:
 
 struct RunConfig {
     int threads, chunk;
-    std::string kv_type, policy;
+    KvType kv_type_k, kv_type_v;
+    std::string policy;
 };
 
 // One test, -r repetitions. For tg tests the bandwidth is measured just before and just after
@@ -242,7 +268,8 @@ void run_test(const Model& model, const RunConfig& rc, const BenchTest& t, int r
     SessionOptions so;
     so.n_ctx = t.depth + t.n_tokens + 1;
     so.n_batch = rc.chunk;
-    so.kv_type = rc.kv_type == "f32" ? KvType::F32 : KvType::F16;
+    so.kv_type_k = rc.kv_type_k;
+    so.kv_type_v = rc.kv_type_v;
     Session session(model, so);
     std::unique_ptr<Evictor> evictor;
     if (policy_name(rc.policy) != "full") evictor = policy::make_policy(rc.policy);
@@ -278,6 +305,7 @@ void run_test(const Model& model, const RunConfig& rc, const BenchTest& t, int r
         r.evict_share.v.push_back((eviction_seconds(session.eviction_stats()) - evict_before) / s);
         r.recon_share.v.push_back((session.eviction_stats().reconstruct_seconds - recon_before) / s);
         r.kv_bytes = session.kv_cache().bytes();
+        r.kv_entry_bytes = session.kv_cache().entry_bytes();
         r.kv_peak = session.kv_cache().peak_bytes();
         if (t.kind == BenchTest::Kind::Generation) {
             // Live KV bytes grow by one entry per head and layer per step: the mean over the test.
@@ -303,13 +331,13 @@ std::string budget_column(const std::string& spec) {
 }
 
 void print_markdown(const std::vector<BenchResult>& rs) {
-    fmt::print("| model | size | params | threads | kv | chunk | policy | budget | test | t/s | KV bytes | KV peak | "
+    fmt::print("| model | size | params | threads | kv | KV B/entry | chunk | policy | budget | test | t/s | KV bytes | KV peak | "
                "evict % | recon % | GB/s | bw % |\n");
-    fmt::print("| --- | ---: | ---: | ---: | --- | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    fmt::print("| --- | ---: | ---: | ---: | --- | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for (const BenchResult& r : rs) {
-        fmt::print("| {} {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", r.model, r.model_type,
-                   format_bytes(r.model_bytes), format_count(r.model_params), r.threads, r.kv_type, r.chunk,
-                   r.policy, budget_column(r.policy), r.test.name(), pm(r.tokens_per_second, 2),
+        fmt::print("| {} {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", r.model, r.model_type,
+                   format_bytes(r.model_bytes), format_count(r.model_params), r.threads, r.kv_type, r.kv_entry_bytes,
+                   r.chunk, r.policy, budget_column(r.policy), r.test.name(), pm(r.tokens_per_second, 2),
                    format_bytes(r.kv_bytes), format_bytes(r.kv_peak),
                    fmt::format("{:.1f}", 100.0 * r.evict_share.mean()),
                    r.recon_share.mean() > 0 ? fmt::format("{:.1f}", 100.0 * r.recon_share.mean()) : std::string("-"),
@@ -327,14 +355,14 @@ std::string csv_field(const std::string& s) {
 
 void print_csv(const std::vector<BenchResult>& rs) {
     fmt::print("model,type,model_bytes,params,threads,kv_type,chunk,policy,test,kind,n_tokens,depth,reps,tps_mean,"
-               "tps_stddev,seconds_mean,kv_bytes,kv_peak_bytes,kv_entries,evict_share,reconstruct_share,depth_prefill_seconds,"
+               "tps_stddev,seconds_mean,kv_entry_bytes,kv_bytes,kv_peak_bytes,kv_entries,evict_share,reconstruct_share,depth_prefill_seconds,"
                "depth_evict_seconds,bytes_per_token,bandwidth_bytes_per_second,bandwidth_share\n");
     for (const BenchResult& r : rs) {
-        fmt::print("{},{},{},{},{},{},{},{},{},{},{},{},{},{:.4f},{:.4f},{:.6f},{},{},{},{:.5f},{:.5f},{:.4f},{:.4f},{:.0f},{:.0f},{:.4f}\n",
+        fmt::print("{},{},{},{},{},{},{},{},{},{},{},{},{},{:.4f},{:.4f},{:.6f},{},{},{},{},{:.5f},{:.5f},{:.4f},{:.4f},{:.0f},{:.0f},{:.4f}\n",
                    csv_field(r.model), r.model_type, r.model_bytes, r.model_params, r.threads, r.kv_type, r.chunk,
                    csv_field(r.policy), r.test.name(), r.test.kind == BenchTest::Kind::Prompt ? "pp" : "tg",
                    r.test.n_tokens, r.test.depth, r.tokens_per_second.v.size(), r.tokens_per_second.mean(),
-                   r.tokens_per_second.stddev(), r.seconds.mean(), r.kv_bytes, r.kv_peak, r.kv_entries,
+                   r.tokens_per_second.stddev(), r.seconds.mean(), r.kv_entry_bytes, r.kv_bytes, r.kv_peak, r.kv_entries,
                    r.evict_share.mean(), r.recon_share.mean(), r.depth_seconds.mean(), r.depth_evict_seconds.mean(),
                    r.bytes_per_token, r.bandwidth, r.bw_share);
     }
@@ -369,14 +397,14 @@ void print_json(const std::vector<BenchResult>& rs, double bandwidth, const std:
         fmt::print("    {{\"model\": {}, \"type\": {}, \"model_bytes\": {}, \"params\": {}, \"threads\": {}, "
                    "\"kv_type\": {}, \"chunk\": {}, \"policy\": {}, \"test\": {}, \"n_tokens\": {}, \"depth\": {}, "
                    "\"tokens_per_second\": {}, \"tps_mean\": {:.4f}, \"tps_stddev\": {:.4f}, \"seconds\": {}, "
-                   "\"kv_bytes\": {}, \"kv_peak_bytes\": {}, \"kv_entries\": {}, \"evict_share\": {:.5f}, "
+                   "\"kv_entry_bytes\": {}, \"kv_bytes\": {}, \"kv_peak_bytes\": {}, \"kv_entries\": {}, \"evict_share\": {:.5f}, "
                    "\"reconstruct_share\": {:.5f}, "
                    "\"depth_prefill_seconds\": {:.4f}, \"depth_evict_seconds\": {:.4f}, \"bytes_per_token\": {:.0f}, "
                    "\"bandwidth_bytes_per_second\": {:.0f}, \"bandwidth_share\": {:.4f}}}{}\n",
                    json_string(r.model), json_string(r.model_type), r.model_bytes, r.model_params, r.threads,
                    json_string(r.kv_type), r.chunk, json_string(r.policy), json_string(r.test.name()), r.test.n_tokens,
                    r.test.depth, json_array(r.tokens_per_second.v), r.tokens_per_second.mean(),
-                   r.tokens_per_second.stddev(), json_array(r.seconds.v), r.kv_bytes, r.kv_peak, r.kv_entries,
+                   r.tokens_per_second.stddev(), json_array(r.seconds.v), r.kv_entry_bytes, r.kv_bytes, r.kv_peak, r.kv_entries,
                    r.evict_share.mean(), r.recon_share.mean(), r.depth_seconds.mean(), r.depth_evict_seconds.mean(), r.bytes_per_token,
                    r.bandwidth, r.bw_share, i + 1 < rs.size() ? "," : "");
     }
@@ -390,9 +418,6 @@ int bench(const BenchOptions& o) {
     if (std::all_of(o.n_prompt.begin(), o.n_prompt.end(), [](int v) { return v == 0; }) &&
         std::all_of(o.n_gen.begin(), o.n_gen.end(), [](int v) { return v == 0; })) {
         fail("nothing to measure: -p and -n are all 0");
-    }
-    for (const std::string& k : o.kv_type) {
-        if (k != "f16" && k != "f32") fail("--kv-type: '{}' is not f16 or f32", k);
     }
     if (o.output != "md" && o.output != "csv" && o.output != "json") fail("-o: '{}' is not md, csv or json", o.output);
     if (!(o.bandwidth_gib >= 0.01 && o.bandwidth_gib <= 64)) fail("--bandwidth-gib must be in [0.01, 64]");
@@ -446,7 +471,7 @@ int bench(const BenchOptions& o) {
                        o.bandwidth ? fmt::format(", streaming read bandwidth: {:.1f} GB/s", bandwidth / 1e9) : "");
             std::mt19937 rng(1234);
             for (int chunk : o.chunk) {
-                for (const std::string& kv : o.kv_type) {
+                for (const auto& [kv_k, kv_v] : o.kv_types) {
                     for (const std::string& spec : specs) {
                         for (const BenchTest& t : tests) {
                             BenchResult r;
@@ -456,10 +481,10 @@ int bench(const BenchOptions& o) {
                             r.model_params = model->n_params();
                             r.threads = num_threads();
                             r.chunk = chunk;
-                            r.kv_type = kv;
+                            r.kv_type = kv_types_name(kv_k, kv_v);
                             r.policy = spec;
                             r.test = t;
-                            run_test(*model, {threads, chunk, kv, spec}, t, o.reps, probe.get(), rng, r);
+                            run_test(*model, {threads, chunk, kv_k, kv_v, spec}, t, o.reps, probe.get(), rng, r);
                             fmt::print(stderr, "  {} {} t={} {}: {:.2f} t/s{}\n", r.model_type, spec, r.threads,
                                        t.name(), r.tokens_per_second.mean(),
                                        r.bw_share >= 0 ? fmt::format(" ({:.1f} GB/s of weights and KV, {:.0f} % of the "
@@ -492,6 +517,7 @@ void add_bench_command(CLI::App& app, Action& action) {
     // Raw comma lists, parsed in the callback.
     struct Raw {
         std::string models, p = "512", n = "128", d = "0", t = "0", b = "512", kv = "f16", policy = "full", budget;
+        std::string ctk, ctv;  // empty: --kv-type
     };
     auto raw = std::make_shared<Raw>();
     CLI::App* cmd = app.add_subcommand(
@@ -503,7 +529,11 @@ void add_bench_command(CLI::App& app, Action& action) {
     cmd->add_option("-d,--depth", raw->d, "tokens already in the KV cache before each test")->capture_default_str();
     cmd->add_option("-t,--threads", raw->t, "threads (0: all hardware threads)")->capture_default_str();
     cmd->add_option("-b,--chunk,--batch-size", raw->b, "prefill chunk size")->capture_default_str();
-    cmd->add_option("--kv-type,--cache-type", raw->kv, "KV-cache element type: f16, f32")->capture_default_str();
+    cmd->add_option("--kv-type,--cache-type", raw->kv,
+                    std::string("KV-cache element types of keys and values alike: ") + kv_type_list())
+        ->capture_default_str();
+    cmd->add_option("--cache-type-k", raw->ctk, "KV-cache element types of the keys (-ctk; crossed with -ctv)");
+    cmd->add_option("--cache-type-v", raw->ctv, "KV-cache element types of the values (-ctv; crossed with -ctk)");
     cmd->add_option("--policy", raw->policy,
                     "eviction policies, e.g. full,kvec or kvec:chunked=true (a policy's own options follow it)")
         ->capture_default_str();
@@ -523,7 +553,7 @@ void add_bench_command(CLI::App& app, Action& action) {
             o->depth = parse_int_list(raw->d, "-d", 0);
             o->threads = parse_int_list(raw->t, "-t", 0);
             o->chunk = parse_int_list(raw->b, "-b", 1);
-            o->kv_type = parse_string_list(raw->kv, "--kv-type");
+            o->kv_types = parse_kv_types(raw->kv, raw->ctk, raw->ctv);
             o->policy = parse_policy_list(raw->policy);
             o->budget = raw->budget.empty() ? std::vector<int>{} : parse_int_list(raw->budget, "--budget", 1);
             return bench(*o);

@@ -59,7 +59,7 @@ struct EvalOptions {
     std::string protocol = "query-aware";
     int ctx = 0;
     int batch = 512;
-    std::string kv_type = "f16";
+    KvTypeFlags kv;
     bool chat = false;
     bool no_chat = false;
     int64_t max_length = 0;
@@ -368,7 +368,8 @@ int run_eval(const EvalOptions& o) {
     SessionOptions so;
     so.n_ctx = o.ctx;
     so.n_batch = o.batch;
-    so.kv_type = o.kv_type == "f32" ? KvType::F32 : KvType::F16;
+    so.kv_type_k = o.kv.key_type();
+    so.kv_type_v = o.kv.value_type();
     Session session(*model, so);
     Generator generator(session, tokenizer);
 
@@ -399,7 +400,7 @@ int run_eval(const EvalOptions& o) {
     run["combinations"] = specs;
     run["ctx"] = session.n_ctx();
     run["batch"] = session.options().n_batch;
-    run["kv_type"] = kv_type_name(so.kv_type);
+    run["kv_type"] = kv_types_name(so.kv_type_k, so.kv_type_v);
     run["seed"] = seed;
     // Written only when not the default, so that runs made before these options resume.
     if (protocol != eval::Protocol::QueryAware) run["protocol"] = eval::protocol_name(protocol);
@@ -671,7 +672,7 @@ void add_eval_command(CLI::App& app, Action& action) {
         ->capture_default_str();
     cmd->add_option("-c,--ctx-size", o->ctx, "context size (default: the model's training context)");
     cmd->add_option("-b,--batch-size", o->batch, "prefill chunk size")->capture_default_str();
-    cmd->add_option("--kv-type", o->kv_type, "KV-cache element type")->check(CLI::IsMember({"f16", "f32"}))->capture_default_str();
+    add_kv_type_flags(cmd, o->kv, "--kv-type");
     cmd->add_flag("--chat", o->chat, "use the model's chat template (default: when the model has one)");
     cmd->add_flag("--no-chat", o->no_chat, "never use the chat template (completion format)");
     cmd->add_option("--max-length", o->max_length,

@@ -25,7 +25,7 @@ struct LogitsOptions {
     std::string tokens;
     std::string out;
     int threads = 0;
-    std::string kv_type = "f16";
+    KvTypeFlags kv;
 };
 
 std::vector<int32_t> read_token_ids(const std::string& path) {
@@ -54,7 +54,8 @@ int run_logits(const LogitsOptions& o) {
     SessionOptions so;
     so.n_ctx = static_cast<int32_t>(tokens.size());
     so.n_batch = so.n_ctx;
-    so.kv_type = o.kv_type == "f32" ? KvType::F32 : KvType::F16;
+    so.kv_type_k = o.kv.key_type();
+    so.kv_type_v = o.kv.value_type();
     Session session(*model, so);
     const std::span<const float> logits = session.prefill(tokens, /*all_logits=*/true);
 
@@ -76,7 +77,7 @@ void add_logits_command(CLI::App& app, Action& action) {
         ->required();
     cmd->add_option("-o,--output", o->out, "output file: float32 [tokens, vocab], row i after token i")->required();
     cmd->add_option("-t,--threads", o->threads, "threads (default: all hardware threads)");
-    cmd->add_option("--kv-type", o->kv_type, "KV-cache element type")->check(CLI::IsMember({"f16", "f32"}))->capture_default_str();
+    add_kv_type_flags(cmd, o->kv, "--kv-type");
     cmd->callback([o, &action] { action = [o] { return run_logits(*o); }; });
 }
 

@@ -32,7 +32,7 @@ struct PerplexityCmdOptions {
     int score_last = 0;
     int threads = 0;
     int batch = 512;
-    std::string kv_type = "f16";
+    KvTypeFlags kv;
     std::string policy;
     int64_t budget = 0;
 };
@@ -66,7 +66,8 @@ int run_perplexity(const PerplexityCmdOptions& o) {
     SessionOptions so;
     so.n_ctx = o.ctx;
     so.n_batch = o.batch;
-    so.kv_type = o.kv_type == "f32" ? KvType::F32 : KvType::F16;
+    so.kv_type_k = o.kv.key_type();
+    so.kv_type_v = o.kv.value_type();
     Session session(*model, so);
 
     std::ifstream in(o.file, std::ios::binary);
@@ -77,7 +78,7 @@ int run_perplexity(const PerplexityCmdOptions& o) {
     const std::vector<int32_t> tokens = eval::tokenize_for_perplexity(tokenizer, ss.str());
     fmt::print(stderr, "model: {} ({})\n", o.model, model->summary());
     fmt::print(stderr, "tokenized {} in {:.2f} s: {} tokens; context {}, batch {}, kv cache {}, threads {}{}\n", o.file,
-               t.seconds(), tokens.size(), o.ctx, session.options().n_batch, kv_type_name(so.kv_type), num_threads(),
+               t.seconds(), tokens.size(), o.ctx, session.options().n_batch, kv_types_name(so.kv_type_k, so.kv_type_v), num_threads(),
                spec.empty() ? std::string() : ", policy " + spec + " on the " + part + " of each chunk");
     eval::PerplexityOptions po;
     po.n_ctx = o.ctx;
@@ -119,7 +120,7 @@ void add_perplexity_command(CLI::App& app, Action& action) {
                     "(a policy compresses them) (default: llama.cpp's second half)");
     cmd->add_option("-t,--threads", o->threads, "threads (default: all hardware threads)");
     cmd->add_option("-b,--batch-size", o->batch, "prefill chunk size")->capture_default_str();
-    cmd->add_option("--kv-type", o->kv_type, "KV-cache element type")->check(CLI::IsMember({"f16", "f32"}))->capture_default_str();
+    add_kv_type_flags(cmd, o->kv, "--kv-type");
     cmd->add_option("--policy", o->policy, "eviction policy compressing each chunk's first half (name[:key=value,...])");
     cmd->add_option("--budget", o->budget, "KV budget B for --policy (entries per KV head per layer)");
     cmd->callback([o, cmd, &action] {

@@ -49,7 +49,7 @@ struct RunOptions {
     bool prompt_given = false;
     bool file_given = false;
     bool policy_given = false;
-    std::string kv_type = "f16";
+    KvTypeFlags kv;
     std::vector<std::string> stop;
     bool echo = false;
     // Eviction.
@@ -183,7 +183,7 @@ int run(const RunOptions& o) {
     }
     if (o.ctx < 0) fail("--ctx-size must be positive, got {}", o.ctx);
     if (o.coverage_window < 0) fail("--coverage-window must be >= 0, got {}", o.coverage_window);
-    const KvType kv_type = o.kv_type == "f32" ? KvType::F32 : KvType::F16;
+    const KvType kv_type_k = o.kv.key_type(), kv_type_v = o.kv.value_type();
     const std::string spec = policy_spec(o);
     std::unique_ptr<Evictor> evictor;
     std::string canonical;
@@ -198,7 +198,8 @@ int run(const RunOptions& o) {
     SessionOptions so;
     so.n_ctx = o.ctx;
     so.n_batch = o.chunk_given ? o.chunk : o.batch;
-    so.kv_type = kv_type;
+    so.kv_type_k = kv_type_k;
+    so.kv_type_v = kv_type_v;
     Session session(*model, so);
     std::unique_ptr<policy::CoverageProbe> probe;
     if (evictor) {
@@ -224,7 +225,7 @@ int run(const RunOptions& o) {
 
     fmt::print(stderr, "model: {} ({})\n", o.model, model->summary());
     fmt::print(stderr, "threads: {}, context: {}, chunk: {}, kv cache: {}, matmul: {}, seed: {}\n",
-               num_threads(), session.n_ctx(), session.options().n_batch, kv_type_name(kv_type),
+               num_threads(), session.n_ctx(), session.options().n_batch, kv_types_name(kv_type_k, kv_type_v),
                matmul_backend_description(), g.sampling.seed);
     if (evictor) {
         const auto* frame = dynamic_cast<const policy::FramePolicy*>(evictor.get());
@@ -255,6 +256,10 @@ int run(const RunOptions& o) {
                s.n_decoded, s.decode_seconds, s.decode_tokens_per_second());
     fmt::print(stderr, "kv cache:   {} ({} bytes, {} entries), peak {} ({} bytes)\n", format_bytes(s.kv_bytes),
                s.kv_bytes, s.kv_entries, format_bytes(s.kv_peak_bytes), s.kv_peak_bytes);
+    const KvCache& kv = session.kv_cache();
+    fmt::print(stderr, "kv types:   keys {} ({} bytes per key), values {} ({} bytes per value): {} bytes per entry "
+               "with its position and policy scores\n", kv_type_name(kv_type_k), kv_row_bytes(kv_type_k, kv.head_dim()),
+               kv_type_name(kv_type_v), kv_row_bytes(kv_type_v, kv.head_dim()), kv.entry_bytes());
     fmt::print(stderr, "weights:    {}\n", model->residency());
     if (evictor) print_eviction_report(session, *evictor, *probe, s);
     fmt::print(stderr, "stopped:    {}\n", stop_reason_name(s.stop_reason));
@@ -298,9 +303,7 @@ void add_run_command(CLI::App& app, Action& action) {
     cmd->add_option("--coverage-window", o->coverage_window,
                     "w of the coverage diagnostics (prefix = positions [0, N - w)), the same for every policy")
         ->capture_default_str();
-    cmd->add_option("--kv-type,--cache-type", o->kv_type, "KV-cache element type")
-        ->check(CLI::IsMember({"f16", "f32"}))
-        ->capture_default_str();
+    add_kv_type_flags(cmd, o->kv, "--kv-type,--cache-type");
     cmd->add_option("--stop,-r,--reverse-prompt", o->stop, "stop when this text appears (repeatable)");
     cmd->add_flag("--echo", o->echo, "print the prompt before the generated text");
     cmd->callback([o, cmd, &action] {

@@ -27,7 +27,7 @@ struct ServeOptions {
     int ctx = 0;
     int64_t budget = 0;
     double ratio = 0.0;
-    std::string kv_type = "f16";
+    KvTypeFlags kv;
     std::string alias;
 };
 
@@ -38,7 +38,8 @@ int serve(ServeOptions o, bool budget_given, bool ratio_given) {
     if (budget_given) o.server.budget = o.budget;
     if (ratio_given) o.server.ratio = o.ratio;
     o.server.session.n_ctx = o.ctx;
-    o.server.session.kv_type = o.kv_type == "f32" ? KvType::F32 : KvType::F16;
+    o.server.session.kv_type_k = o.kv.key_type();
+    o.server.session.kv_type_v = o.kv.value_type();
     o.server.model_id = o.alias.empty() ? std::filesystem::path(o.model).filename().string() : o.alias;
     o.server.log_requests = true;
 
@@ -56,7 +57,7 @@ int serve(ServeOptions o, bool budget_given, bool ratio_given) {
     const int port = srv.bind();
     fmt::print(stderr, "model: {} ({})\n", o.model, model->summary());
     fmt::print(stderr, "threads: {}, context: {}, slots: {}, kv cache: {}, matmul: {}\n", num_threads(), srv.slots().n_ctx(),
-               o.server.parallel, kv_type_name(o.server.session.kv_type), matmul_backend_description());
+               o.server.parallel, kv_types_name(o.server.session.kv_type_k, o.server.session.kv_type_v), matmul_backend_description());
     fmt::print(stderr, "policy: {} (requests without a kv object)\n",
                srv.default_policy().empty() ? std::string("none (full cache)") : srv.default_policy());
     fmt::print(stderr, "listening on http://{}:{}{}\n", o.server.host, port,
@@ -94,9 +95,7 @@ void add_serve_command(CLI::App& app, Action& action) {
     cmd->add_option("--alias", o->alias, "model name in /v1/models and responses (default: the file name)");
     cmd->add_option("-t,--threads", o->threads, "threads (default: all hardware threads)");
     cmd->add_option("-c,--ctx-size", o->ctx, "context size of every slot in tokens (default: the model's training context)");
-    cmd->add_option("--kv-type,--cache-type", o->kv_type, "KV-cache element type")
-        ->check(CLI::IsMember({"f16", "f32"}))
-        ->capture_default_str();
+    add_kv_type_flags(cmd, o->kv, "--kv-type,--cache-type");
     cmd->add_option("--timeout", o->server.read_timeout_s, "seconds a client may take to send a request (and to read)")
         ->capture_default_str();
     cmd->callback([o, cmd, &action] {

@@ -8,7 +8,9 @@
 #include <cstddef>
 #include <functional>
 #include <string>
+#include <vector>
 
+#include "kvcache/kv_cache.h"
 #include "util/mapped_file.h"
 
 namespace kvec::tools {
@@ -34,5 +36,20 @@ void check_readable_file(const std::string& path, const char* what);  // throws 
 void check_threads(int threads);  // -t/--threads: >= 0 (0: all hardware threads); kvec::Error otherwise
 // --mmap / --no-mmap: how the model's weights come into memory (LoadMode); neither leaves `mode`.
 void add_load_flags(CLI::App* cmd, LoadMode& mode);
+
+// KV cache element types (kv_cache.h): --cache-type-k/-ctk and --cache-type-v/-ctv as llama.cpp
+// spells them (main() turns -ctk / -ctv into the long names: CLI11 cannot declare them), and
+// `both_names` (--kv-type...) for keys and values at once; -ctk / -ctv win over it.
+struct KvTypeFlags {
+    std::string both = "f16";
+    std::string k, v;  // empty: `both`
+    KvType key_type() const;    // kvec::Error naming the flag for an unknown type
+    KvType value_type() const;
+};
+void add_kv_type_flags(CLI::App* cmd, KvTypeFlags& flags, const std::string& both_names);
+// "q8_0" when keys and values share the type, else "q8_0/q4_0" (keys/values).
+std::string kv_types_name(KvType k, KvType v);
+// The long names of llama.cpp's -ctk / -ctv in argv (see add_kv_type_flags).
+void expand_kv_type_short_flags(std::vector<std::string>& args);
 
 }  // namespace kvec::tools

@@ -45,4 +45,31 @@ void add_load_flags(CLI::App* cmd, LoadMode& mode) {
     map->excludes(copy);
 }
 
+KvType KvTypeFlags::key_type() const {
+    return k.empty() ? parse_kv_type(both, "--kv-type") : parse_kv_type(k, "--cache-type-k");
+}
+
+KvType KvTypeFlags::value_type() const {
+    return v.empty() ? parse_kv_type(both, "--kv-type") : parse_kv_type(v, "--cache-type-v");
+}
+
+void add_kv_type_flags(CLI::App* cmd, KvTypeFlags& flags, const std::string& both_names) {
+    const std::string types = kv_type_list();
+    cmd->add_option(both_names, flags.both, "KV-cache element type of keys and values: " + types)
+        ->capture_default_str();
+    cmd->add_option("--cache-type-k", flags.k, "KV-cache element type of the keys (-ctk; default: --kv-type)");
+    cmd->add_option("--cache-type-v", flags.v, "KV-cache element type of the values (-ctv; default: --kv-type)");
+}
+
+std::string kv_types_name(KvType k, KvType v) {
+    return k == v ? std::string(kv_type_name(k)) : fmt::format("{}/{}", kv_type_name(k), kv_type_name(v));
+}
+
+void expand_kv_type_short_flags(std::vector<std::string>& args) {
+    for (std::string& a : args) {
+        if (a == "-ctk") a = "--cache-type-k";
+        if (a == "-ctv") a = "--cache-type-v";
+    }
+}
+
 }  // namespace kvec::tools

@@ -73,8 +73,13 @@ int main(int argc, char** argv) {
         fmt::print(stderr, "Run 'kvec --help' for usage.\n");
         return 1;
     }
+    // llama.cpp's -ctk / -ctv, which CLI11 cannot declare, as their long names.
+    std::vector<std::string> args(argv, argv + argc);
+    kvec::tools::expand_kv_type_short_flags(args);
+    std::vector<char*> arg_ptrs;  // [argc]
+    for (std::string& a : args) arg_ptrs.push_back(a.data());
     try {
-        app.parse(argc, argv);
+        app.parse(argc, arg_ptrs.data());
     } catch (const CLI::CallForHelp& e) {
         return app.exit(e);
     } catch (const CLI::CallForAllHelp& e) {

@@ -114,7 +114,8 @@ PrefillSnapshot PrefillRecorder::take(const Session& session, std::span<const fl
     if (s.layers.size() != sz(kv.n_layer())) {
         fail("prefill recorder: observed {} layers, the cache has {}", s.layers.size(), kv.n_layer());
     }
-    s.kv_type = kv.config().type;
+    s.kv_type_k = kv.config().key_type;
+    s.kv_type_v = kv.config().value_type;
     const int D = kv.head_dim();
     for (int l = 0; l < kv.n_layer(); ++l) {
         LayerSnapshot& ls = s.layers[sz(l)];
@@ -159,7 +160,8 @@ ReplayResult replay_policy(const PrefillSnapshot& s, Evictor& policy, const ops:
     config.n_layer = s.n_layer;
     config.n_head_kv = s.n_head_kv;
     config.head_dim = s.head_dim;
-    config.type = s.kv_type;
+    config.key_type = s.kv_type_k;
+    config.value_type = s.kv_type_v;
     config.n_aux = 0;
     ReplayResult r{KvCache(config), s.n_prompt, false, 0};
     const ObservationRequest want = policy.request();
@@ -286,7 +288,7 @@ void adopt_cache(Session& session, KvCache&& cache, int32_t next_position, int32
     const KvCacheConfig& a = session.kv_cache().config();
     const KvCacheConfig& b = cache.config();
     if (a.n_layer != b.n_layer || a.n_head_kv != b.n_head_kv || a.head_dim != b.head_dim ||
-        a.type != b.type || b.n_aux != 0) {
+        a.key_type != b.key_type || a.value_type != b.value_type || b.n_aux != 0) {
         fail("adopt_cache: the cache's shape or element type differs from the session's");
     }
     if (next_position < 1 || next_position > session.n_ctx()) {
@@ -299,7 +301,8 @@ void adopt_cache(Session& session, KvCache&& cache, int32_t next_position, int32
 }
 
 int64_t kv_entry_bytes(const KvCacheConfig& config) {
-    return 2 * int64_t{config.head_dim} * static_cast<int64_t>(kv_type_size(config.type)) + 4;
+    return static_cast<int64_t>(kv_row_bytes(config.key_type, config.head_dim) +
+                                kv_row_bytes(config.value_type, config.head_dim)) + 4;
 }
 
 }  // namespace kvec::eval

@@ -62,7 +62,8 @@ struct PrefillSnapshot {
     int n_head_kv = 0;
     int group = 1;
     int head_dim = 0;
-    KvType kv_type = KvType::F16;
+    KvType kv_type_k = KvType::F16;  // the recorded cache's key and value types (replay re-quantises
+    KvType kv_type_v = KvType::F16;  // the dequantised rows: the same blocks again)
     int32_t n_prompt = 0;
     std::vector<int32_t> tokens;       // [n_past] token id per position
     std::vector<LayerSnapshot> layers;  // [n_layer]

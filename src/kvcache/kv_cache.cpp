@@ -3,23 +3,51 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <new>
+#include <optional>
+#include <string>
 #include <utility>
 
+#include "quant/quant.h"
 #include "util/error.h"
-#include "util/fp16.h"
 
 namespace kvec {
 
-const char* kv_type_name(KvType type) { return type == KvType::F32 ? "f32" : "f16"; }
+const char* kv_type_name(KvType type) { return ggml_type_name(type); }
 
-size_t kv_type_size(KvType type) { return type == KvType::F32 ? 4 : 2; }
+const char* kv_type_list() {
+    static const std::string list = [] {
+        std::string s;
+        for (KvType t : kKvTypes) s += (s.empty() ? "" : ", ") + std::string(kv_type_name(t));
+        return s;
+    }();
+    return list.c_str();
+}
+
+KvType parse_kv_type(std::string_view name, std::string_view what) {
+    const std::optional<GgmlType> t = ggml_type_from_name(name);
+    if (t && std::find(std::begin(kKvTypes), std::end(kKvTypes), *t) != std::end(kKvTypes)) return *t;
+    fail("{}: '{}' is not a KV cache type ({})", what, name, kv_type_list());
+}
+
+size_t kv_row_bytes(KvType type, int head_dim) {
+    if (std::find(std::begin(kKvTypes), std::end(kKvTypes), type) == std::end(kKvTypes)) {
+        fail("{} is not a KV cache type ({})", ggml_type_name(type), kv_type_list());
+    }
+    const int64_t block = ggml_type_traits(type).block_size;
+    if (head_dim <= 0 || head_dim % block != 0) {
+        fail("KV cache type {} stores blocks of {} elements; the model's head dim {} is not a multiple of {} "
+             "(use f16, bf16 or f32)", kv_type_name(type), block, head_dim, block);
+    }
+    return ggml_row_size(type, head_dim);
+}
 
 struct KvCache::Head {
     int32_t size = 0;
     int32_t capacity = 0;
-    uint8_t* keys = nullptr;       // [capacity, head_dim] elements
-    uint8_t* values = nullptr;     // [capacity, head_dim] elements
+    uint8_t* keys = nullptr;       // [capacity] rows of key_row bytes
+    uint8_t* values = nullptr;     // [capacity] rows of value_row bytes
     int32_t* positions = nullptr;  // [capacity]
     std::vector<float*> aux;       // n_aux arrays of [capacity]
 };
@@ -37,24 +65,6 @@ void* resize_block(void* p, size_t bytes) {
     return q;
 }
 
-void encode_row(KvType type, const float* src, uint8_t* dst, int d) {
-    if (type == KvType::F32) {
-        std::memcpy(dst, src, static_cast<size_t>(d) * sizeof(float));
-    } else {
-        auto* h = reinterpret_cast<uint16_t*>(dst);
-        for (int i = 0; i < d; ++i) h[i] = float_to_fp16(src[i]);
-    }
-}
-
-void decode_rows(KvType type, const uint8_t* src, float* dst, int64_t count) {
-    if (type == KvType::F32) {
-        std::memcpy(dst, src, static_cast<size_t>(count) * sizeof(float));
-    } else {
-        const auto* h = reinterpret_cast<const uint16_t*>(src);
-        for (int64_t i = 0; i < count; ++i) dst[i] = fp16_to_float(h[i]);
-    }
-}
-
 }  // namespace
 
 KvCache::KvCache(const KvCacheConfig& config) : config_(config) {
@@ -62,6 +72,8 @@ KvCache::KvCache(const KvCacheConfig& config) : config_(config) {
         fail("invalid KV cache shape: {} layers, {} KV heads, head dim {}, {} aux scores",
              config.n_layer, config.n_head_kv, config.head_dim, config.n_aux);
     }
+    key_row_ = kv_row_bytes(config.key_type, config.head_dim);
+    value_row_ = kv_row_bytes(config.value_type, config.head_dim);
     heads_.resize(static_cast<size_t>(config.n_layer) * config.n_head_kv);
     for (Head& h : heads_) h.aux.assign(static_cast<size_t>(config.n_aux), nullptr);
 }
@@ -70,6 +82,8 @@ KvCache::~KvCache() { clear(); }
 
 KvCache::KvCache(KvCache&& other) noexcept
     : config_(other.config_),
+      key_row_(other.key_row_),
+      value_row_(other.value_row_),
       heads_(std::move(other.heads_)),
       bytes_(std::exchange(other.bytes_, 0)),
       peak_bytes_(other.peak_bytes_) {
@@ -80,6 +94,8 @@ KvCache& KvCache::operator=(KvCache&& other) noexcept {
     if (this != &other) {
         clear();
         config_ = other.config_;
+        key_row_ = other.key_row_;
+        value_row_ = other.value_row_;
         heads_ = std::move(other.heads_);
         other.heads_.clear();
         bytes_ = std::exchange(other.bytes_, 0);
@@ -99,16 +115,14 @@ const KvCache::Head& KvCache::head(int layer, int head) const {
 }
 
 size_t KvCache::entry_bytes() const {
-    return 2 * static_cast<size_t>(config_.head_dim) * kv_type_size(config_.type) + sizeof(int32_t) +
-           sizeof(float) * static_cast<size_t>(config_.n_aux);
+    return key_row_ + value_row_ + sizeof(int32_t) + sizeof(float) * static_cast<size_t>(config_.n_aux);
 }
 
 void KvCache::reallocate(Head& h, int32_t new_capacity) {
     if (new_capacity == h.capacity) return;
-    const size_t row = static_cast<size_t>(config_.head_dim) * kv_type_size(config_.type);
     const size_t cap = static_cast<size_t>(new_capacity);
-    h.keys = static_cast<uint8_t*>(resize_block(h.keys, cap * row));
-    h.values = static_cast<uint8_t*>(resize_block(h.values, cap * row));
+    h.keys = static_cast<uint8_t*>(resize_block(h.keys, cap * key_row_));
+    h.values = static_cast<uint8_t*>(resize_block(h.values, cap * value_row_));
     h.positions = static_cast<int32_t*>(resize_block(h.positions, cap * sizeof(int32_t)));
     for (float*& a : h.aux) a = static_cast<float*>(resize_block(a, cap * sizeof(float)));
     bytes_ -= static_cast<size_t>(h.capacity) * entry_bytes();
@@ -150,11 +164,10 @@ void KvCache::append(int layer, int hi, int32_t n, const float* keys, int64_t ke
         }
     }
     const int d = config_.head_dim;
-    const size_t row = static_cast<size_t>(d) * kv_type_size(config_.type);
     for (int32_t t = 0; t < n; ++t) {
         const size_t slot = static_cast<size_t>(h.size) + t;
-        encode_row(config_.type, keys + t * key_stride, h.keys + slot * row, d);
-        encode_row(config_.type, values + t * value_stride, h.values + slot * row, d);
+        quant::quantize_row(config_.key_type, keys + t * key_stride, h.keys + slot * key_row_, d);
+        quant::quantize_row(config_.value_type, values + t * value_stride, h.values + slot * value_row_, d);
         h.positions[slot] = positions[t];
         for (float* a : h.aux) a[slot] = 0.0f;
     }
@@ -173,13 +186,12 @@ void KvCache::compact(int layer, int hi, std::span<const int32_t> keep) {
                  "({} after {})", layer, hi, keep[i], keep[i - 1]);
         }
     }
-    const size_t row = static_cast<size_t>(config_.head_dim) * kv_type_size(config_.type);
     // keep[i] >= i, so moving forward in increasing order never overwrites an unread entry.
     for (size_t i = 0; i < keep.size(); ++i) {
         const size_t src = static_cast<size_t>(keep[i]);
         if (src == i) continue;
-        std::memcpy(h.keys + i * row, h.keys + src * row, row);
-        std::memcpy(h.values + i * row, h.values + src * row, row);
+        std::memcpy(h.keys + i * key_row_, h.keys + src * key_row_, key_row_);
+        std::memcpy(h.values + i * value_row_, h.values + src * value_row_, value_row_);
         h.positions[i] = h.positions[src];
         for (float* a : h.aux) a[i] = a[src];
     }
@@ -205,10 +217,9 @@ void KvCache::reposition(int layer, int hi, int32_t begin, int32_t end, const fl
         }
     }
     const int d = config_.head_dim;
-    const size_t row = static_cast<size_t>(d) * kv_type_size(config_.type);
     for (int32_t i = begin; i < end; ++i) {
-        encode_row(config_.type, keys + static_cast<int64_t>(i - begin) * d,
-                   h.keys + static_cast<size_t>(i) * row, d);
+        quant::quantize_row(config_.key_type, keys + static_cast<int64_t>(i - begin) * d,
+                            h.keys + static_cast<size_t>(i) * key_row_, d);
         h.positions[i] = positions[i - begin];
     }
 }
@@ -225,28 +236,26 @@ const int32_t* KvCache::positions(int layer, int h) const { return head(layer, h
 void KvCache::read_keys(int layer, int hi, int32_t begin, int32_t end, float* out) const {
     const Head& h = head(layer, hi);
     KVEC_CHECK(begin >= 0 && begin <= end && end <= h.size);
-    const size_t row = static_cast<size_t>(config_.head_dim) * kv_type_size(config_.type);
-    decode_rows(config_.type, h.keys + begin * row, out,
-                static_cast<int64_t>(end - begin) * config_.head_dim);
+    quant::dequantize_row(config_.key_type, h.keys + static_cast<size_t>(begin) * key_row_, out,
+                          static_cast<int64_t>(end - begin) * config_.head_dim);
 }
 
 void KvCache::read_values(int layer, int hi, int32_t begin, int32_t end, float* out) const {
     const Head& h = head(layer, hi);
     KVEC_CHECK(begin >= 0 && begin <= end && end <= h.size);
-    const size_t row = static_cast<size_t>(config_.head_dim) * kv_type_size(config_.type);
-    decode_rows(config_.type, h.values + begin * row, out,
-                static_cast<int64_t>(end - begin) * config_.head_dim);
+    quant::dequantize_row(config_.value_type, h.values + static_cast<size_t>(begin) * value_row_, out,
+                          static_cast<int64_t>(end - begin) * config_.head_dim);
 }
 
 const void* KvCache::key_data(int layer, int h) const { return head(layer, h).keys; }
 const void* KvCache::value_data(int layer, int h) const { return head(layer, h).values; }
 
 const float* KvCache::keys_f32(int layer, int h) const {
-    return config_.type == KvType::F32 ? reinterpret_cast<const float*>(head(layer, h).keys) : nullptr;
+    return config_.key_type == KvType::F32 ? reinterpret_cast<const float*>(head(layer, h).keys) : nullptr;
 }
 
 const float* KvCache::values_f32(int layer, int h) const {
-    return config_.type == KvType::F32 ? reinterpret_cast<const float*>(head(layer, h).values) : nullptr;
+    return config_.value_type == KvType::F32 ? reinterpret_cast<const float*>(head(layer, h).values) : nullptr;
 }
 
 float* KvCache::aux(int layer, int h, int a) {

@@ -2,6 +2,13 @@
 // list of entries (post-RoPE key [head_dim], value [head_dim], original position int32, and
 // n_aux auxiliary floats). Heads of one layer may hold different numbers of entries.
 //
+// Element types (KvType): keys and values each have their own, f32, f16, bf16 or a block-quantised
+// type (q8_0, q4_0, q4_1, q5_0, q5_1: ggml's block layouts, quant/blocks.h). A key or value is one
+// row of head_dim elements, head_dim / 32 whole blocks for a quantised type (a head_dim that is not
+// a multiple of 32 is refused), so compaction moves whole rows and eviction is the same for every
+// type. Rows are quantised on append() and reposition() (quant::quantize_row) and dequantised by
+// read_keys() / read_values().
+//
 // Memory is real: compact() moves the kept entries together and shrinks the allocation to
 // exactly the kept count, so bytes() drops; there are no masks. bytes() reports exactly the bytes
 // allocated for entries (capacity x entry size, summed over layers and heads); used_bytes() the
@@ -18,21 +25,38 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <vector>
+
+#include "gguf/ggml_type.h"
 
 namespace kvec {
 
-enum class KvType { F32, F16 };
+// The element type of cached keys or values: one of kKvTypes.
+using KvType = GgmlType;
 
+// The types a cache may hold, in the order --cache-type-k/-v list them.
+inline constexpr KvType kKvTypes[] = {KvType::F32,  KvType::F16,  KvType::BF16, KvType::Q8_0,
+                                      KvType::Q4_0, KvType::Q4_1, KvType::Q5_0, KvType::Q5_1};
+
+// "f16", "q8_0"..., as llama.cpp spells them.
 const char* kv_type_name(KvType type);
-size_t kv_type_size(KvType type);
+// "f32, f16, bf16, q8_0, ..." (for help texts and error messages).
+const char* kv_type_list();
+// Parses a type name (case-insensitive); kvec::Error naming `what` (a flag) and the allowed types
+// otherwise.
+KvType parse_kv_type(std::string_view name, std::string_view what);
+// Bytes of one key or value of head_dim elements; kvec::Error if the type is not a cache type or
+// cannot hold head_dim elements in whole blocks (the message names both).
+size_t kv_row_bytes(KvType type, int head_dim);
 
 struct KvCacheConfig {
     int n_layer = 0;
     int n_head_kv = 0;
     int head_dim = 0;
-    KvType type = KvType::F16;  // element type of keys and values
-    int n_aux = 0;              // auxiliary float scores per entry (moved by compact())
+    KvType key_type = KvType::F16;    // element type of the keys
+    KvType value_type = KvType::F16;  // element type of the values
+    int n_aux = 0;                    // auxiliary float scores per entry (moved by compact())
 };
 
 class KvCache {
@@ -65,7 +89,8 @@ public:
     void compact(int layer, int head, std::span<const int32_t> keep);
 
     // Overwrites the keys of entries [begin, end) with keys [end - begin, head_dim] (converted to
-    // the element type) and their positions with positions [end - begin], which must keep the
+    // the element type: a quantised cache requantises the rows, so the caller's rotation of
+    // read_keys()'s dequantised rows costs one more rounding) and their positions with positions [end - begin], which must keep the
     // head's positions strictly increasing (kvec::Error otherwise; nothing changes then). Used to
     // re-rotate kept keys to new positions.
     void reposition(int layer, int head, int32_t begin, int32_t end, const float* keys,
@@ -77,14 +102,15 @@ public:
     // Original positions of the entries: [size].
     const int32_t* positions(int layer, int head) const;
 
-    // Keys / values of entries [begin, end) as float: out [end - begin, head_dim].
+    // Keys / values of entries [begin, end) as float (dequantised): out [end - begin, head_dim].
     void read_keys(int layer, int head, int32_t begin, int32_t end, float* out) const;
     void read_values(int layer, int head, int32_t begin, int32_t end, float* out) const;
 
-    // Raw storage: [size, head_dim] of the element type (float or uint16_t fp16 bits).
+    // Raw storage: [size] rows of kv_row_bytes(type, head_dim) bytes (floats, fp16 / bf16 bits,
+    // or head_dim / 32 ggml blocks).
     const void* key_data(int layer, int head) const;
     const void* value_data(int layer, int head) const;
-    // For KvType::F32 caches: the keys/values as float [size, head_dim]; nullptr otherwise.
+    // For F32 keys / values: the keys / values as float [size, head_dim]; nullptr otherwise.
     const float* keys_f32(int layer, int head) const;
     const float* values_f32(int layer, int head) const;
 
@@ -93,7 +119,7 @@ public:
     float* aux(int layer, int head, int a);
     const float* aux(int layer, int head, int a) const;
 
-    // Bytes of one entry: 2 * head_dim * element size + 4 (position) + 4 * n_aux.
+    // Bytes of one entry: key row + value row + 4 (position) + 4 * n_aux.
     size_t entry_bytes() const;
     size_t bytes() const { return bytes_; }            // allocated, exactly
     size_t used_bytes() const;                         // live entries only
@@ -107,6 +133,8 @@ private:
     void reallocate(Head& h, int32_t new_capacity);
 
     KvCacheConfig config_;
+    size_t key_row_ = 0;    // bytes of one key: kv_row_bytes(key_type, head_dim)
+    size_t value_row_ = 0;  // bytes of one value
     std::vector<Head> heads_;  // [n_layer * n_head_kv]
     size_t bytes_ = 0;
     size_t peak_bytes_ = 0;

@@ -16,12 +16,13 @@ namespace kvec {
 
 namespace {
 
-KvCacheConfig cache_config(const ModelConfig& c, KvType type, int n_aux) {
+KvCacheConfig cache_config(const ModelConfig& c, const SessionOptions& o, int n_aux) {
     KvCacheConfig k;
     k.n_layer = c.n_layer;
     k.n_head_kv = c.n_head_kv;
     k.head_dim = c.head_dim;
-    k.type = type;
+    k.key_type = o.kv_type_k;
+    k.value_type = o.kv_type_v;
     k.n_aux = n_aux;
     return k;
 }
@@ -87,7 +88,7 @@ void rerotate_keys(float* keys, int32_t n, int head_dim, const int32_t* from, co
 }
 
 Session::Session(const Model& model, const SessionOptions& options)
-    : model_(model), options_(options), kv_(cache_config(model.config(), options.kv_type, 0)) {
+    : model_(model), options_(options), kv_(cache_config(model.config(), options, 0)) {
     const ModelConfig& c = model.config();
     if (options_.n_ctx < 0) fail("context size must be positive, got {}", options_.n_ctx);
     if (options_.n_ctx == 0) options_.n_ctx = c.n_ctx_train;
@@ -132,7 +133,7 @@ void Session::set_evictor(Evictor* evictor) {
              "last row or decode-time calls, which the deferred hook cannot provide");
     }
     const ModelConfig& c = model_.config();
-    kv_ = KvCache(cache_config(c, options_.kv_type, request_.column_sums ? c.n_group() : 0));
+    kv_ = KvCache(cache_config(c, options_, request_.column_sums ? c.n_group() : 0));
     const bool ring = request_.window > 0 &&
                       (request_.decode_interval > 0 || request_.window_scope == WindowScope::Prompt);
     const auto L = sz(c.n_layer);
@@ -361,7 +362,8 @@ void Session::remember_prerope_queries(int layer, int32_t T, const int32_t* posi
 // The cache of (layer, h) as stored, for the attention kernels.
 KvHeadData Session::head_data(int layer, int h) const {
     KvHeadData d;
-    d.type = kv_.config().type == KvType::F32 ? GgmlType::F32 : GgmlType::F16;
+    d.key_type = kv_.config().key_type;
+    d.value_type = kv_.config().value_type;
     d.keys = kv_.key_data(layer, h);
     d.values = kv_.value_data(layer, h);
     d.head_dim = kv_.head_dim();
@@ -638,12 +640,12 @@ void Session::run_observed_hooks(int32_t T, const int32_t* positions, Step step,
 }
 
 // The keys of (layer, h) as float for a policy's view: the cache itself (F32) or a converted copy
-// (F16; only when the policy runs, never on the attention path).
+// (F16, BF16, quantised: dequantised; only when the policy runs, never on the attention path).
 const float* Session::float_keys(int layer, int h) {
     if (const float* k = kv_.keys_f32(layer, h)) return k;
     auto& buf = keys_f_[sz(h)];
     buf.resize(sz(int64_t{kv_.size(layer, h)} * kv_.head_dim()));
-    convert_fp16_to_fp32(static_cast<const uint16_t*>(kv_.key_data(layer, h)), buf.data(), static_cast<int64_t>(buf.size()));
+    kv_.read_keys(layer, h, 0, kv_.size(layer, h), buf.data());
     return buf.data();
 }
 
@@ -652,7 +654,7 @@ const float* Session::float_values(int layer, int h) {
     if (const float* v = kv_.values_f32(layer, h)) return v;
     auto& buf = values_f_[sz(h)];
     buf.resize(sz(int64_t{kv_.size(layer, h)} * kv_.head_dim()));
-    convert_fp16_to_fp32(static_cast<const uint16_t*>(kv_.value_data(layer, h)), buf.data(), static_cast<int64_t>(buf.size()));
+    kv_.read_values(layer, h, 0, kv_.size(layer, h), buf.data());
     return buf.data();
 }
 

@@ -72,7 +72,8 @@ struct EvictionStats {
 struct SessionOptions {
     int32_t n_ctx = 0;        // positions available; 0: the model's training context length
     int32_t n_batch = 512;    // tokens per forward step; longer prefills run as chunks of this size
-    KvType kv_type = KvType::F16;
+    KvType kv_type_k = KvType::F16;  // element type of the cached keys (kv_cache.h)
+    KvType kv_type_v = KvType::F16;  // element type of the cached values
 };
 
 class Session {

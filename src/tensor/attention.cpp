@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "quant/quant.h"
+#include "tensor/int8_gemm.h"
 #include "tensor/kernels.h"
 #include "tensor/matmul.h"
 #include "tensor/ops.h"
@@ -12,80 +14,141 @@ namespace kvec {
 
 namespace {
 
-// The kernels of one block of n <= kEntryBlock entries (rows d elements apart), kernels.h:
+// The kernels of one block of n <= kEntryBlock entries (rows of `type`, d elements each), kernels.h:
 //   keys_t: kt [d, ldkt] = the keys transposed to float (columns n .. round_up(n, 8) zero)
 //   scores: y[i * ldy + j] = dot(q_i, column j of kt) for j < n (a multiple of 8)
 //   values: out[i * ldo + e] += sum_j p[i * ldp + j] v[j, e]
 struct BlockKernels {
-    void (*keys_t)(const void* k, int64_t n, int64_t d, float* kt, int64_t ldkt);
+    void (*keys_t)(GgmlType type, const void* k, int64_t n, int64_t d, float* kt, int64_t ldkt);
     void (*scores)(const float* q, int64_t nq, int64_t ldq, const float* kt, int64_t ldkt, int64_t d, int64_t n,
                    float* y, int64_t ldy);
     void (*values)(const float* p, int64_t nq, int64_t ldp, const void* v, int64_t n, int64_t d, float* out,
                    int64_t ldo);
+    bool convert_values;  // values reads F32: each block of values is converted first (block_to_f32)
 };
 
 const float* as_f32(const void* p) { return static_cast<const float*>(p); }
 const uint16_t* as_f16(const void* p) { return static_cast<const uint16_t*>(p); }
 
-// Generic F16 values: the block converted to float in a grow-only thread-local buffer [n, d].
-const float* block_to_f32(const void* rows, int64_t n, int64_t d) {
+// A block of n rows of `type` (F16, BF16 or quantised) converted to float in a grow-only
+// thread-local buffer [n, d]; valid until the next call.
+const float* block_to_f32(GgmlType type, const void* rows, int64_t n, int64_t d) {
     thread_local std::vector<float> buf;  // [kEntryBlock, d]
     if (buf.size() < static_cast<size_t>(n * d)) buf.resize(static_cast<size_t>(n * d));
-    kernels::fp16_to_fp32_generic(as_f16(rows), buf.data(), n * d);
+    if (type == GgmlType::F16) {
+        kernels::fp16_to_fp32_generic(as_f16(rows), buf.data(), n * d);
+    } else {
+        quant::dequantize_row(type, rows, buf.data(), n * d);
+    }
     return buf.data();
 }
 
-constexpr BlockKernels kAvx2F32 = {
-    [](const void* k, int64_t n, int64_t d, float* kt, int64_t ldkt) {
-        kernels::keys_t_f32_avx2(as_f32(k), n, d, kt, ldkt);
-    },
-    kernels::attention_scores_avx2,
-    [](const float* p, int64_t nq, int64_t ldp, const void* v, int64_t n, int64_t d, float* out, int64_t ldo) {
-        kernels::attention_values_f32_avx2(p, nq, ldp, as_f32(v), n, d, out, ldo);
-    }};
-
-constexpr BlockKernels kAvx2F16 = {
-    [](const void* k, int64_t n, int64_t d, float* kt, int64_t ldkt) {
-        kernels::keys_t_f16_avx2(as_f16(k), n, d, kt, ldkt);
-    },
-    kernels::attention_scores_avx2,
-    [](const float* p, int64_t nq, int64_t ldp, const void* v, int64_t n, int64_t d, float* out, int64_t ldo) {
-        kernels::attention_values_f16_avx2(p, nq, ldp, as_f16(v), n, d, out, ldo);
-    }};
-
-constexpr BlockKernels kGenericF32 = {
-    [](const void* k, int64_t n, int64_t d, float* kt, int64_t ldkt) {
-        kernels::keys_t_f32_generic(as_f32(k), n, d, kt, ldkt);
-    },
-    kernels::attention_scores_generic,
-    [](const float* p, int64_t nq, int64_t ldp, const void* v, int64_t n, int64_t d, float* out, int64_t ldo) {
-        kernels::attention_values_generic(p, nq, ldp, as_f32(v), n, d, out, ldo);
-    }};
-
-constexpr BlockKernels kGenericF16 = {
-    [](const void* k, int64_t n, int64_t d, float* kt, int64_t ldkt) {
-        kernels::keys_t_f16_generic(as_f16(k), n, d, kt, ldkt);
-    },
-    kernels::attention_scores_generic,
-    [](const float* p, int64_t nq, int64_t ldp, const void* v, int64_t n, int64_t d, float* out, int64_t ldo) {
-        kernels::attention_values_generic(p, nq, ldp, block_to_f32(v, n, d), n, d, out, ldo);
-    }};
-
-size_t element_size(const KvHeadData& kv) {
-    if (kv.type == GgmlType::F32) return 4;
-    if (kv.type == GgmlType::F16) return 2;
-    fail("attention: the KV cache element type must be f32 or f16, got {}", ggml_type_traits(kv.type).name);
+// Keys: F32 and F16 transposed in place; any other type dequantised block by block first.
+void keys_t_f32_avx2(GgmlType, const void* k, int64_t n, int64_t d, float* kt, int64_t ldkt) {
+    kernels::keys_t_f32_avx2(as_f32(k), n, d, kt, ldkt);
+}
+void keys_t_f16_avx2(GgmlType, const void* k, int64_t n, int64_t d, float* kt, int64_t ldkt) {
+    kernels::keys_t_f16_avx2(as_f16(k), n, d, kt, ldkt);
+}
+void keys_t_dequant_avx2(GgmlType type, const void* k, int64_t n, int64_t d, float* kt, int64_t ldkt) {
+    kernels::keys_t_f32_avx2(block_to_f32(type, k, n, d), n, d, kt, ldkt);
+}
+void keys_t_f32_generic(GgmlType, const void* k, int64_t n, int64_t d, float* kt, int64_t ldkt) {
+    kernels::keys_t_f32_generic(as_f32(k), n, d, kt, ldkt);
+}
+void keys_t_f16_generic(GgmlType, const void* k, int64_t n, int64_t d, float* kt, int64_t ldkt) {
+    kernels::keys_t_f16_generic(as_f16(k), n, d, kt, ldkt);
+}
+void keys_t_dequant_generic(GgmlType type, const void* k, int64_t n, int64_t d, float* kt, int64_t ldkt) {
+    kernels::keys_t_f32_generic(block_to_f32(type, k, n, d), n, d, kt, ldkt);
 }
 
-const BlockKernels& block_kernels(const KvHeadData& kv) {
-    const bool f16 = element_size(kv) == 2;
-    if (active_cpu_kernel() == CpuKernel::Avx2) return f16 ? kAvx2F16 : kAvx2F32;
-    return f16 ? kGenericF16 : kGenericF32;
+// Values: F32 (and, on AVX2, F16) read in place; any other type converted to F32 once per block
+// of entries (BlockKernels::convert_values) for every position that reads the block.
+void values_f32_avx2(const float* p, int64_t nq, int64_t ldp, const void* v, int64_t n, int64_t d, float* out,
+                     int64_t ldo) {
+    kernels::attention_values_f32_avx2(p, nq, ldp, as_f32(v), n, d, out, ldo);
+}
+void values_f16_avx2(const float* p, int64_t nq, int64_t ldp, const void* v, int64_t n, int64_t d, float* out,
+                     int64_t ldo) {
+    kernels::attention_values_f16_avx2(p, nq, ldp, as_f16(v), n, d, out, ldo);
+}
+void values_f32_generic(const float* p, int64_t nq, int64_t ldp, const void* v, int64_t n, int64_t d, float* out,
+                        int64_t ldo) {
+    kernels::attention_values_generic(p, nq, ldp, as_f32(v), n, d, out, ldo);
 }
 
-// Entry j of a [n, head_dim] array of the cache's element type.
-const void* entry(const KvHeadData& kv, const void* rows, int32_t j) {
-    return static_cast<const uint8_t*>(rows) + static_cast<size_t>(j) * static_cast<size_t>(kv.head_dim) * element_size(kv);
+BlockKernels block_kernels(const KvHeadData& kv) {
+    const GgmlType kt = kv.key_type, vt = kv.value_type;
+    if (active_cpu_kernel() == CpuKernel::Avx2) {
+        return {kt == GgmlType::F32 ? keys_t_f32_avx2 : kt == GgmlType::F16 ? keys_t_f16_avx2 : keys_t_dequant_avx2,
+                kernels::attention_scores_avx2, vt == GgmlType::F16 ? values_f16_avx2 : values_f32_avx2,
+                vt != GgmlType::F32 && vt != GgmlType::F16};
+    }
+    return {kt == GgmlType::F32 ? keys_t_f32_generic : kt == GgmlType::F16 ? keys_t_f16_generic : keys_t_dequant_generic,
+            kernels::attention_scores_generic, values_f32_generic, vt != GgmlType::F32};
+}
+
+// Q8_0 keys: the scores of a block are int8 dot products (int8_gemm.h) of the query rows,
+// quantised once per call (query_q8), with the keys read in place: AVX2 reads the blocks as
+// int8::gemm_q8_0_avx2 reads Q8_0 weights; the generic kernel unpacks them into a panel and runs
+// the scalar int8::gemm_ref.
+//   y[i * ldy + j] = dot(query row i, key j)   for i < nq, j < n
+using Int8Scores = void (*)(const int8::QuantRows& x, int64_t nq, const uint8_t* k, size_t row_bytes, int64_t n,
+                            float* y, int64_t ldy);
+
+void scores_q8_0_generic(const int8::QuantRows& x, int64_t nq, const uint8_t* k, size_t row_bytes, int64_t n,
+                         float* y, int64_t ldy) {
+    const int64_t nb = x.k / int8::kBlock;
+    thread_local std::vector<int8_t> q;     // [kEntryBlock, d]
+    thread_local std::vector<float> scale;  // [kEntryBlock, nb, 2]
+    q.resize(static_cast<size_t>(n * x.k));
+    scale.resize(static_cast<size_t>(n * nb * 2));
+    for (int64_t j = 0; j < n; ++j) {
+        int8::unpack_blocks(GgmlType::Q8_0, k + static_cast<size_t>(j) * row_bytes, nb, q.data() + j * x.k,
+                            scale.data() + j * nb * 2, nullptr);
+    }
+    int8::gemm_ref(x, nq, int8::Panel{q.data(), scale.data(), nullptr, x.k}, n, y, ldy);
+}
+
+// The n_pos * nq query rows (position t, row i at q + t * ld_pos + i * ld_row) quantised for the
+// int8 scores (int8::quantize_row_ref): row t * nq + i of q [rows, d], d [rows, d / 32] and
+// hsum [rows, d / 32, 2]; thread-local buffers, valid until the next call.
+struct QueryQ8 {
+    std::vector<int8_t> q;
+    std::vector<float> d, hsum;
+    int64_t k = 0;
+    int8::QuantRows rows(int64_t first) const {
+        const int64_t nb = k / int8::kBlock;
+        int8::QuantRows r;
+        r.q = q.data() + first * k;
+        r.d = d.data() + first * nb;
+        r.hsum = hsum.data() + first * nb * 2;
+        r.k = k;
+        return r;
+    }
+};
+
+const QueryQ8& query_q8(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq, int64_t D) {
+    thread_local QueryQ8 qq;
+    const int64_t rows = n_pos * nq, nb = D / int8::kBlock;
+    qq.k = D;
+    qq.q.resize(static_cast<size_t>(rows * D));
+    qq.d.resize(static_cast<size_t>(rows * nb));
+    qq.hsum.resize(static_cast<size_t>(rows * nb * 2));
+    for (int64_t t = 0; t < n_pos; ++t) {
+        for (int64_t i = 0; i < nq; ++i) {
+            const int64_t r = t * nq + i;
+            int8::quantize_row_ref(q + t * q_at.ld_pos + i * q_at.ld_row, D, qq.q.data() + r * D,
+                                   qq.d.data() + r * nb, qq.hsum.data() + r * nb * 2);
+        }
+    }
+    return qq;
+}
+
+// Entry j of an array of rows of row_bytes bytes.
+const void* entry(const void* rows, int32_t j, size_t row_bytes) {
+    return static_cast<const uint8_t*>(rows) + static_cast<size_t>(j) * row_bytes;
 }
 
 int32_t round_up8(int32_t n) { return (n + 7) / 8 * 8; }
@@ -100,8 +163,9 @@ void check_args(int64_t n_pos, int64_t nq, const KvHeadData& kv, int32_t n_vis, 
 void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq, const KvHeadData& kv, int32_t n_vis,
                       float scale, float* p, int64_t ldp, float* out, RowLayout out_at) {
     check_args(n_pos, nq, kv, n_vis, ldp, out != nullptr);
-    const BlockKernels& k = block_kernels(kv);
+    const BlockKernels k = block_kernels(kv);
     const int64_t D = kv.head_dim;
+    const size_t key_row = ggml_row_size(kv.key_type, D), value_row = ggml_row_size(kv.value_type, D);
     const auto n_last = static_cast<int32_t>(n_vis + n_pos - 1);  // entries the last position sees
     auto vis = [&](int64_t t) { return static_cast<int32_t>(n_vis + t); };
     auto p_row = [&](int64_t t, int64_t i) { return p + (t * nq + i) * ldp; };  // [vis(t)]
@@ -109,17 +173,26 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
     auto first_pos = [&](int32_t j0) { return std::max<int64_t>(0, j0 - n_vis + 1); };
 
     // Scores, block by block: the block's keys transposed once, then every position that sees
-    // some of them.
+    // some of them. Q8_0 keys: int8 dot products with the query rows quantised once.
+    const Int8Scores int8_scores = kv.key_type != GgmlType::Q8_0           ? nullptr
+                                   : active_cpu_kernel() == CpuKernel::Avx2 ? int8::gemm_q8_0_avx2
+                                                                            : scores_q8_0_generic;
+    const QueryQ8* qq = int8_scores != nullptr ? &query_q8(q, q_at, n_pos, nq, D) : nullptr;
     thread_local std::vector<float> kt, y;  // [D, kEntryBlock], [nq, kEntryBlock]
     kt.resize(static_cast<size_t>(D * kEntryBlock));
     y.resize(static_cast<size_t>(nq * kEntryBlock));
     for (int32_t j0 = 0; j0 < n_last; j0 += kEntryBlock) {
         const int32_t n = std::min(kEntryBlock, n_last - j0);
-        k.keys_t(entry(kv, kv.keys, j0), n, D, kt.data(), kEntryBlock);
+        const auto* keys = static_cast<const uint8_t*>(entry(kv.keys, j0, key_row));
+        if (int8_scores == nullptr) k.keys_t(kv.key_type, keys, n, D, kt.data(), kEntryBlock);
         for (int64_t t = first_pos(j0); t < n_pos; ++t) {
             const int32_t n_t = std::min(n, vis(t) - j0);
-            k.scores(q + t * q_at.ld_pos, nq, q_at.ld_row, kt.data(), kEntryBlock, D, round_up8(n_t), y.data(),
-                     kEntryBlock);
+            if (int8_scores != nullptr) {
+                int8_scores(qq->rows(t * nq), nq, keys, key_row, n_t, y.data(), kEntryBlock);
+            } else {
+                k.scores(q + t * q_at.ld_pos, nq, q_at.ld_row, kt.data(), kEntryBlock, D, round_up8(n_t), y.data(),
+                         kEntryBlock);
+            }
             for (int64_t i = 0; i < nq; ++i) {
                 std::copy_n(y.data() + i * kEntryBlock, n_t, p_row(t, i) + j0);
             }
@@ -141,10 +214,11 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
         }
     }
     for (int32_t j0 = 0; j0 < n_last; j0 += kEntryBlock) {
+        const void* v = entry(kv.values, j0, value_row);  // [min(kEntryBlock, n_last - j0)] rows
+        if (k.convert_values) v = block_to_f32(kv.value_type, v, std::min(kEntryBlock, n_last - j0), D);
         for (int64_t t = first_pos(j0); t < n_pos; ++t) {
             const int32_t n_t = std::min(kEntryBlock, vis(t) - j0);
-            k.values(p_row(t, 0) + j0, nq, ldp, entry(kv, kv.values, j0), n_t, D, out + t * out_at.ld_pos,
-                     out_at.ld_row);
+            k.values(p_row(t, 0) + j0, nq, ldp, v, n_t, D, out + t * out_at.ld_pos, out_at.ld_row);
         }
     }
 }

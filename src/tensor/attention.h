@@ -1,5 +1,6 @@
 // Attention of the query heads that share one KV head, over that head's cache entries as stored
-// (F32 or F16; no float copy of the cache):
+// (keys and values each F32, F16, BF16 or a block-quantised KV type, kv_cache.h; no float copy of
+// the cache):
 //
 //   p[i, j]  = softmax over j < n_vis of  scale * (q_i . k_j)      i < nq query rows
 //   out[i]   = sum over j < n_vis of  p[i, j] * v_j
@@ -11,8 +12,12 @@
 // row passes over it. Scores: the block's keys are transposed to float once (kernels::keys_t_*),
 // then each query row yields 8 entries' scores per vector (no horizontal sums). Values: the AVX2
 // kernel reads F16 values in place and converts them in registers (F16C); the generic one
-// converts the block into a small buffer. ref::attention (reference.h) is the scalar reference
-// the tests use.
+// converts the block into a small buffer. BF16 and quantised keys and values are dequantised one
+// block of entries at a time into a small buffer (quant::dequantize_row), then take the F32 path;
+// except Q8_0 keys, whose scores are int8 dot products with the query rows quantised once per call
+// to blocks of 32 int8 with a float scale (int8_gemm.h's activations; llama.cpp quantises the
+// query for a Q8_0 cache likewise), the keys read in place.
+// ref::attention (reference.h) is the scalar reference the tests use.
 #pragma once
 
 #include <cstdint>
@@ -21,11 +26,13 @@
 
 namespace kvec {
 
-// One KV head's entries as the cache stores them: rows of head_dim elements, head_dim apart.
+// One KV head's entries as the cache stores them: rows of head_dim elements, one row after the
+// other (ggml_row_size(type, head_dim) bytes each).
 struct KvHeadData {
-    GgmlType type = GgmlType::F16;  // F32 or F16 (anything else: kvec::Error)
-    const void* keys = nullptr;     // [n, head_dim]
-    const void* values = nullptr;   // [n, head_dim] (unused by attention_probs)
+    GgmlType key_type = GgmlType::F16;    // F32, F16 or any type quant::dequantize_row decodes
+    GgmlType value_type = GgmlType::F16;  // as key_type; head_dim must be whole blocks of both
+    const void* keys = nullptr;           // [n] rows of key_type
+    const void* values = nullptr;         // [n] rows of value_type (unused by attention_probs)
     int head_dim = 0;
 };
 

@@ -4,8 +4,9 @@
 #include <cmath>
 #include <vector>
 
+#include "quant/quant.h"
+#include "tensor/int8_gemm.h"
 #include "util/error.h"
-#include "util/fp16.h"
 
 namespace kvec::ref {
 
@@ -72,12 +73,39 @@ void matmul(const float* x, int64_t n, const WeightView& w, float* y) {
 
 void attention(const float* q, int64_t nq, int64_t ldq, const KvHeadData& kv, int32_t n_vis, float scale,
                float* p, int64_t ldp, float* out, int64_t ldo) {
-    if (kv.type != GgmlType::F32 && kv.type != GgmlType::F16) fail("ref::attention: f32 or f16 entries only");
     const int64_t D = kv.head_dim;
-    // Element e of entry j of a [n, D] array of the cache's type.
-    auto at = [&](const void* rows, int64_t j, int64_t e) -> double {
-        if (kv.type == GgmlType::F32) return static_cast<const float*>(rows)[j * D + e];
-        return fp16_to_float(static_cast<const uint16_t*>(rows)[j * D + e]);
+    // The visible entries decoded one row at a time (quant::dequantize_row, the scalar reference of
+    // every type's block layout): keys and values [n_vis, D].
+    auto decode = [&](GgmlType type, const void* rows) {
+        std::vector<float> f(static_cast<size_t>(n_vis * D));
+        if (rows == nullptr) return f;
+        const size_t row = ggml_row_size(type, D);
+        for (int32_t j = 0; j < n_vis; ++j) {
+            quant::dequantize_row(type, static_cast<const uint8_t*>(rows) + static_cast<size_t>(j) * row,
+                                  f.data() + j * D, D);
+        }
+        return f;
+    };
+    const std::vector<float> keys = decode(kv.key_type, kv.keys);
+    // Q8_0 keys meet the query quantised to int8 blocks (attention.h): the rows as quantised.
+    std::vector<float> q_q8;  // [nq, D]
+    if (kv.key_type == GgmlType::Q8_0) {
+        const int64_t nb = D / int8::kBlock;
+        std::vector<int8_t> qi(static_cast<size_t>(D));
+        std::vector<float> d(static_cast<size_t>(nb)), hsum(static_cast<size_t>(nb * 2));
+        q_q8.resize(static_cast<size_t>(nq * D));
+        for (int64_t i = 0; i < nq; ++i) {
+            int8::quantize_row_ref(q + i * ldq, D, qi.data(), d.data(), hsum.data());
+            for (int64_t e = 0; e < D; ++e) {
+                q_q8[static_cast<size_t>(i * D + e)] = d[static_cast<size_t>(e / int8::kBlock)] * qi[static_cast<size_t>(e)];
+            }
+        }
+        q = q_q8.data();
+        ldq = D;
+    }
+    const std::vector<float> values = decode(kv.value_type, out == nullptr ? nullptr : kv.values);
+    auto at = [&](const std::vector<float>& rows, int64_t j, int64_t e) -> double {
+        return rows[static_cast<size_t>(j * D + e)];
     };
     std::vector<double> s(static_cast<size_t>(n_vis));  // [n_vis] scores, then probabilities
     for (int64_t i = 0; i < nq; ++i) {
@@ -85,7 +113,7 @@ void attention(const float* q, int64_t nq, int64_t ldq, const KvHeadData& kv, in
         double mx = -INFINITY;
         for (int32_t j = 0; j < n_vis; ++j) {
             double dot = 0.0;
-            for (int64_t e = 0; e < D; ++e) dot += static_cast<double>(qi[e]) * at(kv.keys, j, e);
+            for (int64_t e = 0; e < D; ++e) dot += static_cast<double>(qi[e]) * at(keys, j, e);
             s[static_cast<size_t>(j)] = dot * scale;
             mx = std::max(mx, s[static_cast<size_t>(j)]);
         }
@@ -98,7 +126,7 @@ void attention(const float* q, int64_t nq, int64_t ldq, const KvHeadData& kv, in
         if (out == nullptr) continue;
         for (int64_t e = 0; e < D; ++e) {
             double o = 0.0;
-            for (int32_t j = 0; j < n_vis; ++j) o += s[static_cast<size_t>(j)] * at(kv.values, j, e);
+            for (int32_t j = 0; j < n_vis; ++j) o += s[static_cast<size_t>(j)] * at(values, j, e);
             out[i * ldo + e] = static_cast<float>(o);
         }
     }

@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <numeric>
+#include <random>
+#include <string>
 #include <vector>
 
 #include "kvcache/kv_cache.h"
@@ -24,7 +27,7 @@ KvCacheConfig config(KvType type, int n_aux = 0) {
     c.n_layer = 2;
     c.n_head_kv = 3;
     c.head_dim = 8;
-    c.type = type;
+    c.key_type = c.value_type = type;
     c.n_aux = n_aux;
     return c;
 }
@@ -247,6 +250,153 @@ TEST(KvCache, MoveTransfersOwnership) {
     c = std::move(b);
     EXPECT_EQ(c.bytes(), bytes);
     EXPECT_EQ(c.positions(1, 1)[1], 1);
+}
+
+// Quantised caches: one (layer, head) list of head_dim 64 with the given key and value types.
+KvCacheConfig quant_config(KvType k, KvType v) {
+    KvCacheConfig c;
+    c.n_layer = 1;
+    c.n_head_kv = 2;
+    c.head_dim = 64;
+    c.key_type = k;
+    c.value_type = v;
+    return c;
+}
+
+std::vector<float> random_rows(int n, int d, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> r(static_cast<size_t>(n) * d);  // [n, d]
+    for (float& x : r) x = dist(rng);
+    return r;
+}
+
+// Largest |x| of each 32-element block bounds the rounding error of every block type: half a step
+// of amax / 127 (q8_0), a step of amax / 8 (q4_0: +amax clamps to 7 steps), half a step of range / 15
+// (q4_1), a step of amax / 16 (q5_0), half a step of range / 31 (q5_1),
+// and a relative 2^-8 (bf16) or 2^-11 (f16).
+float max_error(KvType type, const float* block) {
+    float amax = 0, lo = block[0], hi = block[0];
+    for (int i = 0; i < 32; ++i) {
+        amax = std::max(amax, std::fabs(block[i]));
+        lo = std::min(lo, block[i]);
+        hi = std::max(hi, block[i]);
+    }
+    switch (type) {
+        case KvType::F32: return 0.0f;
+        case KvType::F16: return amax / 2048.0f;
+        case KvType::BF16: return amax / 256.0f;
+        case KvType::Q8_0: return 0.6f * amax / 127.0f + 1e-6f;  // + the fp16 scale's rounding
+        case KvType::Q4_0: return 1.01f * amax / 8.0f + 1e-6f;
+        case KvType::Q4_1: return 0.51f * (hi - lo) / 15.0f + 0.01f;
+        case KvType::Q5_0: return 1.01f * amax / 16.0f + 1e-6f;
+        case KvType::Q5_1: return 0.51f * (hi - lo) / 31.0f + 0.01f;
+        default: return 0.0f;
+    }
+}
+
+TEST(KvCacheQuantised, EveryTypeStoresRowsWithinItsRoundingAndCountsItsBytes) {
+    const int d = 64, n = 20;
+    for (KvType k : kKvTypes) {
+        for (KvType v : {KvType::F16, KvType::Q8_0, KvType::Q4_0}) {
+            KvCache kv(quant_config(k, v));
+            const auto keys = random_rows(n, d, 1), values = random_rows(n, d, 2);
+            std::vector<int32_t> pos(n);
+            std::iota(pos.begin(), pos.end(), 0);
+            kv.append(0, 1, n, keys.data(), d, values.data(), d, pos.data());
+            const std::string what = std::string(kv_type_name(k)) + "/" + kv_type_name(v);
+            EXPECT_EQ(kv.entry_bytes(), ggml_row_size(k, d) + ggml_row_size(v, d) + 4) << what;
+            EXPECT_EQ(kv.bytes(), n * kv.entry_bytes()) << what;
+            std::vector<float> out(keys.size());
+            kv.read_keys(0, 1, 0, n, out.data());
+            for (size_t i = 0; i < out.size(); ++i) {
+                ASSERT_NEAR(out[i], keys[i], max_error(k, &keys[i / 32 * 32])) << what << " key element " << i;
+            }
+            kv.read_values(0, 1, 0, n, out.data());
+            for (size_t i = 0; i < out.size(); ++i) {
+                ASSERT_NEAR(out[i], values[i], max_error(v, &values[i / 32 * 32])) << what << " value element " << i;
+            }
+        }
+    }
+    // q8_0 keys and q4_0 values of head dim 64: 2 blocks of 34 and 2 of 18 bytes, and the position.
+    EXPECT_EQ(KvCache(quant_config(KvType::Q8_0, KvType::Q4_0)).entry_bytes(), 68u + 36u + 4u);
+}
+
+TEST(KvCacheQuantised, CompactionMovesWholeRowsBitForBit) {
+    const int d = 64, n = 10;
+    KvCache kv(quant_config(KvType::Q4_0, KvType::Q8_0));
+    const auto keys = random_rows(n, d, 3), values = random_rows(n, d, 4);
+    std::vector<int32_t> pos(n);
+    std::iota(pos.begin(), pos.end(), 100);
+    kv.append(0, 0, n, keys.data(), d, values.data(), d, pos.data());
+    std::vector<float> k_before(keys.size()), v_before(keys.size());
+    kv.read_keys(0, 0, 0, n, k_before.data());
+    kv.read_values(0, 0, 0, n, v_before.data());
+    const std::vector<int32_t> keep = {1, 4, 7, 9};
+    kv.compact(0, 0, keep);
+    EXPECT_EQ(kv.bytes(), keep.size() * kv.entry_bytes());
+    std::vector<float> k_after(keep.size() * d), v_after(keep.size() * d);
+    kv.read_keys(0, 0, 0, 4, k_after.data());
+    kv.read_values(0, 0, 0, 4, v_after.data());
+    for (size_t i = 0; i < keep.size(); ++i) {
+        EXPECT_EQ(kv.positions(0, 0)[i], 100 + keep[i]);
+        for (int e = 0; e < d; ++e) {
+            ASSERT_EQ(k_after[i * d + e], k_before[static_cast<size_t>(keep[i]) * d + e]);
+            ASSERT_EQ(v_after[i * d + e], v_before[static_cast<size_t>(keep[i]) * d + e]);
+        }
+    }
+}
+
+TEST(KvCacheQuantised, RepositionRequantisesTheNewKeys) {
+    const int d = 64, n = 4;
+    KvCache kv(quant_config(KvType::Q8_0, KvType::Q8_0));
+    const auto keys = random_rows(n, d, 5), fresh = random_rows(2, d, 6);
+    std::vector<int32_t> pos = {0, 5, 6, 9};
+    kv.append(0, 0, n, keys.data(), d, keys.data(), d, pos.data());
+    std::vector<float> values_before(keys.size()), values_after(keys.size());
+    kv.read_values(0, 0, 0, n, values_before.data());
+    const std::vector<int32_t> moved = {1, 2};
+    kv.reposition(0, 0, 1, 3, fresh.data(), moved.data());
+    std::vector<float> out(2 * d);
+    kv.read_keys(0, 0, 1, 3, out.data());
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], fresh[i], max_error(KvType::Q8_0, &fresh[i / 32 * 32]));
+    kv.read_values(0, 0, 0, n, values_after.data());
+    EXPECT_EQ(values_after, values_before);
+    EXPECT_EQ(kv.positions(0, 0)[2], 2);
+}
+
+TEST(KvCacheQuantised, RefusesAHeadDimOfPartialBlocksNamingBoth) {
+    KvCacheConfig c = quant_config(KvType::F16, KvType::Q4_0);
+    c.head_dim = 80;
+    try {
+        KvCache kv(c);
+        FAIL() << "head dim 80 accepted for q4_0 values";
+    } catch (const Error& e) {
+        const std::string m = e.what();
+        EXPECT_NE(m.find("q4_0"), std::string::npos) << m;
+        EXPECT_NE(m.find("80"), std::string::npos) << m;
+    }
+    c.value_type = KvType::BF16;
+    EXPECT_NO_THROW(KvCache{c});
+    c.key_type = KvType::Q8_K;  // a weight type, not a cache type
+    c.head_dim = 256;
+    EXPECT_THROW(KvCache{c}, Error);
+}
+
+TEST(KvCacheQuantised, ParsesTypeNamesAsLlamaCppSpellsThem) {
+    EXPECT_EQ(parse_kv_type("q8_0", "-ctk"), KvType::Q8_0);
+    EXPECT_EQ(parse_kv_type("Q4_1", "-ctk"), KvType::Q4_1);
+    EXPECT_EQ(parse_kv_type("bf16", "-ctv"), KvType::BF16);
+    EXPECT_EQ(parse_kv_type("f16", "-ctv"), KvType::F16);
+    for (KvType t : kKvTypes) EXPECT_EQ(parse_kv_type(kv_type_name(t), "x"), t);
+    try {
+        (void)parse_kv_type("q4_k", "--cache-type-k");
+        FAIL();
+    } catch (const Error& e) {
+        const std::string m = e.what();
+        EXPECT_NE(m.find("--cache-type-k"), std::string::npos) << m;
+        EXPECT_NE(m.find("q8_0"), std::string::npos) << m;  // the list of types
+    }
 }
 
 }  // namespace

@@ -32,7 +32,7 @@ std::vector<int32_t> some_tokens(int n) {
 
 SessionOptions f32_options(int n_batch = 512) {
     SessionOptions o;
-    o.kv_type = KvType::F32;
+    o.kv_type_k = o.kv_type_v = KvType::F32;
     o.n_batch = n_batch;
     return o;
 }

@@ -28,7 +28,7 @@ std::vector<int32_t> some_tokens(int n, int seed = 1) {
 
 SessionOptions f32_options(int n_batch = 512) {
     SessionOptions o;
-    o.kv_type = KvType::F32;
+    o.kv_type_k = o.kv_type_v = KvType::F32;
     o.n_batch = n_batch;
     return o;
 }
@@ -107,7 +107,7 @@ TEST(Session, F16CacheIsCloseToF32) {
     const auto la = a.prefill(tokens);
     std::vector<float> ref(la.begin(), la.end());
     SessionOptions o;
-    o.kv_type = KvType::F16;
+    o.kv_type_k = o.kv_type_v = KvType::F16;
     Session b(tiny_model(), o);
     const auto lb = b.prefill(tokens);
     const float d = max_abs_diff(ref, lb);

@@ -266,7 +266,7 @@ struct Prepared {
 
 SessionOptions exact(int n_batch = 512) {
     SessionOptions o;
-    o.kv_type = KvType::F32;  // exact parity: no fp16 rounding of keys and values
+    o.kv_type_k = o.kv_type_v = KvType::F32;  // exact parity: no fp16 rounding of keys and values
     o.n_batch = n_batch;
     return o;
 }

@@ -130,7 +130,7 @@ void check_model(const std::string& model_path, const std::string& tag) {
         if (scored == nullptr) return;
         captures.push_back(std::make_unique<Capture>(*scored));
         SessionOptions so;
-        so.kv_type = KvType::F32;
+        so.kv_type_k = so.kv_type_v = KvType::F32;
         so.n_batch = 16;
         Session s(*model, so);
         s.set_evictor(captures.back().get());

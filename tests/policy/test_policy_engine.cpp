@@ -54,7 +54,7 @@ SessionOptions session_options() {
     SessionOptions o;
     o.n_ctx = 512;
     o.n_batch = 64;  // the prompt runs as 5 chunks
-    o.kv_type = KvType::F32;
+    o.kv_type_k = o.kv_type_v = KvType::F32;
     return o;
 }
 

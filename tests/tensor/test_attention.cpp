@@ -1,6 +1,8 @@
 // Attention over one KV head's cache as stored (tensor/attention.h): every kernel (generic, AVX2
 // reading F16 in place) against the scalar reference, on random shapes whose entry counts and
-// head sizes are not multiples of the vector width or of the entry block, for F32 and F16 caches.
+// head sizes are not multiples of the vector width or of the entry block, for F32 and F16 caches;
+// BF16 and block-quantised keys and values (each type alone and mixed key / value types) on head
+// sizes of whole 32-element blocks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "quant/quant.h"
 #include "tensor/attention.h"
 #include "tensor/kernels.h"
 #include "tensor/matmul.h"
@@ -19,32 +22,48 @@
 namespace kvec {
 namespace {
 
-// One KV head's entries of the given type, [n, d] each.
+// One KV head's entries: random float rows, stored as the key and value types.
 struct Cache {
-    std::vector<float> keys_f32, values_f32;        // [n, d] (F32)
-    std::vector<uint16_t> keys_f16, values_f16;     // [n, d] (F16)
+    std::vector<float> keys_f32, values_f32;  // [n, d]: the rows (the view's storage for F32)
+    std::vector<uint8_t> keys, values;        // [n] rows of the key / value type (other types)
     KvHeadData view;
 };
 
-Cache make_cache(GgmlType type, int32_t n, int d, std::mt19937& rng) {
+// Rows of `type` (quant::quantize_row, row by row), or the float rows themselves for F32.
+const void* store(GgmlType type, const std::vector<float>& rows, int32_t n, int d, std::vector<uint8_t>& out) {
+    if (type == GgmlType::F32) return rows.data();
+    const size_t row = ggml_row_size(type, d);
+    out.resize(static_cast<size_t>(n) * row);
+    for (int32_t j = 0; j < n; ++j) {
+        quant::quantize_row(type, rows.data() + static_cast<size_t>(j) * d, out.data() + j * row, d);
+    }
+    return out.data();
+}
+
+Cache make_cache(GgmlType key_type, GgmlType value_type, int32_t n, int d, std::mt19937& rng) {
     std::normal_distribution<float> dist(0.0f, 1.0f);
     Cache c;
     c.keys_f32.resize(static_cast<size_t>(n) * d);
     c.values_f32.resize(c.keys_f32.size());
     for (float& x : c.keys_f32) x = dist(rng);
     for (float& x : c.values_f32) x = dist(rng);
-    c.view.type = type;
+    c.view.key_type = key_type;
+    c.view.value_type = value_type;
     c.view.head_dim = d;
-    if (type == GgmlType::F32) {
-        c.view.keys = c.keys_f32.data();
-        c.view.values = c.values_f32.data();
-    } else {
-        for (float x : c.keys_f32) c.keys_f16.push_back(float_to_fp16(x));
-        for (float x : c.values_f32) c.values_f16.push_back(float_to_fp16(x));
-        c.view.keys = c.keys_f16.data();
-        c.view.values = c.values_f16.data();
-    }
+    c.view.keys = store(key_type, c.keys_f32, n, d, c.keys);
+    c.view.values = store(value_type, c.values_f32, n, d, c.values);
     return c;
+}
+
+Cache make_cache(GgmlType type, int32_t n, int d, std::mt19937& rng) { return make_cache(type, type, n, d, rng); }
+
+// Keys and values of one type, or of two: "q8_0" or "q8_0/q4_0".
+struct TypePair {
+    GgmlType k, v;
+};
+std::string pair_name(TypePair t) {
+    const std::string k = ggml_type_traits(t.k).name, v = ggml_type_traits(t.v).name;
+    return t.k == t.v ? k : k + "/" + v;
 }
 
 // Restores the CPU kernel chosen at start-up.
@@ -66,9 +85,9 @@ struct Shape {
 
 // attention() and attention_probs() of every supported kernel against ref::attention, with row
 // strides larger than the rows and sentinel values around every output.
-void check_shape(GgmlType type, const Shape& s, uint32_t seed) {
+void check_shape(TypePair type, const Shape& s, uint32_t seed) {
     std::mt19937 rng(seed);
-    const Cache c = make_cache(type, s.n, s.d, rng);
+    const Cache c = make_cache(type.k, type.v, s.n, s.d, rng);
     const int64_t ldq = s.d + 3, ldp = s.n_vis + 5, ldo = s.d + 2;
     std::normal_distribution<float> dist(0.0f, 1.5f);
     std::vector<float> q(static_cast<size_t>(s.nq * ldq));  // [nq, ldq]
@@ -86,7 +105,7 @@ void check_shape(GgmlType type, const Shape& s, uint32_t seed) {
         attention(q.data(), s.nq, ldq, c.view, s.n_vis, scale, p.data(), ldp, o.data(), ldo);
         std::vector<float> p_only(p.size(), kSentinel);
         attention_probs(q.data(), s.nq, ldq, c.view, s.n_vis, scale, p_only.data(), ldp);
-        const std::string where = std::string(cpu_kernel_name(k)) + " " + ggml_type_traits(type).name +
+        const std::string where = std::string(cpu_kernel_name(k)) + " " + pair_name(type) +
                                   " nq=" + std::to_string(s.nq) + " d=" + std::to_string(s.d) +
                                   " n=" + std::to_string(s.n) + " vis=" + std::to_string(s.n_vis);
         for (int i = 0; i < s.nq; ++i) {
@@ -124,13 +143,13 @@ TEST_P(AttentionTypes, EveryKernelMatchesReferenceOnRandomShapes) {
         {1, 128, 513, 513}, {6, 1, 9, 9},
     };
     uint32_t seed = 1;
-    for (const Shape& s : edges) check_shape(type, s, seed++);
+    for (const Shape& s : edges) check_shape({type, type}, s, seed++);
     std::mt19937 rng(42);
     std::uniform_int_distribution<int> nq(1, 9), d(1, 140), n(1, 600);
     for (int r = 0; r < 30; ++r) {
         Shape s{nq(rng), d(rng), n(rng), 0};
         s.n_vis = std::uniform_int_distribution<int32_t>(1, s.n)(rng);
-        check_shape(type, s, seed++);
+        check_shape({type, type}, s, seed++);
     }
 }
 
@@ -140,10 +159,10 @@ INSTANTIATE_TEST_SUITE_P(CacheTypes, AttentionTypes, ::testing::Values(GgmlType:
 // attention_causal over a block of positions: position t, with n_vis + t entries, against
 // ref::attention of that position alone; the query and output rows at strides like the engine's
 // (positions ld_pos apart, heads ld_row apart), sentinels past every row's visible entries.
-void check_causal(GgmlType type, int nq, int d, int n_pos, int32_t n_vis, uint32_t seed) {
+void check_causal(TypePair type, int nq, int d, int n_pos, int32_t n_vis, uint32_t seed) {
     std::mt19937 rng(seed);
     const int32_t n = n_vis + n_pos - 1;
-    const Cache c = make_cache(type, n, d, rng);
+    const Cache c = make_cache(type.k, type.v, n, d, rng);
     const RowLayout q_at{int64_t{nq} * (d + 1) + 5, d + 1}, o_at{int64_t{nq} * (d + 2) + 3, d + 2};
     const int64_t ldp = n + 3;
     std::normal_distribution<float> dist(0.0f, 1.5f);
@@ -166,7 +185,7 @@ void check_causal(GgmlType type, int nq, int d, int n_pos, int32_t n_vis, uint32
             std::vector<float> p_ref(static_cast<size_t>(nq * vis)), o_ref(static_cast<size_t>(nq * d));
             ref::attention(q.data() + t * q_at.ld_pos, nq, q_at.ld_row, c.view, vis, scale, p_ref.data(), vis,
                            o_ref.data(), d);
-            const std::string where = std::string(cpu_kernel_name(k)) + " " + ggml_type_traits(type).name +
+            const std::string where = std::string(cpu_kernel_name(k)) + " " + pair_name(type) +
                                       " nq=" + std::to_string(nq) + " d=" + std::to_string(d) + " n_pos=" +
                                       std::to_string(n_pos) + " n_vis=" + std::to_string(n_vis) + " t=" +
                                       std::to_string(t);
@@ -203,10 +222,64 @@ TEST_P(AttentionTypes, CausalBlocksOfPositionsMatchTheReferencePerPosition) {
         {2, 24, 33, 96},
     };
     uint32_t seed = 100;
-    for (const auto& e : edges) check_causal(type, e.nq, e.d, e.n_pos, e.n_vis, seed++);
+    for (const auto& e : edges) check_causal({type, type}, e.nq, e.d, e.n_pos, e.n_vis, seed++);
     std::mt19937 rng(7);
     std::uniform_int_distribution<int> nq(1, 9), d(1, 100), n_pos(1, 20), n_vis(1, 400);
-    for (int r = 0; r < 12; ++r) check_causal(type, nq(rng), d(rng), n_pos(rng), n_vis(rng), seed++);
+    for (int r = 0; r < 12; ++r) check_causal({type, type}, nq(rng), d(rng), n_pos(rng), n_vis(rng), seed++);
+}
+
+// BF16 and block-quantised caches (keys and values alike, and mixed): head sizes of whole 32-element
+// blocks, entry counts across the entry block, one position (decode) and blocks of positions
+// (prefill). The reference decodes the same blocks (quant::dequantize_row) and, for Q8_0 keys,
+// quantises the query rows as the int8 scores do, so the tolerances are the F32 ones.
+class QuantisedAttention : public ::testing::TestWithParam<TypePair> {};
+
+TEST_P(QuantisedAttention, EveryKernelMatchesReference) {
+    const TypePair type = GetParam();
+    const std::vector<Shape> shapes = {
+        {1, 32, 1, 1}, {8, 64, 129, 129}, {3, 64, 300, 127}, {4, 128, 257, 256}, {5, 96, 40, 33}, {2, 160, 70, 70},
+    };
+    uint32_t seed = 11;
+    for (const Shape& s : shapes) check_shape(type, s, seed++);
+    const struct { int nq, d, n_pos; int32_t n_vis; } causal[] = {
+        {8, 64, 16, 1}, {8, 64, 16, 120}, {4, 128, 9, 128}, {1, 32, 20, 250}, {2, 96, 1, 300},
+    };
+    for (const auto& e : causal) check_causal(type, e.nq, e.d, e.n_pos, e.n_vis, seed++);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    KvTypes, QuantisedAttention,
+    ::testing::Values(TypePair{GgmlType::BF16, GgmlType::BF16}, TypePair{GgmlType::Q8_0, GgmlType::Q8_0},
+                      TypePair{GgmlType::Q4_0, GgmlType::Q4_0}, TypePair{GgmlType::Q4_1, GgmlType::Q4_1},
+                      TypePair{GgmlType::Q5_0, GgmlType::Q5_0}, TypePair{GgmlType::Q5_1, GgmlType::Q5_1},
+                      TypePair{GgmlType::Q8_0, GgmlType::Q4_0}, TypePair{GgmlType::F16, GgmlType::Q8_0},
+                      TypePair{GgmlType::Q4_0, GgmlType::F16}, TypePair{GgmlType::F32, GgmlType::Q5_1}),
+    [](const auto& info) {
+        std::string name = pair_name(info.param);
+        std::replace(name.begin(), name.end(), '/', '_');
+        return name;
+    });
+
+// Quantised keys and values are what they decode to: attention over a q8_0 cache (its int8
+// scores with the query quantised too) is close to attention over the float rows it was made from.
+TEST(QuantisedAttention, Q8_0IsCloseToTheFloatRows) {
+    std::mt19937 rng(5);
+    const int nq = 4, d = 64;
+    const int32_t n = 200;
+    const Cache q8 = make_cache(GgmlType::Q8_0, n, d, rng);
+    Cache f = make_cache(GgmlType::F32, 1, d, rng);
+    f.keys_f32 = q8.keys_f32;
+    f.values_f32 = q8.values_f32;
+    f.view.keys = f.keys_f32.data();
+    f.view.values = f.values_f32.data();
+    std::vector<float> q(static_cast<size_t>(nq * d), 0.0f);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (float& x : q) x = dist(rng);
+    std::vector<float> p8(static_cast<size_t>(nq * n)), pf(p8.size()), o8(static_cast<size_t>(nq * d)), of(o8.size());
+    attention(q.data(), nq, d, q8.view, n, 0.125f, p8.data(), n, o8.data(), d);
+    attention(q.data(), nq, d, f.view, n, 0.125f, pf.data(), n, of.data(), d);
+    for (size_t i = 0; i < p8.size(); ++i) ASSERT_NEAR(p8[i], pf[i], 0.05f * pf[i] + 1e-4f) << i;
+    for (size_t i = 0; i < o8.size(); ++i) ASSERT_NEAR(o8[i], of[i], 0.02f) << i;
 }
 
 // The key transposition: exact (a transposition and an exact F16 -> float conversion), the columns
@@ -274,10 +347,10 @@ TEST(Attention, EntriesPastTheVisibleOnesAreNotRead) {
     }
 }
 
-TEST(Attention, RejectsOtherElementTypes) {
+TEST(Attention, RejectsHeadSizesOfPartialBlocks) {
     std::vector<float> rows(64, 0.0f), q(8, 0.0f), p(8), o(8);
     KvHeadData kv;
-    kv.type = GgmlType::Q8_0;
+    kv.key_type = kv.value_type = GgmlType::Q8_0;
     kv.keys = rows.data();
     kv.values = rows.data();
     kv.head_dim = 8;

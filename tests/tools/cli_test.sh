@@ -39,6 +39,15 @@ contains err "context holds 4" "context message"
 expect 1 "no prompt" -- "$KVEC" run -m "$M"
 contains err "-p/--prompt" "no prompt message"
 expect 1 "bad kv type" -- "$KVEC" run -m "$M" -p "x" --kv-type q4
+contains err "f32, f16, bf16, q8_0" "bad kv type message lists the types"
+expect 0 "run with q8_0 keys and q4_0 values" -- "$KVEC" run -m "$M" -p "Hello world" -n 4 --temp 0 -t 2 -ctk q8_0 -ctv q4_0
+contains err "kv cache:   " "quantised run stats"
+contains err "keys q8_0 (34 bytes per key), values q4_0 (18 bytes per value)" "quantised run bytes per entry"
+expect 1 "bad value type" -- "$KVEC" run -m "$M" -p "x" --cache-type-v q3
+contains err "--cache-type-v" "bad value type message"
+expect 0 "gen-model head dim 16" -- "$KVEC" gen-model --layers 1 --embd 64 --heads 4 --kv-heads 2 --ff 128 --vocab 512 --ctx 64 -o "$DIR/hd16.gguf"
+expect 1 "q8_0 cache on head dim 16" -- "$KVEC" run -m "$DIR/hd16.gguf" -p "x" -n 1 -ctk q8_0
+contains err "q8_0 stores blocks of 32 elements; the model's head dim 16" "partial block message"
 expect 1 "bad number" -- "$KVEC" run -m "$M" -p "x" -n many
 expect 1 "bad top-p" -- "$KVEC" run -m "$M" -p "x" --top-p 0
 contains err "top-p" "top-p message"
