@@ -3,7 +3,7 @@
 // n_aux auxiliary floats). Heads of one layer may hold different numbers of entries.
 //
 // Element types (KvType): keys and values each have their own, f32, f16, bf16 or a block-quantised
-// type (q8_0, q4_0, q4_1, q5_0, q5_1: ggml's block layouts, quant/blocks.h). A key or value is one
+// type (q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl: ggml's block layouts, quant/blocks.h). A key or value is one
 // row of head_dim elements, head_dim / 32 whole blocks for a quantised type (a head_dim that is not
 // a multiple of 32 is refused), so compaction moves whole rows and eviction is the same for every
 // type. Rows are quantised on append() and reposition() (quant::quantize_row) and dequantised by
@@ -37,7 +37,8 @@ using KvType = GgmlType;
 
 // The types a cache may hold, in the order --cache-type-k/-v list them.
 inline constexpr KvType kKvTypes[] = {KvType::F32,  KvType::F16,  KvType::BF16, KvType::Q8_0,
-                                      KvType::Q4_0, KvType::Q4_1, KvType::Q5_0, KvType::Q5_1};
+                                      KvType::Q4_0, KvType::Q4_1, KvType::Q5_0, KvType::Q5_1,
+                                      KvType::IQ4_NL};
 
 // "f16", "q8_0"..., as llama.cpp spells them.
 const char* kv_type_name(KvType type);

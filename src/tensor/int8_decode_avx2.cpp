@@ -110,6 +110,7 @@ struct V256 {
         return {_mm256_zextps128_ps256(_mm_loadu_ps(p)), _mm256_setzero_ps()};
     }
     static F from_fp16x4(__m128i h) { return {_mm256_zextps128_ps256(_mm_cvtph_ps(h)), _mm256_setzero_ps()}; }
+    static F from_f32x4(__m128 v) { return {_mm256_zextps128_ps256(v), _mm256_setzero_ps()}; }
     static F from_u8x16(__m128i v) {
         return {_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)),
                 _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8)))};

@@ -92,6 +92,7 @@ struct V512 {
         return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << N) - 1), p);
     }
     static F from_fp16x4(__m128i h) { return _mm512_zextps128_ps512(_mm_cvtph_ps(h)); }
+    static F from_f32x4(__m128 v) { return _mm512_zextps128_ps512(v); }
     static F from_u8x16(__m128i v) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v)); }
     static F from_i8x16(__m128i v) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v)); }
     static F expand(F table, const Lanes& l) {

@@ -15,7 +15,8 @@
 //   M bits(uint64_t) (byte e set where bit e is), bit_set(v, pattern) (pattern: one bit per byte);
 //   F zero, cvt(I), mul, add, fma, neg, set1(float), pair(__m128 v) (lanes 0..7 = v[0], 8..15 =
 //     v[1]), load<N>(p) (N floats, the other lanes 0),
-//     from_fp16x4(__m128i) (words 0..3 as lanes 0..3, the others 0), from_u8x16(__m128i), from_i8x16(__m128i),
+//     from_fp16x4(__m128i) (words 0..3 as lanes 0..3, the others 0), from_f32x4(__m128) (likewise),
+//     from_u8x16(__m128i), from_i8x16(__m128i),
 //     high8(F) (lanes 8..15 as 0..7, the others 0), expand(table, lanes) (lane l = table[lanes[l]],
 //     lanes a compile-time constant once the loops are unrolled), reduce(F) (sum of the lanes).
 #pragma once
@@ -377,13 +378,20 @@ struct IQ4_XS {
             g.u[2 * h + 1] = V::and_(V::template srli16<4>(raw), m);
         }
         lookup<V>(kIq4nlBytes, g.u);
-        // Sub-block j: 6-bit scale = bits 4j..4j+3 of the 32-bit scales_l | bits 2j..2j+1 of scales_h << 4.
-        const uint32_t lo = load_u32(p + offsetof(quant::BlockIQ4_XS, scales_l));
-        const uint32_t hi = load_u16(p + offsetof(quant::BlockIQ4_XS, scales_h));
-        alignas(16) int8_t ls[16] = {};
-        for (int j = 0; j < 8; ++j) ls[j] = static_cast<int8_t>((((lo >> (4 * j)) & 15) | (((hi >> (2 * j)) & 3) << 4)) - 32);
+        // Sub-block j: 6-bit scale = bits 4j..4j+3 of the 32-bit scales_l | bits 2j..2j+1 of
+        // scales_h << 4, minus 32: both spread to one field per byte j by shift-and-mask steps.
+        uint64_t lo = load_u32(p + offsetof(quant::BlockIQ4_XS, scales_l));
+        lo = (lo | lo << 16) & 0x0000FFFF0000FFFFull;
+        lo = (lo | lo << 8) & 0x00FF00FF00FF00FFull;
+        lo = (lo | lo << 4) & 0x0F0F0F0F0F0F0F0Full;
+        uint64_t hi = load_u16(p + offsetof(quant::BlockIQ4_XS, scales_h));
+        hi = (hi | hi << 24) & 0x000000FF000000FFull;
+        hi = (hi | hi << 12) & 0x000F000F000F000Full;
+        hi = (hi | hi << 6) & 0x0303030303030303ull;
+        const __m128i ls = _mm_move_epi64(
+            _mm_sub_epi8(_mm_cvtsi64_si128(static_cast<long long>(lo | hi << 4)), _mm_set1_epi8(32)));
         const float d = _cvtsh_ss(load_u16(p + offsetof(quant::BlockIQ4_XS, d)));
-        g.scale = V::mul(V::from_i8x16(_mm_load_si128(reinterpret_cast<const __m128i*>(ls))), V::set1(d));
+        g.scale = V::mul(V::from_i8x16(ls), V::set1(d));
         g.bias = V::mul(g.scale, V::set1(-kOffset));
     }
 };
@@ -397,10 +405,15 @@ struct MXFP4 {
     static void unpack(const uint8_t* p, Group<V, 2>& g) {
         nibbles4<V, B, offsetof(quant::BlockMXFP4, qs)>(p, g.u);
         lookup<V>(kMxfp4Bytes, g.u);
+        // The four E8M0 bytes e as the floats 2^(e - 128) (quant::mxfp4_scale): bits (e - 1) << 23,
+        // or the subnormal 2^21 << e for e < 2.
         constexpr size_t E = offsetof(quant::BlockMXFP4, e);
-        alignas(16) const float s[4] = {quant::mxfp4_scale(p[E]), quant::mxfp4_scale(p[B + E]),
-                                        quant::mxfp4_scale(p[2 * B + E]), quant::mxfp4_scale(p[3 * B + E])};
-        g.scale = V::template load<4>(s);
+        const uint32_t e4 = p[E] | p[B + E] << 8 | p[2 * B + E] << 16 | static_cast<uint32_t>(p[3 * B + E]) << 24;
+        const __m128i e = _mm_cvtepu8_epi32(_mm_cvtsi32_si128(static_cast<int>(e4)));
+        const __m128i normal = _mm_slli_epi32(_mm_sub_epi32(e, _mm_set1_epi32(1)), 23);
+        const __m128i small = _mm_sllv_epi32(_mm_set1_epi32(0x00200000), e);
+        const __m128i bits = _mm_blendv_epi8(normal, small, _mm_cmplt_epi32(e, _mm_set1_epi32(2)));
+        g.scale = V::from_f32x4(_mm_castsi128_ps(bits));
         g.bias = V::mul(g.scale, V::set1(-kOffset));
     }
 };

@@ -273,8 +273,9 @@ std::vector<float> random_rows(int n, int d, uint32_t seed) {
 
 // Largest |x| of each 32-element block bounds the rounding error of every block type: half a step
 // of amax / 127 (q8_0), a step of amax / 8 (q4_0: +amax clamps to 7 steps), half a step of range / 15
-// (q4_1), a step of amax / 16 (q5_0), half a step of range / 31 (q5_1),
-// and a relative 2^-8 (bf16) or 2^-11 (f16).
+// (q4_1), a step of amax / 16 (q5_0), half a step of range / 31 (q5_1), half the widest gap of
+// the IQ4_NL grid (24 of 127 levels: 0.095 amax) plus the scale search's clipping (iq4_nl), and a
+// relative 2^-8 (bf16) or 2^-11 (f16).
 float max_error(KvType type, const float* block) {
     float amax = 0, lo = block[0], hi = block[0];
     for (int i = 0; i < 32; ++i) {
@@ -291,6 +292,7 @@ float max_error(KvType type, const float* block) {
         case KvType::Q4_1: return 0.51f * (hi - lo) / 15.0f + 0.01f;
         case KvType::Q5_0: return 1.01f * amax / 16.0f + 1e-6f;
         case KvType::Q5_1: return 0.51f * (hi - lo) / 31.0f + 0.01f;
+        case KvType::IQ4_NL: return 0.15f * amax + 1e-6f;
         default: return 0.0f;
     }
 }

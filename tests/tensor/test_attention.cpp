@@ -252,6 +252,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(TypePair{GgmlType::BF16, GgmlType::BF16}, TypePair{GgmlType::Q8_0, GgmlType::Q8_0},
                       TypePair{GgmlType::Q4_0, GgmlType::Q4_0}, TypePair{GgmlType::Q4_1, GgmlType::Q4_1},
                       TypePair{GgmlType::Q5_0, GgmlType::Q5_0}, TypePair{GgmlType::Q5_1, GgmlType::Q5_1},
+                      TypePair{GgmlType::IQ4_NL, GgmlType::IQ4_NL},
                       TypePair{GgmlType::Q8_0, GgmlType::Q4_0}, TypePair{GgmlType::F16, GgmlType::Q8_0},
                       TypePair{GgmlType::Q4_0, GgmlType::F16}, TypePair{GgmlType::F32, GgmlType::Q5_1}),
     [](const auto& info) {
