@@ -761,21 +761,22 @@ void quantize_mxfp4(const float* x, BlockMXFP4* y, int64_t nb) {
         if (amax > 0.0f) e0 = std::isfinite(amax) ? std::ilogb(amax) - 3 + 128 : 254;
         e0 = std::clamp(e0, 0, 254);
         double best_err = std::numeric_limits<double>::infinity();
+        uint8_t L[QK_MXFP4], trial[QK_MXFP4];  // the indices of the best exponent, of this one
         for (int e = e0; e <= std::min(e0 + 1, 254); ++e) {
             const float d = mxfp4_scale(static_cast<uint8_t>(e));
             double err = 0.0;
             for (int j = 0; j < QK_MXFP4; ++j) {
-                const double r = x[j] - d * kMxfp4Values[nearest_mxfp4(x[j] / d)];
+                trial[j] = static_cast<uint8_t>(nearest_mxfp4(x[j] / d));
+                const double r = x[j] - d * kMxfp4Values[trial[j]];
                 err += r * r;
             }
-            if (!(err >= best_err)) {
+            // The first exponent is always taken (an infinite input makes every error infinite).
+            if (e == e0 || !(err >= best_err)) {
                 best_err = err;
                 y[i].e = static_cast<uint8_t>(e);
+                std::memcpy(L, trial, sizeof L);
             }
         }
-        const float d = mxfp4_scale(y[i].e);
-        uint8_t L[QK_MXFP4];
-        for (int j = 0; j < QK_MXFP4; ++j) L[j] = static_cast<uint8_t>(nearest_mxfp4(x[j] / d));
         pack_nibbles(L, y[i].qs);
     }
 }
