@@ -24,7 +24,7 @@
 #include "eval/plot.h"
 #include "eval/provenance.h"
 #include "eval/report.h"
-#include "eval/sha256.h"
+#include "util/sha256.h"
 #include "eval/shard.h"
 #include "eval/stats.h"
 #include "eval/sweep.h"
@@ -387,7 +387,7 @@ int run_eval(const EvalOptions& o) {
 
     fmt::print(stderr, "model: {} ({})\n", o.model, model->summary());
     fmt::print(stderr, "hashing the model file ...\n");
-    const std::string model_hash = eval::sha256_file(o.model);
+    const std::string model_hash = sha256_file(o.model);
 
     nlohmann::ordered_json run;  // what must match for a resumed sweep
     run["model_sha256"] = model_hash;
@@ -415,15 +415,15 @@ int run_eval(const EvalOptions& o) {
     if (shard) run["shard"] = {{"index", shard->index}, {"count", shard->count}};
     if (!data_files.empty()) {
         nlohmann::ordered_json files = nlohmann::ordered_json::array();
-        for (const auto& f : data_files) files.push_back({{"file", fs::path(f).filename().string()}, {"sha256", eval::sha256_file(f)}});
+        for (const auto& f : data_files) files.push_back({{"file", fs::path(f).filename().string()}, {"sha256", sha256_file(f)}});
         run["data"] = files;
     }
     if (fidelity) {
         run["fidelity_text"] = heldout_fidelity
                                    ? nlohmann::ordered_json{{"heldout", eval::heldout_split_name(fidelity_split)},
-                                                            {"sha256", eval::sha256_hex(eval::heldout_text(eval::default_text_dir(), fidelity_split))}}
+                                                            {"sha256", sha256_hex(eval::heldout_text(eval::default_text_dir(), fidelity_split))}}
                                    : nlohmann::ordered_json{{"file", fs::path(o.fidelity).filename().string()},
-                                                            {"sha256", eval::sha256_file(o.fidelity)}};
+                                                            {"sha256", sha256_file(o.fidelity)}};
         run["prefix"] = o.prefix;
         run["continuation"] = o.continuation;
         run["segments"] = o.segments;

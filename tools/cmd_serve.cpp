@@ -91,6 +91,18 @@ void add_serve_command(CLI::App& app, Action& action) {
                     "default eviction policy NAME[:opt=val,...] (see `kvec policies`); default: none (full cache)");
     cmd->add_option("--budget", o->budget, "default KV entries kept per KV head and layer (the policy's budget)");
     cmd->add_option("--ratio", o->ratio, "default budget as a fraction of the prompt length (the policy's ratio)");
+    cmd->add_flag("--kv-reuse", o->server.kv_reuse,
+                  "keep each conversation's cache in its slot after the request, and continue a later request whose "
+                  "prompt starts with it from there (a request's \"kv\": {\"reuse\": false} opts out)");
+    cmd->add_option("--kv-memory", o->server.kv_memory,
+                    "bound on the KV-cache bytes of all slots together (e.g. 4GiB): requests reserve what they may "
+                    "reach and wait in the queue until it fits (0: no bound)")
+        ->transform(CLI::AsSizeValue(false));
+    cmd->add_option("--queue-timeout", o->server.queue_timeout_s,
+                    "seconds a request may wait for a slot and KV memory before it gets 503")
+        ->capture_default_str();
+    cmd->add_option("--slot-save-path", o->server.slot_save_path,
+                    "directory where POST /slots/{id}?action=save|restore writes and reads kept conversations");
     cmd->add_option("--api-key", o->server.api_key, "require 'Authorization: Bearer KEY' on every endpoint but /health");
     cmd->add_option("--alias", o->alias, "model name in /v1/models and responses (default: the file name)");
     cmd->add_option("-t,--threads", o->threads, "threads (default: all hardware threads)");

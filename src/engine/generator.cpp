@@ -2,6 +2,8 @@
 
 #include <omp.h>
 
+#include <algorithm>
+#include <span>
 #include <thread>
 
 #include "engine/stop_strings.h"
@@ -90,13 +92,25 @@ GenerationResult Generator::generate_from_tokens(const std::vector<int32_t>& pro
     };
     auto cancelled = [&] { return o.keep_going && !o.keep_going(); };
 
-    session_.reset();
+    const auto reuse = static_cast<size_t>(o.reuse);
+    if (o.reuse < 0 || reuse >= prompt.size() || reuse > session_.tokens().size() ||
+        !std::equal(prompt.begin(), prompt.begin() + o.reuse, session_.tokens().begin())) {
+        fail("cannot reuse {} tokens of the session for a prompt of {} tokens: the session holds {} tokens and "
+             "must start with them", o.reuse, prompt.size(), session_.tokens().size());
+    }
+    if (o.reuse > 0) {
+        session_.rollback(o.reuse);
+    } else {
+        session_.reset();
+    }
+    st.n_reused = o.reuse;
     if (cancelled()) {
         st.stop_reason = StopReason::Cancelled;
         return r;
     }
     Timer timer;
-    std::span<const float> logits = step([&] { return session_.prefill(prompt); });
+    const std::span<const int32_t> fresh = std::span<const int32_t>(prompt).subspan(reuse);
+    std::span<const float> logits = step([&] { return session_.prefill(fresh); });
     st.prompt_seconds = timer.seconds();
     st.kv_prompt_bytes = session_.kv_cache().bytes();
     st.kv_prompt_entries = session_.kv_cache().total_entries();

@@ -35,6 +35,11 @@ struct GenerateOptions {
     // When set, held around every forward step (the whole prefill, each decode step), so that
     // sessions generating on several threads take turns on the machine one step at a time.
     std::mutex* forward_mutex = nullptr;
+    // The session already holds the first `reuse` prompt tokens (a conversation kept from an
+    // earlier request, `kvec serve`): the session is rolled back to there (Session::rollback)
+    // instead of reset, and only the rest of the prompt is prefilled. 0 <= reuse < prompt tokens,
+    // and the session's tokens must start with them (kvec::Error otherwise).
+    int32_t reuse = 0;
 };
 
 enum class StopReason { EndOfGeneration, StopString, Length, ContextFull, Cancelled };
@@ -42,6 +47,7 @@ const char* stop_reason_name(StopReason r);
 
 struct GenerationStats {
     int32_t n_prompt = 0;            // prompt tokens
+    int32_t n_reused = 0;            // of which taken from the session's cache (GenerateOptions::reuse)
     double prompt_seconds = 0;       // prefill time (eviction included)
     int32_t n_generated = 0;         // sampled tokens (end-of-generation token excluded)
     int32_t n_decoded = 0;           // decode steps run
@@ -81,7 +87,8 @@ public:
     // kvec::tokenize_prompt with this generator's tokenizer.
     std::vector<int32_t> tokenize_prompt(const GenerateOptions& options) const;
 
-    // Resets the session and generates. on_text receives the text as it becomes final.
+    // Resets the session (or rolls it back: GenerateOptions::reuse) and generates. on_text
+    // receives the text as it becomes final.
     GenerationResult generate(const GenerateOptions& options,
                               const std::function<void(std::string_view)>& on_text = {});
     // The same from prompt tokens.

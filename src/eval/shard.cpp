@@ -5,7 +5,7 @@
 #include <charconv>
 #include <cstdlib>
 
-#include "eval/sha256.h"
+#include "util/sha256.h"
 #include "util/error.h"
 
 namespace kvec::eval {

@@ -224,6 +224,39 @@ void KvCache::reposition(int layer, int hi, int32_t begin, int32_t end, const fl
     }
 }
 
+void KvCache::assign(int layer, int hi, int32_t n, const void* keys, const void* values, const int32_t* positions,
+                     std::span<const float> aux) {
+    Head& h = head(layer, hi);
+    if (h.size != 0) fail("KV cache of layer {} head {} is not empty ({} entries)", layer, hi, h.size);
+    if (n < 0) fail("KV cache of layer {} head {}: negative entry count {}", layer, hi, n);
+    if (!aux.empty() && aux.size() != static_cast<size_t>(n) * h.aux.size()) {
+        fail("KV cache of layer {} head {}: {} aux scores for {} entries of {} scores", layer, hi, aux.size(), n,
+             h.aux.size());
+    }
+    for (int32_t i = 0; i < n; ++i) {
+        if (positions[i] < 0 || (i > 0 && positions[i] <= positions[i - 1])) {
+            fail("KV cache of layer {} head {}: position {} of entry {} breaks the increasing order", layer, hi,
+                 positions[i], i);
+        }
+    }
+    reallocate(h, n);
+    const auto rows = static_cast<size_t>(n);
+    if (n > 0) {
+        std::memcpy(h.keys, keys, rows * key_row_);
+        std::memcpy(h.values, values, rows * value_row_);
+        std::memcpy(h.positions, positions, rows * sizeof(int32_t));
+    }
+    for (size_t a = 0; a < h.aux.size(); ++a) {
+        if (aux.empty()) {
+            std::fill(h.aux[a], h.aux[a] + rows, 0.0f);
+        } else {
+            std::copy(aux.begin() + static_cast<std::ptrdiff_t>(a * rows),
+                      aux.begin() + static_cast<std::ptrdiff_t>((a + 1) * rows), h.aux[a]);
+        }
+    }
+    h.size = n;
+}
+
 void KvCache::clear() {
     for (Head& h : heads_) {
         reallocate(h, 0);

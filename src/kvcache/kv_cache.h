@@ -97,6 +97,12 @@ public:
     void reposition(int layer, int head, int32_t begin, int32_t end, const float* keys,
                     const int32_t* positions);
 
+    // Replaces the entries of (layer, head), which must be empty, by n stored rows: keys and values
+    // as key_data() / value_data() hold them ([n] rows of the element type's bytes), positions
+    // [n] (>= 0, strictly increasing), aux [n_aux][n] (empty: zeros). Restores a saved cache
+    // (engine/session_file.h). kvec::Error on a non-empty head or bad positions (nothing changes).
+    void assign(int layer, int head, int32_t n, const void* keys, const void* values, const int32_t* positions,
+                std::span<const float> aux);
     // Drops every entry and frees all memory (peak is kept).
     void clear();
 

@@ -190,6 +190,41 @@ void Session::rollback(int32_t n_past) {
     std::fill(prerope_next_.begin(), prerope_next_.end(), 0);
 }
 
+void Session::restore_sequence(SequenceState state) {
+    if (state.n_past < 0 || state.n_past > options_.n_ctx) {
+        fail("the saved sequence ends at position {}, outside this session's context of {}", state.n_past,
+             options_.n_ctx);
+    }
+    if (state.tokens.size() != sz(state.n_past) || state.n_prompt < 0 || state.n_prompt > state.n_past ||
+        state.n_decoded < 0 || state.n_decoded > state.n_past) {
+        fail("the saved sequence is inconsistent: {} tokens for {} positions, {} prompt tokens, {} decoded",
+             state.tokens.size(), state.n_past, state.n_prompt, state.n_decoded);
+    }
+    for (const int32_t t : state.tokens) {
+        if (t < -1 || t >= n_vocab()) fail("the saved sequence holds token {}, outside the model's vocabulary of {}", t, n_vocab());
+    }
+    const ModelConfig& c = model_.config();
+    for (int l = 0; l < c.n_layer; ++l) {
+        for (int h = 0; h < c.n_head_kv; ++h) {
+            const int32_t n = kv_.size(l, h);
+            if (n > 0 && kv_.positions(l, h)[n - 1] >= state.n_past) {
+                fail("the saved cache holds position {} (layer {}, KV head {}) at or past the sequence's end {}",
+                     kv_.positions(l, h)[n - 1], l, h, state.n_past);
+            }
+        }
+    }
+    n_past_ = state.n_past;
+    n_prompt_ = state.n_prompt;
+    n_decoded_ = state.n_decoded;
+    tokens_ = std::move(state.tokens);
+    eviction_stats_ = EvictionStats{};
+    kv_.reset_peak();
+    std::fill(recent_count_.begin(), recent_count_.end(), 0);
+    std::fill(recent_next_.begin(), recent_next_.end(), 0);
+    std::fill(prerope_count_.begin(), prerope_count_.end(), 0);
+    std::fill(prerope_next_.begin(), prerope_next_.end(), 0);
+}
+
 void Session::check_positions(std::span<const int32_t> positions) const {
     for (size_t i = 0; i < positions.size(); ++i) {
         const int32_t p = positions[i];

@@ -128,6 +128,20 @@ public:
     // Token id at each position [n_past] (-1 where positions were skipped).
     const std::vector<int32_t>& tokens() const { return tokens_; }
 
+    // What the session holds beside its cache, to save and restore a conversation
+    // (engine/session_file.h).
+    struct SequenceState {
+        int32_t n_past = 0;
+        int32_t n_prompt = 0;
+        int32_t n_decoded = 0;
+        std::vector<int32_t> tokens;  // [n_past]
+    };
+    SequenceState sequence_state() const { return {n_past_, n_prompt_, n_decoded_, tokens_}; }
+    // Continues a saved sequence whose entries were put into the cache (KvCache::assign, with the
+    // saved policy attached first): the next token goes to state.n_past. Decode-time query windows
+    // start afresh. kvec::Error when the state does not fit the session (n_past beyond the context,
+    // a token outside the vocabulary, an entry at or past n_past).
+    void restore_sequence(SequenceState state);
     KvCache& kv_cache() { return kv_; }
     const KvCache& kv_cache() const { return kv_; }
 

@@ -16,6 +16,12 @@ public:
     ApiError(int status, std::string type, std::string code, const std::string& message)
         : std::runtime_error(message), status_(status), type_(std::move(type)), code_(std::move(code)) {}
 
+    // Seconds after which the client may try again (503: sent as Retry-After); 0: none.
+    ApiError& retry_after(int seconds) {
+        retry_after_ = seconds;
+        return *this;
+    }
+    int retry_after() const { return retry_after_; }
     int status() const { return status_; }
     const std::string& type() const { return type_; }  // "invalid_request_error", "authentication_error", ...
     const std::string& code() const { return code_; }  // machine-readable, e.g. "invalid_json"
@@ -24,6 +30,7 @@ private:
     int status_;
     std::string type_;
     std::string code_;
+    int retry_after_ = 0;
 };
 
 // 400 invalid_request_error with a fmt-formatted message.

@@ -1,5 +1,8 @@
 #include "server/completion.h"
 
+#include <algorithm>
+
+#include "policy/policy.h"
 #include "server/api_error.h"
 #include "util/error.h"
 #include "util/timer.h"
@@ -29,14 +32,40 @@ PreparedRequest prepare_request(CompletionRequest request, const Tokenizer& toke
     return p;
 }
 
-CompletionResult run_completion(const PreparedRequest& p, const Tokenizer& tokenizer, Slot& slot,
+size_t kv_reservation(const PreparedRequest& p, const Model& model, const SessionOptions& options, int32_t n_ctx) {
+    const ModelConfig& c = model.config();
+    const Evictor* policy = p.request.kv.policy.get();
+    const int64_t prompt = static_cast<int64_t>(p.prompt_tokens.size());
+    const int64_t generated = p.request.max_tokens >= 0 ? p.request.max_tokens : std::max<int64_t>(0, n_ctx - prompt);
+    int64_t held = prompt;  // entries per head once the prompt is in, at the prompt's peak
+    if (const auto* frame = dynamic_cast<const policy::FramePolicy*>(policy); frame && frame->frame().chunked) {
+        held = std::min(prompt, frame->budget_for_prompt(static_cast<int32_t>(prompt)) + options.n_batch);
+    }
+    int64_t entries = std::min<int64_t>(held + generated, n_ctx);
+    entries += std::max<int64_t>(16, entries / 8);
+    const bool scores = policy != nullptr && policy->request().column_sums;
+    const size_t entry = kv_row_bytes(options.kv_type_k, c.head_dim) + kv_row_bytes(options.kv_type_v, c.head_dim) +
+                         sizeof(int32_t) + sizeof(float) * static_cast<size_t>(scores ? c.n_group() : 0);
+    return static_cast<size_t>(int64_t{c.n_layer} * c.n_head_kv * entries) * entry;
+}
+
+CompletionResult run_completion(const PreparedRequest& p, const Tokenizer& tokenizer, const SlotLease& lease,
                                 std::mutex& forward_mutex, const std::function<bool(std::string_view)>& on_text) {
+    Slot& slot = lease.slot();
     Session& session = *slot.session;
-    session.reset();
-    session.set_evictor(p.request.kv.policy.get());
+    // The policy attached for this generation: the kept conversation's, or the request's. The
+    // slot keeps nothing while it generates, so a failure leaves it to be emptied on release.
+    Slot::Kept policy = lease.reuse() > 0 && slot.kept ? *slot.kept : Slot::Kept{p.request.kv.spec, p.request.kv.policy};
+    const int32_t reuse = lease.reuse() > 0 && slot.kept ? lease.reuse() : 0;
+    slot.kept.reset();
+    if (reuse == 0) {
+        session.reset();
+        session.set_evictor(policy.policy.get());
+    }
     Generator generator(session, tokenizer);
 
     GenerateOptions g = p.options;
+    g.reuse = reuse;
     bool listening = true;
     g.forward_mutex = &forward_mutex;
     g.keep_going = [&] {
@@ -48,6 +77,7 @@ CompletionResult run_completion(const PreparedRequest& p, const Tokenizer& token
         if (listening && on_text && !on_text(text)) listening = false;
     });
     slot.publish_kv_bytes();
+    if (p.request.kv.reuse && session.eviction_stats().repositioned == 0) slot.kept = policy;
 
     CompletionResult out;
     out.seconds = timer.seconds();
@@ -55,8 +85,9 @@ CompletionResult run_completion(const PreparedRequest& p, const Tokenizer& token
     out.reason = r.stats.stop_reason;
     out.prompt_tokens = r.stats.n_prompt;
     out.completion_tokens = r.stats.n_generated;
-    out.kv = kv_report(session, p.request.kv.policy.get(), r.stats);
-    out.kv_spec = p.request.kv.spec;
+    out.cached_tokens = r.stats.n_reused;
+    out.kv = kv_report(session, policy.policy.get(), r.stats);
+    out.kv_spec = policy.spec;
     out.slot = slot.id;
     return out;
 }

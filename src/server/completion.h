@@ -28,22 +28,34 @@ struct PreparedRequest {
 // or has more tokens than the context holds (code "context_length_exceeded").
 PreparedRequest prepare_request(CompletionRequest request, const Tokenizer& tokenizer, int32_t n_ctx);
 
+// The KV bytes a request may reach on a slot (what --kv-memory reserves): (layers x KV heads) x
+// entries x bytes per entry (key and value rows of the cache types, position, the policy's scores).
+// Entries per head: the prompt plus max_tokens (the rest of the context without a limit) for the
+// full cache or a policy that compresses once the whole prompt is in; a budgeted policy that
+// evicts chunk by chunk holds at most B + one prefill chunk during the prompt. Decode growth (an
+// allocation grows by max(16 entries, 1/8)) is included.
+size_t kv_reservation(const PreparedRequest& request, const Model& model, const SessionOptions& options, int32_t n_ctx);
+
 struct CompletionResult {
     std::string text;
     StopReason reason = StopReason::Length;
     int64_t prompt_tokens = 0;
     int64_t completion_tokens = 0;
+    int64_t cached_tokens = 0;  // prompt tokens reused from the slot's kept conversation
     KvReport kv;
     std::string kv_spec;  // the policy as run ("" = full cache)
     int slot = 0;
     double seconds = 0;   // prefill + decode wall time
 };
 
-// Generates on the slot (its session reset first, the request's policy attached). on_text gets
+// Generates on the leased slot: continuing its kept conversation (the lease's reuse(), under the
+// kept policy), or with its session reset and the request's policy attached. With kv.reuse the
+// slot keeps the conversation afterwards (not after a policy that re-positions the cache, whose
+// tokens no longer follow the text). on_text gets
 // the text as it becomes final and returns false when nobody is listening any more; the
 // generation then stops before its next forward step (StopReason::Cancelled). Forward steps take
 // forward_mutex. kvec::Error from the engine propagates.
-CompletionResult run_completion(const PreparedRequest& request, const Tokenizer& tokenizer, Slot& slot,
+CompletionResult run_completion(const PreparedRequest& request, const Tokenizer& tokenizer, const SlotLease& lease,
                                 std::mutex& forward_mutex, const std::function<bool(std::string_view)>& on_text);
 
 }  // namespace kvec::server

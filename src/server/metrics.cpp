@@ -8,6 +8,7 @@ std::string path_label(const std::string& path) {
     for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"}) {
         if (path == known) return path;
     }
+    if (path.rfind("/slots/", 0) == 0) return "/slots";
     return "other";
 }
 
@@ -47,12 +48,18 @@ std::string Metrics::render(const SlotPool& slots) const {
     out += fmt::format("kvec_kv_evicted_entries_total {}\n", evicted_);
     header("kvec_kv_cache_bytes", "gauge", "KV-cache bytes allocated now, all slots.");
     out += fmt::format("kvec_kv_cache_bytes {}\n", slots.kv_bytes());
+    header("kvec_kv_reserved_bytes", "gauge", "KV-cache bytes reserved by the running requests (--kv-memory).");
+    out += fmt::format("kvec_kv_reserved_bytes {}\n", slots.kv_reserved());
+    header("kvec_kv_memory_bytes", "gauge", "The bound on the KV-cache bytes of all slots (--kv-memory; 0: none).");
+    out += fmt::format("kvec_kv_memory_bytes {}\n", slots.kv_memory());
     header("kvec_slot_kv_cache_bytes", "gauge", "KV-cache bytes allocated now, per slot.");
     for (int i = 0; i < slots.size(); ++i) out += fmt::format("kvec_slot_kv_cache_bytes{{slot=\"{}\"}} {}\n", i, slots.kv_bytes(i));
     header("kvec_slots", "gauge", "Slots (--parallel).");
     out += fmt::format("kvec_slots {}\n", slots.size());
     header("kvec_slots_busy", "gauge", "Slots serving a request now.");
     out += fmt::format("kvec_slots_busy {}\n", slots.busy());
+    header("kvec_slots_kept", "gauge", "Idle slots keeping a conversation (kv.reuse, or restored).");
+    out += fmt::format("kvec_slots_kept {}\n", slots.kept());
     header("kvec_queue_length", "gauge", "Requests waiting for a free slot.");
     out += fmt::format("kvec_queue_length {}\n", slots.queued());
     return out;

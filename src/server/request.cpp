@@ -146,13 +146,15 @@ KvChoice resolve_kv(const json* kv, const RequestDefaults& d) {
     std::string policy = d.policy;
     std::optional<int64_t> budget;
     std::optional<double> ratio;
+    bool reuse = d.reuse;
     if (kv != nullptr) {
         if (!kv->is_object()) wrong_type("kv", "an object", *kv);
         for (const auto& [key, value] : kv->items()) {
-            if (key != "policy" && key != "budget" && key != "ratio") {
-                bad_request("invalid_kv", "unknown field 'kv.{}' (kv takes policy, budget, ratio)", key);
+            if (key != "policy" && key != "budget" && key != "ratio" && key != "reuse") {
+                bad_request("invalid_kv", "unknown field 'kv.{}' (kv takes policy, budget, ratio, reuse)", key);
             }
         }
+        if (const json* r = field(*kv, "reuse")) reuse = get_bool(*r, "kv.reuse");
         if (const json* p = field(*kv, "policy")) {
             policy = get_string(*p, "kv.policy");
             if (policy.empty()) bad_request("invalid_kv", "'kv.policy' is empty (give a policy name, or \"none\")");
@@ -163,7 +165,9 @@ KvChoice resolve_kv(const json* kv, const RequestDefaults& d) {
     }
     if (policy.empty() || policy == "none") {
         if (budget || ratio) bad_request("invalid_kv", "'kv.budget' and 'kv.ratio' need an eviction policy ('kv.policy')");
-        return {};
+        KvChoice full;
+        full.reuse = reuse;
+        return full;
     }
     try {
         std::vector<policy::OptionOverride> overrides;
@@ -181,6 +185,7 @@ KvChoice resolve_kv(const json* kv, const RequestDefaults& d) {
         KvChoice c;
         c.spec = policy::policy_options(folded).canonical();
         c.policy = policy::make_policy(folded);
+        c.reuse = reuse;
         return c;
     } catch (const Error& e) {
         bad_request("invalid_kv", "kv: {}", e.what());

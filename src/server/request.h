@@ -28,16 +28,18 @@ struct RequestDefaults {
     std::string policy;            // --policy SPEC; "" = full cache
     std::optional<int64_t> budget; // --budget
     std::optional<double> ratio;   // --ratio
+    bool reuse = false;            // --kv-reuse: kv.reuse's default
 };
 
 // The KV cache a request asked for, resolved against the server's defaults.
 struct KvChoice {
     std::string spec;                   // canonical "name:key=value,..."; "" = full cache, no policy
     std::shared_ptr<Evictor> policy;    // the policy, made and validated; nullptr with spec ""
+    bool reuse = false;                 // continue from a slot's kept conversation, and keep this one
 };
 
 // The `kv` extension object (or nullptr when absent), resolved: {"policy": SPEC, "budget": B,
-// "ratio": R}; policy "none" is the full cache. A request's budget or ratio replaces the
+// "ratio": R, "reuse": BOOL}; policy "none" is the full cache. A request's budget or ratio replaces the
 // server's; without either, the server's --budget / --ratio apply to a policy that takes them.
 // ApiError 400 (code "invalid_kv") for a wrong type, an unknown field, an unknown policy or
 // option, or a budget the policy does not accept.

@@ -32,10 +32,11 @@ const char* finish_reason(StopReason reason) {
     return "stop";
 }
 
-json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
+json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens) {
     return {{"prompt_tokens", prompt_tokens},
             {"completion_tokens", completion_tokens},
-            {"total_tokens", prompt_tokens + completion_tokens}};
+            {"total_tokens", prompt_tokens + completion_tokens},
+            {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
 }
 
 json kv_json(const KvReport& r, const std::string& spec, int slot) {

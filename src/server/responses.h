@@ -26,7 +26,8 @@ ResponseHeader make_header(Endpoint endpoint, const std::string& model);
 // "stop" (end of generation, a stop string), "length" (max_tokens, a full context), "cancelled".
 const char* finish_reason(StopReason reason);
 
-nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
+// cached_tokens: prompt tokens taken from the slot's kept conversation (prompt_tokens_details).
+nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens = 0);
 // spec: the policy as run ("" for the full cache); slot: the slot that ran it.
 nlohmann::json kv_json(const KvReport& report, const std::string& spec, int slot);
 

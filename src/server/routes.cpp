@@ -1,8 +1,11 @@
 // The endpoints: POST /v1/chat/completions, POST /v1/completions (whole or streamed),
-// GET /v1/models, GET /health, GET /metrics.
+// GET /v1/models, GET /health, GET /metrics, POST /slots/{id}?action=save|restore|erase.
 #include <httplib.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <optional>
 
 #include "server/api_error.h"
 #include "server/completion.h"
@@ -35,6 +38,9 @@ void Server::add_routes() {
     http_->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
         complete(req, res, Endpoint::Completion);
     });
+    http_->Post(R"(/slots/(\d{1,9}))", [this](const httplib::Request& req, httplib::Response& res) {
+        slot_action(req, res);
+    });
 }
 
 void Server::complete(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
@@ -46,36 +52,61 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Endpo
         return;
     }
     const ResponseHeader header = make_header(endpoint, options_.model_id);
-    SlotLease lease = slots_->acquire();
-    const CompletionResult r = run_completion(*prepared, tokenizer_, lease.slot(), slots_->forward_mutex(), {});
-    metrics_.count_generation(r.prompt_tokens, r.completion_tokens, r.kv.eviction.evicted, r.seconds);
-    const json body = completion_json(header, r.text, r.reason, usage_json(r.prompt_tokens, r.completion_tokens),
+    SlotLease lease = acquire(*prepared);
+    const CompletionResult r = run_completion(*prepared, tokenizer_, lease, slots_->forward_mutex(), {});
+    metrics_.count_generation(r.prompt_tokens - r.cached_tokens, r.completion_tokens, r.kv.eviction.evicted, r.seconds);
+    const json body = completion_json(header, r.text, r.reason,
+                                      usage_json(r.prompt_tokens, r.completion_tokens, r.cached_tokens),
                                       kv_json(r.kv, r.kv_spec, r.slot));
     res.set_content(dump(body), "application/json");
 }
 
+SlotLease Server::acquire(const PreparedRequest& p) {
+    SlotRequest r;
+    r.prompt = p.prompt_tokens;
+    r.reuse_spec = p.request.kv.reuse ? &p.request.kv.spec : nullptr;
+    r.kv_bytes = kv_reservation(p, model_, options_.session, slots_->n_ctx());
+    r.timeout = std::chrono::seconds(options_.queue_timeout_s);
+    try {
+        return slots_->acquire(r);
+    } catch (const SlotPool::Timeout& e) {
+        throw ApiError(503, "server_error", "server_busy", fmt::format("the server is busy: {}; try again", e.what()))
+            .retry_after(std::max(1, options_.queue_timeout_s / 4));
+    } catch (const Error& e) {
+        bad_request("kv_memory_exceeded", "{}", e.what());
+    }
+}
+
 void Server::stream(std::shared_ptr<PreparedRequest> prepared, httplib::Response& res) {
+    // The slot (and KV memory) is taken before the response starts, so that a request that
+    // cannot have one gets its error status (503 after the queue timeout). The provider runs after
+    // the headers are sent; a client gone by then releases the slot at its first write.
+    auto lease = std::make_shared<std::optional<SlotLease>>(acquire(*prepared));
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
-    // The provider runs after the headers are sent, on this connection's thread: it waits for a
-    // slot there, so a client that leaves while queued never takes one.
-    res.set_chunked_content_provider("text/event-stream", [this, prepared](size_t, httplib::DataSink& sink) {
+    res.set_chunked_content_provider("text/event-stream", [this, prepared, lease](size_t, httplib::DataSink& sink) {
         SseStream out([&sink](std::string_view bytes) { return sink.write(bytes.data(), bytes.size()); });
         const ResponseHeader header = make_header(prepared->request.endpoint, options_.model_id);
         try {
-            SlotLease lease = slots_->acquire();
-            if (!out.send(role_chunk(header))) return false;
-            const CompletionResult r = run_completion(*prepared, tokenizer_, lease.slot(), slots_->forward_mutex(),
+            if (!lease->has_value()) return false;  // called again after the end
+            if (!out.send(role_chunk(header))) {
+                lease->reset();
+                return false;
+            }
+            const CompletionResult r = run_completion(*prepared, tokenizer_, **lease, slots_->forward_mutex(),
                                                       [&](std::string_view text) {
                                                           return out.send(text_chunk(header, std::string(text)));
                                                       });
-            metrics_.count_generation(r.prompt_tokens, r.completion_tokens, r.kv.eviction.evicted, r.seconds);
-            if (!out.open()) return false;  // the client has gone: the slot is free again
-            const json usage = usage_json(r.prompt_tokens, r.completion_tokens);
+            lease->reset();  // the slot is free (or keeps the conversation) before the client hears the end
+            metrics_.count_generation(r.prompt_tokens - r.cached_tokens, r.completion_tokens, r.kv.eviction.evicted,
+                                      r.seconds);
+            if (!out.open()) return false;  // the client has gone
+            const json usage = usage_json(r.prompt_tokens, r.completion_tokens, r.cached_tokens);
             out.send(final_chunk(header, r.reason, usage, kv_json(r.kv, r.kv_spec, r.slot)));
             if (prepared->request.include_usage) out.send(usage_chunk(header, usage));
         } catch (const std::exception& e) {
             // The status (200) is sent: the error goes into the stream, without details.
+            lease->reset();
             std::fprintf(stderr, "kvec serve: stream failed: %s\n", e.what());
             out.send(json::parse(error_body("internal server error", "server_error", "internal_error")));
         }

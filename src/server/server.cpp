@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 
 #include "engine/generator.h"
 #include "policy/registry.h"
@@ -38,11 +39,20 @@ Server::Server(const Model& model, const Tokenizer& tokenizer, ServerOptions opt
         fail("--budget and --ratio need an eviction policy (--policy NAME)");
     }
     check_tokenizer_fits(tokenizer, model.config().n_vocab);
-    slots_ = std::make_unique<SlotPool>(model, options_.session, options_.parallel);
+    if (options_.queue_timeout_s < 1) fail("--queue-timeout must be at least 1 second, got {}", options_.queue_timeout_s);
+    slots_ = std::make_unique<SlotPool>(model, options_.session, options_.parallel, options_.kv_memory);
     defaults_.n_ctx = slots_->n_ctx();
     defaults_.policy = options_.policy;
     defaults_.budget = options_.budget;
     defaults_.ratio = options_.ratio;
+    defaults_.reuse = options_.kv_reuse;
+    if (!options_.slot_save_path.empty()) {
+        std::error_code ec;
+        if (!std::filesystem::is_directory(options_.slot_save_path, ec)) {
+            fail("--slot-save-path {}: not a directory", options_.slot_save_path);
+        }
+        options_.slot_save_path = std::filesystem::canonical(options_.slot_save_path, ec).string();
+    }
     if (!options_.policy.empty()) {
         // The defaults as a request without `kv` gets them: an unknown policy or option, or a
         // budget the policy refuses, stops the server at start rather than failing every request.
@@ -109,6 +119,7 @@ void Server::configure() {
             std::rethrow_exception(ep);
         } catch (const ApiError& e) {
             res.status = e.status();
+            if (e.retry_after() > 0) res.set_header("Retry-After", std::to_string(e.retry_after()));
             res.set_content(error_body(e), "application/json");
             return;
         } catch (const std::exception& e) {

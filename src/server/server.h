@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -43,6 +44,10 @@ struct ServerOptions {
     int read_timeout_s = 30;               // a request's headers and body must arrive within this
     int write_timeout_s = 30;              // a client that stops reading for this long is dropped
     bool log_requests = false;             // one line per request on stderr
+    bool kv_reuse = false;                 // kv.reuse's default (--kv-reuse)
+    size_t kv_memory = 0;                  // bound on the KV bytes of all slots (--kv-memory; 0: none)
+    int queue_timeout_s = 60;              // a queued request gets 503 after this long
+    std::string slot_save_path;            // directory of slot save / restore ("": off)
 };
 
 class Server {
@@ -72,6 +77,9 @@ private:
     void add_routes();      // the endpoints (routes.cpp)
     void complete(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
     void stream(std::shared_ptr<PreparedRequest> request, httplib::Response& res);
+    SlotLease acquire(const PreparedRequest& request);  // a slot, the kept conversation it continues
+    void slot_action(const httplib::Request& req, httplib::Response& res);  // POST /slots/{id} (slot_files.cpp)
+    const std::string& model_sha256();  // of the model file, computed at the first slot save or restore
 
     const Model& model_;
     const Tokenizer& tokenizer_;
@@ -82,6 +90,8 @@ private:
     Metrics metrics_;
     std::unique_ptr<httplib::Server> http_;
     int64_t started_ = 0;  // Unix time
+    std::once_flag model_sha256_once_;
+    std::string model_sha256_;
 };
 
 }  // namespace kvec::server

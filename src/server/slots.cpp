@@ -1,14 +1,18 @@
 #include "server/slots.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+
 #include "util/error.h"
 
 namespace kvec::server {
 
 SlotLease::~SlotLease() {
-    if (slot_ != nullptr) pool_->release(*slot_);
+    if (slot_ != nullptr) pool_->release(*slot_, reserved_);
 }
 
-SlotPool::SlotPool(const Model& model, const SessionOptions& options, int n) {
+SlotPool::SlotPool(const Model& model, const SessionOptions& options, int n, size_t kv_memory) : kv_memory_(kv_memory) {
     if (n < 1) fail("--parallel must be at least 1, got {}", n);
     for (int i = 0; i < n; ++i) {
         auto slot = std::make_unique<Slot>();
@@ -19,30 +23,133 @@ SlotPool::SlotPool(const Model& model, const SessionOptions& options, int n) {
     for (int i = n - 1; i >= 0; --i) free_.push_back(slots_[static_cast<size_t>(i)].get());
 }
 
-SlotLease SlotPool::acquire() {
+Slot* SlotPool::pick(std::span<const int32_t> prompt, const std::string* reuse_spec, int32_t& reuse) const {
+    reuse = 0;
+    Slot* best = nullptr;
+    if (reuse_spec != nullptr && !prompt.empty()) {
+        for (Slot* s : free_) {
+            if (!s->kept || s->kept->spec != *reuse_spec) continue;
+            const std::vector<int32_t>& held = s->session->tokens();
+            const size_t n = std::min(held.size(), prompt.size() - 1);  // the last prompt token is run again
+            const auto common = static_cast<int32_t>(
+                std::mismatch(held.begin(), held.begin() + static_cast<std::ptrdiff_t>(n), prompt.begin()).first -
+                held.begin());
+            if (common > reuse) {
+                reuse = common;
+                best = s;
+            }
+        }
+        if (best != nullptr) return best;
+    }
+    for (auto it = free_.rbegin(); it != free_.rend(); ++it) {  // lowest id first
+        if (!(*it)->kept) return *it;
+    }
+    for (Slot* s : free_) {
+        if (best == nullptr || s->last_used < best->last_used) best = s;
+    }
+    return best;
+}
+
+bool SlotPool::make_room(size_t bytes, const Slot* taking) {
+    if (kv_memory_ == 0) return true;
+    std::vector<Slot*> kept;  // idle slots whose conversations hold memory
+    size_t in_use = reserved_;
+    for (Slot* s : free_) {
+        if (s == taking || !s->kept) continue;
+        kept.push_back(s);
+        in_use += s->kv_bytes.load(std::memory_order_relaxed);
+    }
+    std::sort(kept.begin(), kept.end(), [](const Slot* a, const Slot* b) { return a->last_used < b->last_used; });
+    for (Slot* s : kept) {
+        if (in_use + bytes <= kv_memory_) break;
+        in_use -= s->kv_bytes.load(std::memory_order_relaxed);
+        s->kept.reset();  // a free slot: nobody else touches it while the pool's lock is held
+        s->session->reset();
+        s->session->set_evictor(nullptr);
+        s->publish_kv_bytes();
+    }
+    return in_use + bytes <= kv_memory_;
+}
+
+void SlotPool::next_ticket() {
+    ++serving_;
+    for (auto it = std::find(abandoned_.begin(), abandoned_.end(), serving_); it != abandoned_.end();
+         it = std::find(abandoned_.begin(), abandoned_.end(), serving_)) {
+        abandoned_.erase(it);
+        ++serving_;
+    }
+}
+
+SlotLease SlotPool::acquire(const SlotRequest& request) {
+    if (kv_memory_ > 0 && request.kv_bytes > kv_memory_) {
+        fail("the request may need {} bytes of KV cache, more than the server's --kv-memory of {} bytes: ask for fewer "
+             "tokens or a smaller budget", request.kv_bytes, kv_memory_);
+    }
     std::unique_lock<std::mutex> lock(mutex_);
     const uint64_t ticket = next_ticket_++;
     ++queued_;
-    freed_.wait(lock, [&] { return ticket == serving_ && !free_.empty(); });
+    Slot* slot = nullptr;
+    int32_t reuse = 0;
+    const auto ready = [&] {
+        if (ticket != serving_ || free_.empty()) return false;
+        slot = pick(request.prompt, request.reuse_spec, reuse);
+        return make_room(request.kv_bytes, slot);
+    };
+    if (request.timeout.count() > 0) {
+        if (!freed_.wait_for(lock, request.timeout, ready)) {
+            --queued_;
+            if (ticket == serving_) {
+                next_ticket();
+            } else {
+                abandoned_.push_back(ticket);
+            }
+            lock.unlock();
+            freed_.notify_all();
+            throw Timeout(fmt::format("no slot and KV memory came free within {} s", request.timeout.count() / 1000.0));
+        }
+    } else {
+        freed_.wait(lock, ready);
+    }
     --queued_;
-    ++serving_;
-    Slot* slot = free_.back();
-    free_.pop_back();
+    next_ticket();
+    free_.erase(std::find(free_.begin(), free_.end(), slot));
+    slot->last_used = ++clock_;
+    const size_t reserved = kv_memory_ > 0 ? request.kv_bytes : 0;
+    reserved_ += reserved;
     lock.unlock();
     freed_.notify_all();  // the next ticket may find another free slot
+    return SlotLease(*this, *slot, reuse, reserved);
+}
+
+std::optional<SlotLease> SlotPool::try_acquire(int id) {
+    if (id < 0 || id >= size()) fail("slot {} does not exist (the server has slots 0 to {})", id, size() - 1);
+    std::lock_guard<std::mutex> lock(mutex_);
+    Slot* slot = slots_[static_cast<size_t>(id)].get();
+    const auto it = std::find(free_.begin(), free_.end(), slot);
+    if (it == free_.end()) return std::nullopt;
+    free_.erase(it);
     return SlotLease(*this, *slot);
 }
 
-void SlotPool::release(Slot& slot) {
-    // Frees the cache's memory and detaches the request's policy (it dies with the request).
-    slot.session->reset();
-    slot.session->set_evictor(nullptr);
+void SlotPool::release(Slot& slot, size_t reserved) {
+    // Frees the cache's memory and detaches the request's policy (it dies with the request),
+    // unless the slot keeps its conversation.
+    if (!slot.kept) {
+        slot.session->reset();
+        slot.session->set_evictor(nullptr);
+    }
     slot.publish_kv_bytes();
     {
         std::lock_guard<std::mutex> lock(mutex_);
         free_.push_back(&slot);
+        reserved_ -= reserved;
     }
     freed_.notify_all();
+}
+
+int SlotPool::kept() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return static_cast<int>(std::count_if(free_.begin(), free_.end(), [](const Slot* s) { return s->kept.has_value(); }));
 }
 
 int SlotPool::busy() const {
@@ -62,6 +169,11 @@ size_t SlotPool::kv_bytes() const {
 }
 
 size_t SlotPool::kv_bytes(int slot) const { return slots_.at(static_cast<size_t>(slot))->kv_bytes.load(std::memory_order_relaxed); }
+
+size_t SlotPool::kv_reserved() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return reserved_;
+}
 
 int32_t SlotPool::n_ctx() const { return slots_.front()->session->n_ctx(); }
 

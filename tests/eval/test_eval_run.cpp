@@ -14,7 +14,7 @@
 #include "eval/plot.h"
 #include "eval/prefill_share.h"
 #include "eval/report.h"
-#include "eval/sha256.h"
+#include "util/sha256.h"
 #include "eval/sweep.h"
 #include "eval/synthetic.h"
 #include "eval/text_source.h"

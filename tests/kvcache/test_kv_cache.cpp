@@ -50,6 +50,42 @@ TEST(KvCache, AppendStoresEntriesPerHead) {
     EXPECT_EQ(kv.total_entries(), 5);
 }
 
+TEST(KvCache, AssignRestoresStoredRowsAndRefusesBadInput) {
+    const int d = 8;
+    KvCache src(config(KvType::F16, 2));
+    auto k = rows(4, d, 3, 1.0f), v = rows(4, d, 3, -1.0f);
+    const std::vector<int32_t> pos = {3, 5, 8, 9};
+    src.append(0, 1, 4, k.data(), d, v.data(), d, pos.data());
+    for (int a = 0; a < 2; ++a)
+        for (int i = 0; i < 4; ++i) src.aux(0, 1, a)[i] = static_cast<float>(10 * a + i);
+    std::vector<float> aux;  // [2][4]
+    for (int a = 0; a < 2; ++a) aux.insert(aux.end(), src.aux(0, 1, a), src.aux(0, 1, a) + 4);
+
+    KvCache dst(config(KvType::F16, 2));
+    dst.assign(0, 1, 4, src.key_data(0, 1), src.value_data(0, 1), src.positions(0, 1), aux);
+    EXPECT_EQ(dst.size(0, 1), 4);
+    EXPECT_EQ(dst.used_bytes(), src.used_bytes());
+    std::vector<float> a(4 * d), b(4 * d);
+    src.read_keys(0, 1, 0, 4, a.data());
+    dst.read_keys(0, 1, 0, 4, b.data());
+    EXPECT_EQ(a, b);
+    src.read_values(0, 1, 0, 4, a.data());
+    dst.read_values(0, 1, 0, 4, b.data());
+    EXPECT_EQ(a, b);
+    EXPECT_EQ(std::vector<int32_t>(dst.positions(0, 1), dst.positions(0, 1) + 4), pos);
+    EXPECT_EQ(dst.aux(0, 1, 1)[3], 13.0f);
+    // Not empty; positions out of order; aux of the wrong length: refused, nothing changes.
+    EXPECT_THROW(dst.assign(0, 1, 4, src.key_data(0, 1), src.value_data(0, 1), pos.data(), aux), Error);
+    const std::vector<int32_t> unordered = {3, 5, 5, 9};
+    EXPECT_THROW(dst.assign(1, 0, 4, src.key_data(0, 1), src.value_data(0, 1), unordered.data(), aux), Error);
+    EXPECT_THROW(dst.assign(1, 0, 4, src.key_data(0, 1), src.value_data(0, 1), pos.data(),
+                            std::span<const float>(aux).first(3)), Error);
+    EXPECT_EQ(dst.size(1, 0), 0);
+    // No aux given: zeros.
+    dst.assign(1, 2, 4, src.key_data(0, 1), src.value_data(0, 1), pos.data(), {});
+    EXPECT_EQ(dst.aux(1, 2, 0)[2], 0.0f);
+}
+
 TEST(KvCache, StridedAppendTakesOneHeadOfABatch) {
     // A batch laid out [n_tokens, n_head_kv * d]: head h of token t starts at t * 3d + h * d.
     KvCache kv(config(KvType::F32));

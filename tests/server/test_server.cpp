@@ -8,12 +8,15 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <random>
 #include <thread>
 
 #include "engine/generator.h"
+#include "engine/session_file.h"
 #include "model/model.h"
 #include "server/server.h"
 #include "test_helpers.h"
@@ -803,6 +806,244 @@ TEST(Server, LoadWithCancelledStreamsEndsIdleWithAnEmptyCache) {
     // And it still serves.
     auto c = s.client();
     EXPECT_EQ(post(c, "/v1/completions", json{{"prompt", "hi"}, {"max_tokens", 2}}.dump())->status, 200);
+}
+
+// Kept conversations (kv.reuse) and slot files (POST /slots/{id}).
+
+ServerOptions reuse_server(const std::string& save_dir) {
+    ServerOptions o;
+    o.parallel = 2;
+    o.slot_save_path = save_dir;
+    return o;
+}
+
+std::string fresh_dir(const std::string& name) {
+    const std::string dir = temp_path(name);
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    return dir;
+}
+
+httplib::Result slot_call(httplib::Client& c, int slot, const std::string& action, const json& body) {
+    return post(c, "/slots/" + std::to_string(slot) + "?action=" + action, body.dump());
+}
+
+json completion(httplib::Client& c, const std::string& prompt, const json& kv, int max_tokens = 6) {
+    json body = {{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}};
+    if (!kv.is_null()) body["kv"] = kv;
+    auto res = post(c, "/v1/completions", body.dump());
+    EXPECT_TRUE(res);
+    if (!res) return {};
+    EXPECT_EQ(res->status, 200) << res->body;
+    return json::parse(res->body);
+}
+
+std::string text_of(const json& r) { return r.at("choices").at(0).at("text").get<std::string>(); }
+int64_t cached_of(const json& r) { return r.at("usage").at("prompt_tokens_details").at("cached_tokens").get<int64_t>(); }
+
+TEST(Server, AKeptConversationContinuesFromItsCache) {
+    TestServer s(reuse_server(fresh_dir("reuse-slots")));
+    auto c = s.client();
+    for (const json& kv : {json{{"reuse", true}}, json{{"policy", "kvec:window=8"}, {"budget", 24}, {"reuse", true}}}) {
+        const json first = completion(c, kPrompt, kv);
+        EXPECT_EQ(cached_of(first), 0);
+        const std::string second_prompt = kPrompt + text_of(first) + " and the sea was calm that night";
+        const json second = completion(c, second_prompt, kv);
+        // Every token of the first prompt (and most of its answer) comes from the slot's cache.
+        EXPECT_GE(cached_of(second), first.at("usage").at("prompt_tokens").get<int64_t>()) << kv.dump();
+        EXPECT_LT(cached_of(second), second.at("usage").at("prompt_tokens").get<int64_t>());
+        EXPECT_EQ(second.at("kv").at("slot"), first.at("kv").at("slot"));
+        if (kv.contains("policy")) {
+            EXPECT_TRUE(second.at("kv").at("budget_held").get<bool>());
+            EXPECT_GT(second.at("kv").at("evicted").get<int64_t>(), 0);
+        } else {
+            // The full cache continued gives what a fresh prefill gives.
+            const json fresh = completion(c, second_prompt, json{{"reuse", false}});
+            EXPECT_EQ(cached_of(fresh), 0);
+            EXPECT_EQ(text_of(second), text_of(fresh));
+        }
+    }
+    // A request of another policy does not continue a kept conversation.
+    const json other = completion(c, kPrompt + " more", json{{"policy", "snapkv:window=8"}, {"budget", 24}, {"reuse", true}});
+    EXPECT_EQ(cached_of(other), 0);
+    auto m = scrape(s);
+    EXPECT_EQ(m["kvec_slots_kept"], 2);
+    EXPECT_GT(m["kvec_kv_cache_bytes"], 0);
+    // Erasing both slots frees every byte.
+    for (int slot = 0; slot < 2; ++slot) {
+        auto r = slot_call(c, slot, "erase", json::object());
+        ASSERT_TRUE(r);
+        EXPECT_EQ(r->status, 200) << r->body;
+    }
+    m = scrape(s);
+    EXPECT_EQ(m["kvec_slots_kept"], 0);
+    EXPECT_EQ(m["kvec_kv_cache_bytes"], 0);
+}
+
+TEST(Server, ARestoredSlotContinuesAsTheLiveSlotDid) {
+    TestServer s(reuse_server(fresh_dir("restore-slots")));
+    auto c = s.client();
+    const json kv = {{"policy", "kvec:window=8"}, {"budget", 24}, {"reuse", true}};
+    const json first = completion(c, kPrompt, kv);
+    const int slot = first.at("kv").at("slot").get<int>();
+    auto saved = slot_call(c, slot, "save", {{"filename", "lighthouse.slot"}});
+    ASSERT_TRUE(saved);
+    ASSERT_EQ(saved->status, 200) << saved->body;
+    EXPECT_GT(json::parse(saved->body).at("n_written").get<int64_t>(), 0);
+
+    const std::string next = kPrompt + text_of(first) + " when the storm came";
+    const json live = completion(c, next, kv, 10);
+    ASSERT_EQ(live.at("kv").at("slot").get<int>(), slot);
+    ASSERT_EQ(slot_call(c, slot, "erase", json::object())->status, 200);
+    auto restored = slot_call(c, 1 - slot, "restore", {{"filename", "lighthouse.slot"}});
+    ASSERT_TRUE(restored);
+    ASSERT_EQ(restored->status, 200) << restored->body;
+    EXPECT_EQ(json::parse(restored->body).at("n_restored"), json::parse(saved->body).at("n_saved"));
+    const json again = completion(c, next, kv, 10);
+    EXPECT_EQ(again.at("kv").at("slot").get<int>(), 1 - slot);
+    EXPECT_EQ(cached_of(again), cached_of(live));
+    EXPECT_EQ(text_of(again), text_of(live));
+    EXPECT_EQ(again.at("kv").at("entries_end"), live.at("kv").at("entries_end"));
+}
+
+TEST(Server, SlotFilesStayInsideTheSaveDirectory) {
+    const std::string dir = fresh_dir("confined-slots");
+    TestServer s(reuse_server(dir));
+    auto c = s.client();
+    auto status = [&](int slot, const std::string& action, const json& body, const char* code) {
+        auto r = slot_call(c, slot, action, body);
+        EXPECT_TRUE(r);
+        if (!r) return 0;
+        const json e = json::parse(r->body);
+        EXPECT_EQ(e.at("error").at("code"), code) << r->body;
+        EXPECT_EQ(r->body.find(dir), std::string::npos) << "an error body names the directory: " << r->body;
+        return r->status;
+    };
+    for (const char* name : {"../escape.slot", "/etc/passwd", ".hidden", "a/b.slot", "..", "", "x\\y"}) {
+        EXPECT_EQ(status(0, "restore", {{"filename", name}}, "invalid_filename"), 400) << name;
+        EXPECT_EQ(status(0, "save", {{"filename", name}}, "invalid_filename"), 400) << name;
+    }
+    EXPECT_EQ(status(0, "save", {{"name", "a.slot"}}, "invalid_filename"), 400);
+    EXPECT_EQ(status(0, "save", {{"filename", "a.slot"}}, "nothing_to_save"), 400);
+    EXPECT_EQ(status(0, "restore", {{"filename", "absent.slot"}}, "file_not_found"), 404);
+    EXPECT_EQ(status(0, "explode", {{"filename", "a.slot"}}, "invalid_action"), 400);
+    EXPECT_EQ(status(9, "erase", json::object(), "slot_not_found"), 404);
+    // A symbolic link in the directory, pointing out of it, is neither read nor written through.
+    const std::string outside = temp_path("outside.slot");
+    std::ofstream(outside) << "x";
+    std::filesystem::remove(dir + "/link.slot");
+    std::filesystem::create_symlink(outside, dir + "/link.slot");
+    EXPECT_EQ(status(0, "restore", {{"filename", "link.slot"}}, "invalid_filename"), 400);
+    completion(c, kPrompt, json{{"reuse", true}});
+    EXPECT_EQ(status(0, "save", {{"filename", "link.slot"}}, "invalid_filename"), 400);
+    // A damaged file, and one saved with another model.
+    {
+        std::ofstream(dir + "/junk.slot") << "KVECSLOT and nothing a slot file holds";
+    }
+    EXPECT_EQ(status(1, "restore", {{"filename", "junk.slot"}}, "invalid_slot_file"), 400);
+    Session other(*loaded().model);
+    other.prefill(std::vector<int32_t>{1, 50, 60, 70});
+    save_session(other, dir + "/other-model.slot", std::string(64, '0'), "");
+    EXPECT_EQ(status(1, "restore", {{"filename", "other-model.slot"}}, "wrong_model"), 400);
+    // Without --slot-save-path, save and restore are off.
+    TestServer plain(two_slots());
+    auto pc = plain.client();
+    auto r = slot_call(pc, 0, "save", {{"filename", "a.slot"}});
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 501);
+    // The server still serves.
+    EXPECT_EQ(completion(c, "hi", json{}).at("object"), "text_completion");
+}
+
+// Memory admission (--kv-memory).
+
+TEST(SlotPool, KvMemoryQueuesRefusesAndTimesOutInOrder) {
+    SlotPool pool(*loaded().model, SessionOptions{}, 3, 1000);
+    SlotRequest big;
+    big.kv_bytes = 600;
+    std::optional<SlotLease> a(pool.acquire(big));
+    EXPECT_EQ(pool.kv_reserved(), 600u);
+    // Too large for the bound by itself: refused at once.
+    SlotRequest huge;
+    huge.kv_bytes = 1001;
+    EXPECT_THROW(pool.acquire(huge), Error);
+    // Does not fit beside a: waits, then times out.
+    SlotRequest impatient = big;
+    impatient.timeout = std::chrono::milliseconds(100);
+    EXPECT_THROW(pool.acquire(impatient), SlotPool::Timeout);
+    // A waiter that times out while another waits behind it does not block the queue.
+    std::atomic<int> served{0};
+    std::thread b([&] { EXPECT_THROW(pool.acquire(impatient), SlotPool::Timeout); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::thread c([&] {
+        SlotLease l = pool.acquire(big);
+        ++served;
+    });
+    b.join();
+    EXPECT_EQ(served.load(), 0);  // c still waits for a's memory
+    a.reset();
+    c.join();
+    EXPECT_EQ(served.load(), 1);
+    EXPECT_EQ(pool.kv_reserved(), 0u);
+    EXPECT_EQ(pool.queued(), 0);
+    // Small requests fit side by side.
+    SlotRequest small;
+    small.kv_bytes = 400;
+    SlotLease x = pool.acquire(small);
+    SlotLease y = pool.acquire(small);
+    EXPECT_EQ(pool.kv_reserved(), 800u);
+}
+
+TEST(SlotPool, KeptConversationsGiveTheirMemoryUpToNewRequests) {
+    SlotPool pool(*loaded().model, SessionOptions{}, 2, 60000);
+    {
+        SlotLease l = pool.acquire();
+        Slot& s = l.slot();
+        s.session->prefill(std::vector<int32_t>(40, 100));  // 40 entries x 4 heads x 132 bytes
+        s.kept = Slot::Kept{};
+        s.publish_kv_bytes();
+    }
+    EXPECT_EQ(pool.kept(), 1);
+    EXPECT_GT(pool.kv_bytes(), 20000u);
+    SlotRequest r;
+    r.kv_bytes = 50000;  // fits only once the kept conversation is dropped
+    SlotLease a = pool.acquire(r);
+    r.kv_bytes = 0;
+    SlotLease b = pool.acquire(r);  // the other slot
+    EXPECT_EQ(pool.kept(), 0);
+    EXPECT_EQ(pool.kv_bytes(), 0u);
+}
+
+TEST(Server, KvMemoryAdmissionAnswers400And503WithRetryAfter) {
+    ServerOptions o;
+    o.parallel = 2;
+    o.kv_memory = 100000;  // 8 new tokens on the prompt reserve ~34 kB (kv_reservation), 240 tokens ~152 kB
+    o.queue_timeout_s = 1;
+    TestServer s(o);
+    auto c = s.client();
+    // Asks for more than the whole bound: refused at once.
+    auto r = post(c, "/v1/completions", json{{"prompt", kPrompt}, {"max_tokens", 240}}.dump());
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400);
+    EXPECT_EQ(json::parse(r->body).at("error").at("code"), "kv_memory_exceeded") << r->body;
+    // Fits: served.
+    EXPECT_EQ(completion(c, kPrompt, json{}, 8).at("object"), "text_completion");
+    // While another holds most of the memory, it waits for its timeout, then gets 503.
+    SlotRequest hold;
+    hold.kv_bytes = 90000;
+    std::optional<SlotLease> held(s.server().slots().acquire(hold));
+    for (const bool stream : {false, true}) {
+        r = post(c, "/v1/completions", json{{"prompt", kPrompt}, {"max_tokens", 8}, {"stream", stream}}.dump());
+        ASSERT_TRUE(r);
+        EXPECT_EQ(r->status, 503) << r->body;
+        EXPECT_EQ(json::parse(r->body).at("error").at("code"), "server_busy");
+        EXPECT_FALSE(r->get_header_value("Retry-After").empty());
+    }
+    held.reset();
+    EXPECT_EQ(completion(c, kPrompt, json{}, 8).at("object"), "text_completion");
+    auto m = scrape(s);
+    EXPECT_EQ(m["kvec_kv_memory_bytes"], 100000);
+    EXPECT_EQ(m["kvec_kv_reserved_bytes"], 0);
 }
 
 }  // namespace

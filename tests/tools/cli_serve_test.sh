@@ -22,6 +22,12 @@ expect 1 "serve: --budget with a policy that has none" -- "$KVEC" serve -m "$M" 
 contains err "--budget does not apply to policy full" "budget with full message"
 expect 1 "serve: --parallel 0" -- "$KVEC" serve -m "$M" --parallel 0
 contains err "--parallel must be at least 1" "parallel message"
+expect 1 "serve: --slot-save-path not a directory" -- "$KVEC" serve -m "$M" --slot-save-path "$DIR/no-such-dir"
+contains err "--slot-save-path $DIR/no-such-dir: not a directory" "slot save path message"
+expect 1 "serve: --queue-timeout 0" -- "$KVEC" serve -m "$M" --queue-timeout 0
+contains err "--queue-timeout must be at least 1 second" "queue timeout message"
+expect 1 "serve: --kv-memory not a size" -- "$KVEC" serve -m "$M" --kv-memory lots
+contains err "--kv-memory" "kv memory message"
 expect 1 "serve: missing model" -- "$KVEC" serve -m "$DIR/none.gguf"
 contains err "does not exist" "missing model message"
 

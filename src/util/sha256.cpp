@@ -1,11 +1,11 @@
-#include "eval/sha256.h"
+#include "util/sha256.h"
 
 #include <fstream>
 #include <vector>
 
 #include "util/error.h"
 
-namespace kvec::eval {
+namespace kvec {
 
 namespace {
 
@@ -117,4 +117,4 @@ std::string sha256_file(const std::string& path) {
     return h.hex_digest();
 }
 
-}  // namespace kvec::eval
+}  // namespace kvec

@@ -1,5 +1,5 @@
-// SHA-256 (FIPS 180-4) of byte strings and files, for the provenance of evaluation runs (the
-// model file's hash in config.json).
+// SHA-256 (FIPS 180-4) of byte strings and files: the provenance of evaluation runs (the
+// model file's hash in config.json), shard assignment, saved slot files (their model and integrity).
 #pragma once
 
 #include <array>
@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-namespace kvec::eval {
+namespace kvec {
 
 class Sha256 {
 public:
@@ -32,4 +32,4 @@ std::string sha256_hex(std::string_view data);
 // Streams the file; kvec::Error if it cannot be read.
 std::string sha256_file(const std::string& path);
 
-}  // namespace kvec::eval
+}  // namespace kvec
