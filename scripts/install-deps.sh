@@ -22,6 +22,8 @@ APT_PACKAGES=(
     util-linux
     # tests/slurm: a sharded sweep on a real single-node Slurm cluster (munged, slurmctld, slurmd).
     slurm-wlm munge
+    # tests/server/web_page_test.sh: kvec serve's web page in headless Chromium.
+    chromium
 )
 # Node.js and npm: Debian's packages unless the machine already has an npm (e.g. NodeSource's
 # nodejs, which bundles npm and conflicts with Debian's npm package).

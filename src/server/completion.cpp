@@ -49,6 +49,40 @@ size_t kv_reservation(const PreparedRequest& p, const Model& model, const Sessio
     return static_cast<size_t>(int64_t{c.n_layer} * c.n_head_kv * entries) * entry;
 }
 
+KvPicture kv_picture(const Session& session, int32_t n_prompt, bool runs) {
+    const KvCache& kv = session.kv_cache();
+    KvPicture p;
+    p.n_prompt = n_prompt;
+    if (n_prompt <= 0) return p;
+    std::vector<uint8_t> any(static_cast<size_t>(n_prompt), 0);    // [n_prompt] kept by some head of some layer
+    std::vector<uint8_t> layer(static_cast<size_t>(n_prompt), 0);  // [n_prompt] ... of this layer
+    if (runs) p.runs.resize(static_cast<size_t>(kv.n_layer()));
+    for (int l = 0; l < kv.n_layer(); ++l) {
+        std::fill(layer.begin(), layer.end(), 0);
+        for (int h = 0; h < kv.n_head_kv(); ++h) {
+            const int32_t* pos = kv.positions(l, h);
+            std::vector<int32_t> r;  // (start, length) pairs
+            for (int32_t i = 0; i < kv.size(l, h) && pos[i] < n_prompt; ++i) {
+                layer[static_cast<size_t>(pos[i])] = 1;
+                if (!r.empty() && r[r.size() - 2] + r.back() == pos[i]) {
+                    ++r.back();
+                } else {
+                    r.insert(r.end(), {pos[i], 1});
+                }
+            }
+            if (runs) p.runs[static_cast<size_t>(l)].push_back(std::move(r));
+        }
+        int64_t kept = 0;
+        for (size_t i = 0; i < layer.size(); ++i) {
+            kept += layer[i];
+            any[i] |= layer[i];
+        }
+        p.layer_coverage.push_back(static_cast<double>(kept) / n_prompt);
+    }
+    p.coverage = static_cast<double>(std::count(any.begin(), any.end(), 1)) / n_prompt;
+    return p;
+}
+
 CompletionResult run_completion(const PreparedRequest& p, const Tokenizer& tokenizer, const SlotLease& lease,
                                 std::mutex& forward_mutex, const std::function<bool(std::string_view)>& on_text) {
     Slot& slot = lease.slot();
@@ -87,6 +121,7 @@ CompletionResult run_completion(const PreparedRequest& p, const Tokenizer& token
     out.completion_tokens = r.stats.n_generated;
     out.cached_tokens = r.stats.n_reused;
     out.kv = kv_report(session, policy.policy.get(), r.stats);
+    out.picture = kv_picture(session, r.stats.n_prompt, p.request.kv.map);
     out.kv_spec = policy.spec;
     out.slot = slot.id;
     return out;

@@ -14,6 +14,7 @@
 #include "engine/generator.h"
 #include "engine/kv_report.h"
 #include "server/request.h"
+#include "server/responses.h"
 #include "server/slots.h"
 
 namespace kvec::server {
@@ -36,6 +37,10 @@ PreparedRequest prepare_request(CompletionRequest request, const Tokenizer& toke
 // allocation grows by max(16 entries, 1/8)) is included.
 size_t kv_reservation(const PreparedRequest& request, const Model& model, const SessionOptions& options, int32_t n_ctx);
 
+// Which prompt positions (< n_prompt) the session's cache holds, per layer and KV head: coverage
+// always, the (start, length) runs with `runs`.
+KvPicture kv_picture(const Session& session, int32_t n_prompt, bool runs);
+
 struct CompletionResult {
     std::string text;
     StopReason reason = StopReason::Length;
@@ -43,6 +48,7 @@ struct CompletionResult {
     int64_t completion_tokens = 0;
     int64_t cached_tokens = 0;  // prompt tokens reused from the slot's kept conversation
     KvReport kv;
+    KvPicture picture;    // coverage of the prompt at the end (and the map with kv.map)
     std::string kv_spec;  // the policy as run ("" = full cache)
     int slot = 0;
     double seconds = 0;   // prefill + decode wall time

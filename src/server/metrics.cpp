@@ -5,7 +5,7 @@
 namespace kvec::server {
 
 std::string path_label(const std::string& path) {
-    for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"}) {
+    for (const char* known : {"/", "/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"}) {
         if (path == known) return path;
     }
     if (path.rfind("/slots/", 0) == 0) return "/slots";

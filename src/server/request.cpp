@@ -147,14 +147,16 @@ KvChoice resolve_kv(const json* kv, const RequestDefaults& d) {
     std::optional<int64_t> budget;
     std::optional<double> ratio;
     bool reuse = d.reuse;
+    bool map = false;
     if (kv != nullptr) {
         if (!kv->is_object()) wrong_type("kv", "an object", *kv);
         for (const auto& [key, value] : kv->items()) {
-            if (key != "policy" && key != "budget" && key != "ratio" && key != "reuse") {
-                bad_request("invalid_kv", "unknown field 'kv.{}' (kv takes policy, budget, ratio, reuse)", key);
+            if (key != "policy" && key != "budget" && key != "ratio" && key != "reuse" && key != "map") {
+                bad_request("invalid_kv", "unknown field 'kv.{}' (kv takes policy, budget, ratio, reuse, map)", key);
             }
         }
         if (const json* r = field(*kv, "reuse")) reuse = get_bool(*r, "kv.reuse");
+        if (const json* m = field(*kv, "map")) map = get_bool(*m, "kv.map");
         if (const json* p = field(*kv, "policy")) {
             policy = get_string(*p, "kv.policy");
             if (policy.empty()) bad_request("invalid_kv", "'kv.policy' is empty (give a policy name, or \"none\")");
@@ -167,6 +169,7 @@ KvChoice resolve_kv(const json* kv, const RequestDefaults& d) {
         if (budget || ratio) bad_request("invalid_kv", "'kv.budget' and 'kv.ratio' need an eviction policy ('kv.policy')");
         KvChoice full;
         full.reuse = reuse;
+        full.map = map;
         return full;
     }
     try {
@@ -186,6 +189,7 @@ KvChoice resolve_kv(const json* kv, const RequestDefaults& d) {
         c.spec = policy::policy_options(folded).canonical();
         c.policy = policy::make_policy(folded);
         c.reuse = reuse;
+        c.map = map;
         return c;
     } catch (const Error& e) {
         bad_request("invalid_kv", "kv: {}", e.what());

@@ -36,10 +36,11 @@ struct KvChoice {
     std::string spec;                   // canonical "name:key=value,..."; "" = full cache, no policy
     std::shared_ptr<Evictor> policy;    // the policy, made and validated; nullptr with spec ""
     bool reuse = false;                 // continue from a slot's kept conversation, and keep this one
+    bool map = false;                   // the response's kv carries the map of kept prompt positions
 };
 
 // The `kv` extension object (or nullptr when absent), resolved: {"policy": SPEC, "budget": B,
-// "ratio": R, "reuse": BOOL}; policy "none" is the full cache. A request's budget or ratio replaces the
+// "ratio": R, "reuse": BOOL, "map": BOOL}; policy "none" is the full cache. A request's budget or ratio replaces the
 // server's; without either, the server's --budget / --ratio apply to a policy that takes them.
 // ApiError 400 (code "invalid_kv") for a wrong type, an unknown field, an unknown policy or
 // option, or a budget the policy does not accept.

@@ -39,7 +39,7 @@ json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached
             {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
 }
 
-json kv_json(const KvReport& r, const std::string& spec, int slot) {
+json kv_json(const KvReport& r, const std::string& spec, int slot, const KvPicture& picture) {
     json kv = {{"policy", spec.empty() ? "none" : spec},
                {"slot", slot},
                {"entries_before", r.full_entries},
@@ -62,6 +62,9 @@ json kv_json(const KvReport& r, const std::string& spec, int slot) {
     if (r.chunked) {
         kv["prompt_peak_bound_bytes"] = r.prompt_peak_bound;
     }
+    kv["coverage"] = picture.coverage;
+    kv["layer_coverage"] = picture.layer_coverage;
+    if (!picture.runs.empty()) kv["map"] = {{"n_prompt", picture.n_prompt}, {"runs", picture.runs}};
     return kv;
 }
 

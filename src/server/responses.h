@@ -28,8 +28,18 @@ const char* finish_reason(StopReason reason);
 
 // cached_tokens: prompt tokens taken from the slot's kept conversation (prompt_tokens_details).
 nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens = 0);
-// spec: the policy as run ("" for the full cache); slot: the slot that ran it.
-nlohmann::json kv_json(const KvReport& report, const std::string& spec, int slot);
+// What the cache holds of the prompt at the end of a request (kv_picture in completion.h).
+struct KvPicture {
+    int32_t n_prompt = 0;
+    double coverage = 0;                 // prompt positions kept by some head of some layer / n_prompt
+    std::vector<double> layer_coverage;  // [n_layer] prompt positions kept by some head of the layer / n_prompt
+    // [n_layer][n_head_kv] kept prompt positions as (start, length) pairs; empty unless kv.map.
+    std::vector<std::vector<std::vector<int32_t>>> runs;
+};
+
+// spec: the policy as run ("" for the full cache); slot: the slot that ran it; picture: coverage
+// (and, with runs, the map of kept positions per layer and KV head).
+nlohmann::json kv_json(const KvReport& report, const std::string& spec, int slot, const KvPicture& picture);
 
 // A whole (non-streamed) response.
 nlohmann::json completion_json(const ResponseHeader& h, const std::string& text, StopReason reason,

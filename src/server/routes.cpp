@@ -1,5 +1,6 @@
 // The endpoints: POST /v1/chat/completions, POST /v1/completions (whole or streamed),
-// GET /v1/models, GET /health, GET /metrics, POST /slots/{id}?action=save|restore|erase.
+// GET /v1/models, GET /health, GET /metrics, POST /slots/{id}?action=save|restore|erase, and the
+// web page at GET / (web/index.html).
 #include <httplib.h>
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <cstdio>
 #include <optional>
 
+#include "index_html.h"
 #include "server/api_error.h"
 #include "server/completion.h"
 #include "server/responses.h"
@@ -19,6 +21,10 @@ namespace kvec::server {
 using nlohmann::json;
 
 void Server::add_routes() {
+    http_->Get("/", [](const httplib::Request&, httplib::Response& res) {
+        res.set_header("Content-Security-Policy", "default-src 'self'; style-src 'unsafe-inline'; script-src 'unsafe-inline'");
+        res.set_content(kIndexHtml, "text/html; charset=utf-8");
+    });
     http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
         const json body = {{"status", "ok"},
                            {"slots_idle", slots_->size() - slots_->busy()},
@@ -57,7 +63,7 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Endpo
     metrics_.count_generation(r.prompt_tokens - r.cached_tokens, r.completion_tokens, r.kv.eviction.evicted, r.seconds);
     const json body = completion_json(header, r.text, r.reason,
                                       usage_json(r.prompt_tokens, r.completion_tokens, r.cached_tokens),
-                                      kv_json(r.kv, r.kv_spec, r.slot));
+                                      kv_json(r.kv, r.kv_spec, r.slot, r.picture));
     res.set_content(dump(body), "application/json");
 }
 
@@ -102,7 +108,7 @@ void Server::stream(std::shared_ptr<PreparedRequest> prepared, httplib::Response
                                       r.seconds);
             if (!out.open()) return false;  // the client has gone
             const json usage = usage_json(r.prompt_tokens, r.completion_tokens, r.cached_tokens);
-            out.send(final_chunk(header, r.reason, usage, kv_json(r.kv, r.kv_spec, r.slot)));
+            out.send(final_chunk(header, r.reason, usage, kv_json(r.kv, r.kv_spec, r.slot, r.picture)));
             if (prepared->request.include_usage) out.send(usage_chunk(header, usage));
         } catch (const std::exception& e) {
             // The status (200) is sent: the error goes into the stream, without details.

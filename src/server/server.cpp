@@ -80,15 +80,19 @@ void Server::configure() {
     http_->set_keep_alive_timeout(5);
     // httplib's default sets SO_REUSEPORT, with which a second server binds the same port and
     // silently takes half of its connections. SO_REUSEADDR only: a port in use is an error.
-    http_->set_socket_options([](socket_t sock) {
+    http_->set_socket_options([this](socket_t sock) {
         int yes = 1;
         ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+        listen_socket_ = sock;
     });
 
     // Authentication: every endpoint but /health needs the key.
     if (!options_.api_key.empty()) {
         http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-            if (req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+            // /health and the page itself (static; its requests carry the key the user types in).
+            if (req.path == "/health" || (req.path == "/" && req.method == "GET")) {
+                return httplib::Server::HandlerResponse::Unhandled;
+            }
             const std::string auth = req.get_header_value("Authorization");
             const std::string prefix = "Bearer ";
             if (auth.compare(0, prefix.size(), prefix) == 0 && same_secret(auth.substr(prefix.size()), options_.api_key)) {
@@ -146,11 +150,12 @@ int Server::bind() {
         const int port = http_->bind_to_any_port(options_.host);
         if (port < 0) fail("cannot bind to {} (any port)", options_.host);
         options_.port = port;
-        return port;
-    }
-    if (!http_->bind_to_port(options_.host, options_.port)) {
+    } else if (!http_->bind_to_port(options_.host, options_.port)) {
         fail("cannot bind to {}:{} (in use, or not an address of this machine)", options_.host, options_.port);
     }
+    // cpp-httplib 0.11 listens with a backlog of 5: a burst of more clients than that overflows
+    // the accept queue and some of them see their connection reset. listen() again raises it.
+    if (listen_socket_ >= 0) ::listen(listen_socket_, SOMAXCONN);
     return options_.port;
 }
 

@@ -90,6 +90,7 @@ private:
     Metrics metrics_;
     std::unique_ptr<httplib::Server> http_;
     int64_t started_ = 0;  // Unix time
+    int listen_socket_ = -1;  // the listening socket, seen by the socket-options callback
     std::once_flag model_sha256_once_;
     std::string model_sha256_;
 };

@@ -1003,6 +1003,45 @@ TEST(Server, SlotFilesStayInsideTheSaveDirectory) {
     EXPECT_EQ(completion(c, "hi", json{}).at("object"), "text_completion");
 }
 
+TEST(Server, KvMapAndCoverageDescribeWhatTheCacheHolds) {
+    auto c = shared_server().client();
+    // Full cache: every prompt position of every head, one run each.
+    json full = completion(c, kPrompt, json{{"policy", "none"}, {"map", true}}, 4);
+    const int64_t n_prompt = full.at("usage").at("prompt_tokens").get<int64_t>();
+    EXPECT_EQ(full.at("kv").at("coverage").get<double>(), 1.0);
+    EXPECT_EQ(full.at("kv").at("map").at("n_prompt").get<int64_t>(), n_prompt);
+    for (const json& heads : full.at("kv").at("map").at("runs")) {
+        for (const json& runs : heads) EXPECT_EQ(runs, json::array({0, n_prompt}));
+    }
+    // K-VEC at B = 40: at most budget_entries = layers x KV heads x B prompt entries in all (K-VEC
+    // may give one head or layer more than another); coverage = the union over everything.
+    json kv = completion(c, kPrompt, json{{"policy", "kvec"}, {"budget", 40}, {"map", true}}, 4);
+    std::vector<int> any(static_cast<size_t>(n_prompt), 0);
+    const json& runs = kv.at("kv").at("map").at("runs");
+    ASSERT_EQ(runs.size(), kv.at("kv").at("layer_coverage").size());
+    int64_t kept = 0;
+    for (size_t l = 0; l < runs.size(); ++l) {
+        std::vector<int> layer(static_cast<size_t>(n_prompt), 0);
+        for (const json& head : runs[l]) {
+            for (size_t i = 0; i + 1 < head.size(); i += 2) {
+                for (int64_t p = head[i].get<int64_t>(); p < head[i].get<int64_t>() + head[i + 1].get<int64_t>(); ++p) {
+                    ASSERT_LT(p, n_prompt);
+                    layer[static_cast<size_t>(p)] = any[static_cast<size_t>(p)] = 1;
+                }
+                kept += head[i + 1].get<int64_t>();
+            }
+        }
+        EXPECT_DOUBLE_EQ(kv.at("kv").at("layer_coverage")[l].get<double>(),
+                         static_cast<double>(std::count(layer.begin(), layer.end(), 1)) / static_cast<double>(n_prompt));
+    }
+    EXPECT_DOUBLE_EQ(kv.at("kv").at("coverage").get<double>(),
+                     static_cast<double>(std::count(any.begin(), any.end(), 1)) / static_cast<double>(n_prompt));
+    EXPECT_LE(kept, kv.at("kv").at("budget_entries").get<int64_t>());
+    EXPECT_LT(kv.at("kv").at("coverage").get<double>(), 1.0);
+    // Without kv.map, no map (the coverage is always there).
+    EXPECT_FALSE(completion(c, kPrompt, json{{"policy", "kvec"}, {"budget", 40}}, 2).at("kv").contains("map"));
+}
+
 // Memory admission (--kv-memory).
 
 TEST(SlotPool, KvMemoryQueuesRefusesAndTimesOutInOrder) {
