@@ -32,21 +32,31 @@ PreparedRequest prepare_request(CompletionRequest request, const Tokenizer& toke
     return p;
 }
 
-size_t kv_reservation(const PreparedRequest& p, const Model& model, const SessionOptions& options, int32_t n_ctx) {
+KvReservation kv_reservation(const PreparedRequest& p, const Model& model, const SessionOptions& options,
+                             int32_t n_ctx) {
     const ModelConfig& c = model.config();
     const Evictor* policy = p.request.kv.policy.get();
     const int64_t prompt = static_cast<int64_t>(p.prompt_tokens.size());
     const int64_t generated = p.request.max_tokens >= 0 ? p.request.max_tokens : std::max<int64_t>(0, n_ctx - prompt);
-    int64_t held = prompt;  // entries per head once the prompt is in, at the prompt's peak
-    if (const auto* frame = dynamic_cast<const policy::FramePolicy*>(policy); frame && frame->frame().chunked) {
-        held = std::min(prompt, frame->budget_for_prompt(static_cast<int32_t>(prompt)) + options.n_batch);
-    }
-    int64_t entries = std::min<int64_t>(held + generated, n_ctx);
-    entries += std::max<int64_t>(16, entries / 8);
     const bool scores = policy != nullptr && policy->request().column_sums;
     const size_t entry = kv_row_bytes(options.kv_type_k, c.head_dim) + kv_row_bytes(options.kv_type_v, c.head_dim) +
                          sizeof(int32_t) + sizeof(float) * static_cast<size_t>(scores ? c.n_group() : 0);
-    return static_cast<size_t>(int64_t{c.n_layer} * c.n_head_kv * entries) * entry;
+    const auto bytes = [&](int64_t entries) {  // entries per head, with the decode growth
+        entries = std::min<int64_t>(entries, n_ctx);
+        entries += std::max<int64_t>(16, entries / 8);
+        return static_cast<size_t>(int64_t{c.n_layer} * c.n_head_kv * entries) * entry;
+    };
+    KvReservation r;
+    const auto* frame = dynamic_cast<const policy::FramePolicy*>(policy);
+    if (frame == nullptr) {
+        r.peak = r.steady = bytes(prompt + generated);
+        return r;
+    }
+    const int64_t budget = std::min<int64_t>(prompt, frame->budget_for_prompt(static_cast<int32_t>(prompt)));
+    const int64_t held = frame->frame().chunked ? std::min(prompt, budget + options.n_batch) : prompt;
+    r.steady = bytes(budget + generated);
+    r.peak = std::max(bytes(held), r.steady);
+    return r;
 }
 
 KvPicture kv_picture(const Session& session, int32_t n_prompt, bool runs) {
@@ -83,7 +93,7 @@ KvPicture kv_picture(const Session& session, int32_t n_prompt, bool runs) {
     return p;
 }
 
-CompletionResult run_completion(const PreparedRequest& p, const Tokenizer& tokenizer, const SlotLease& lease,
+CompletionResult run_completion(const PreparedRequest& p, const Tokenizer& tokenizer, SlotLease& lease,
                                 std::mutex& forward_mutex, const std::function<bool(std::string_view)>& on_text) {
     Slot& slot = lease.slot();
     Session& session = *slot.session;
@@ -102,8 +112,10 @@ CompletionResult run_completion(const PreparedRequest& p, const Tokenizer& token
     g.reuse = reuse;
     bool listening = true;
     g.forward_mutex = &forward_mutex;
+    int steps = 0;
     g.keep_going = [&] {
         slot.publish_kv_bytes();
+        if (++steps == 2) lease.settle();  // before the first decode step: the prompt is in and evicted
         return listening;
     };
     Timer timer;

@@ -30,12 +30,20 @@ struct PreparedRequest {
 PreparedRequest prepare_request(CompletionRequest request, const Tokenizer& tokenizer, int32_t n_ctx);
 
 // The KV bytes a request may reach on a slot (what --kv-memory reserves): (layers x KV heads) x
-// entries x bytes per entry (key and value rows of the cache types, position, the policy's scores).
-// Entries per head: the prompt plus max_tokens (the rest of the context without a limit) for the
-// full cache or a policy that compresses once the whole prompt is in; a budgeted policy that
-// evicts chunk by chunk holds at most B + one prefill chunk during the prompt. Decode growth (an
-// allocation grows by max(16 entries, 1/8)) is included.
-size_t kv_reservation(const PreparedRequest& request, const Model& model, const SessionOptions& options, int32_t n_ctx);
+// entries x bytes per entry (key and value rows of the cache types, position, the policy's scores),
+// with the decode growth of an allocation (max(16 entries, 1/8)). Entries per head:
+//   peak    while the prompt runs: the prompt for the full cache or a policy that compresses once
+//           the whole prompt is in, at most B + one prefill chunk for a budgeted policy that evicts
+//           chunk by chunk; plus max_tokens (the rest of the context without a limit) for the full
+//           cache and policies without a budget;
+//   steady  from the first decode step on: min(B, prompt) + max_tokens for a budgeted policy
+//           (what it keeps of the prompt and what the answer adds), the peak otherwise.
+struct KvReservation {
+    size_t peak = 0;
+    size_t steady = 0;
+};
+KvReservation kv_reservation(const PreparedRequest& request, const Model& model, const SessionOptions& options,
+                             int32_t n_ctx);
 
 // Which prompt positions (< n_prompt) the session's cache holds, per layer and KV head: coverage
 // always, the (start, length) runs with `runs`.
@@ -61,7 +69,7 @@ struct CompletionResult {
 // the text as it becomes final and returns false when nobody is listening any more; the
 // generation then stops before its next forward step (StopReason::Cancelled). Forward steps take
 // forward_mutex. kvec::Error from the engine propagates.
-CompletionResult run_completion(const PreparedRequest& request, const Tokenizer& tokenizer, const SlotLease& lease,
+CompletionResult run_completion(const PreparedRequest& request, const Tokenizer& tokenizer, SlotLease& lease,
                                 std::mutex& forward_mutex, const std::function<bool(std::string_view)>& on_text);
 
 }  // namespace kvec::server

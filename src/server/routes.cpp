@@ -71,7 +71,9 @@ SlotLease Server::acquire(const PreparedRequest& p) {
     SlotRequest r;
     r.prompt = p.prompt_tokens;
     r.reuse_spec = p.request.kv.reuse ? &p.request.kv.spec : nullptr;
-    r.kv_bytes = kv_reservation(p, model_, options_.session, slots_->n_ctx());
+    const KvReservation kv = kv_reservation(p, model_, options_.session, slots_->n_ctx());
+    r.kv_bytes = kv.peak;
+    r.kv_steady_bytes = kv.steady;
     r.timeout = std::chrono::seconds(options_.queue_timeout_s);
     try {
         return slots_->acquire(r);

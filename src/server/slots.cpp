@@ -12,6 +12,20 @@ SlotLease::~SlotLease() {
     if (slot_ != nullptr) pool_->release(*slot_, reserved_);
 }
 
+void SlotLease::settle() {
+    if (slot_ == nullptr || steady_ >= reserved_) return;
+    pool_->unreserve(reserved_ - steady_);
+    reserved_ = steady_;
+}
+
+void SlotPool::unreserve(size_t bytes) {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        reserved_ -= bytes;
+    }
+    freed_.notify_all();
+}
+
 SlotPool::SlotPool(const Model& model, const SessionOptions& options, int n, size_t kv_memory) : kv_memory_(kv_memory) {
     if (n < 1) fail("--parallel must be at least 1, got {}", n);
     for (int i = 0; i < n; ++i) {
@@ -118,7 +132,7 @@ SlotLease SlotPool::acquire(const SlotRequest& request) {
     reserved_ += reserved;
     lock.unlock();
     freed_.notify_all();  // the next ticket may find another free slot
-    return SlotLease(*this, *slot, reuse, reserved);
+    return SlotLease(*this, *slot, reuse, reserved, kv_memory_ > 0 ? std::min(request.kv_steady_bytes, reserved) : 0);
 }
 
 std::optional<SlotLease> SlotPool::try_acquire(int id) {

@@ -61,10 +61,11 @@ class SlotPool;
 // A leased slot; returns it to the pool (cache emptied) when destroyed.
 class SlotLease {
 public:
-    SlotLease(SlotPool& pool, Slot& slot, int32_t reuse = 0, size_t reserved = 0)
-        : pool_(&pool), slot_(&slot), reuse_(reuse), reserved_(reserved) {}
+    SlotLease(SlotPool& pool, Slot& slot, int32_t reuse = 0, size_t reserved = 0, size_t steady = 0)
+        : pool_(&pool), slot_(&slot), reuse_(reuse), reserved_(reserved), steady_(steady) {}
     SlotLease(SlotLease&& other) noexcept
-        : pool_(other.pool_), slot_(other.slot_), reuse_(other.reuse_), reserved_(other.reserved_) {
+        : pool_(other.pool_), slot_(other.slot_), reuse_(other.reuse_), reserved_(other.reserved_),
+          steady_(other.steady_) {
         other.slot_ = nullptr;
     }
     SlotLease(const SlotLease&) = delete;
@@ -77,12 +78,16 @@ public:
     // slot starts afresh.
     int32_t reuse() const { return reuse_; }
     size_t reserved() const { return reserved_; }  // KV bytes reserved under --kv-memory
+    // Once the prompt is in (its eviction done), the reservation shrinks to the request's steady
+    // bytes (SlotRequest::kv_steady_bytes) and waiting requests may use the rest.
+    void settle();
 
 private:
     SlotPool* pool_;
     Slot* slot_;
     int32_t reuse_ = 0;
     size_t reserved_ = 0;
+    size_t steady_ = 0;
 };
 
 // What a request asks of the pool.
@@ -90,6 +95,7 @@ struct SlotRequest {
     std::span<const int32_t> prompt;          // to find a kept conversation it continues
     const std::string* reuse_spec = nullptr;  // its policy, when it continues one (kv.reuse)
     size_t kv_bytes = 0;                      // KV bytes to reserve (counted only under --kv-memory)
+    size_t kv_steady_bytes = 0;               // what stays reserved after the prompt (SlotLease::settle)
     std::chrono::milliseconds timeout{0};     // how long it may wait in the queue (0: for ever)
 };
 
@@ -132,6 +138,7 @@ public:
 private:
     friend class SlotLease;
     void release(Slot& slot, size_t reserved);
+    void unreserve(size_t bytes);  // part of a running request's reservation comes free
     Slot* pick(std::span<const int32_t> prompt, const std::string* reuse_spec, int32_t& reuse) const;  // under mutex_
     // Under mutex_: whether `bytes` fit beside the reservations and the idle slots' kept
     // conversations (other than `taking`), dropping those least recently used first if needed.

@@ -1076,9 +1076,21 @@ TEST(SlotPool, KvMemoryQueuesRefusesAndTimesOutInOrder) {
     // Small requests fit side by side.
     SlotRequest small;
     small.kv_bytes = 400;
-    SlotLease x = pool.acquire(small);
+    std::optional<SlotLease> x(pool.acquire(small));
     SlotLease y = pool.acquire(small);
     EXPECT_EQ(pool.kv_reserved(), 800u);
+    x.reset();
+    // A reservation settles to its steady bytes once the prompt is in: the rest is free for others.
+    SlotRequest peaky = big;
+    peaky.kv_steady_bytes = 100;
+    SlotLease p = pool.acquire(peaky);
+    EXPECT_EQ(pool.kv_reserved(), 1000u);
+    EXPECT_THROW(pool.acquire(impatient), SlotPool::Timeout);
+    p.settle();
+    EXPECT_EQ(p.reserved(), 100u);
+    EXPECT_EQ(pool.kv_reserved(), 500u);
+    SlotLease q = pool.acquire(small);  // fits now
+    EXPECT_EQ(pool.kv_reserved(), 900u);
 }
 
 TEST(SlotPool, KeptConversationsGiveTheirMemoryUpToNewRequests) {
