@@ -18,15 +18,9 @@ fi
 
 M="$DIR/chat.gguf"
 /usr/bin/python3 "$SRC/tests/server/add_chat_template.py" "$SRC/models/kvec-tiny.gguf" "$M" || { echo "FAIL: chat model"; exit 1; }
-"$KVEC" serve -m "$M" --port 0 -t 1 --parallel 1 --api-key sesame >"$DIR/serve.out" 2>"$DIR/serve.err" &
-PID=$!
+start_serve -m "$M" -t 1 --parallel 1 --api-key sesame
+# KEEP_SCREENSHOT=FILE keeps the screenshot.
 trap 'kill "$PID" 2>/dev/null; [ -n "${KEEP_SCREENSHOT:-}" ] && cp "$DIR/page.png" "$KEEP_SCREENSHOT"; rm -rf "$DIR"' EXIT
-PORT=""
-for _ in $(seq 1 300); do
-    PORT=$(sed -n 's|^listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$DIR/serve.err")
-    [ -n "$PORT" ] && break
-    sleep 0.1
-done
 [ -n "$PORT" ] || { echo "FAIL: the server did not start"; cat "$DIR/serve.err"; exit 1; }
 
 PROMPT="The old lighthouse keeper climbed the stairs every evening at dusk, counting each step aloud, and when he reached the lamp room he wiped the glass"

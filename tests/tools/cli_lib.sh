@@ -28,3 +28,18 @@ contains() {
     case "$file" in /*) ;; *) file="$DIR/$file" ;; esac
     if ! grep -qF -- "$2" "$file"; then fail "$3: '$2' not in $1"; return 1; fi
 }
+
+# start_serve ARGS...: starts `$KVEC serve --port 0 ARGS...` in the background (stdout and stderr
+# in $DIR/serve.out, $DIR/serve.err) and waits for its "listening on" line: PID and PORT are set
+# (PORT empty if it did not start within 20 s).
+start_serve() {
+    "$KVEC" serve --port 0 "$@" >"$DIR/serve.out" 2>"$DIR/serve.err" &
+    PID=$!
+    PORT=""
+    for _ in $(seq 1 400); do
+        PORT=$(sed -nE 's/^listening on http:\/\/127\.0\.0\.1:([0-9]+).*/\1/p' "$DIR/serve.err")
+        [ -n "$PORT" ] && return 0
+        kill -0 "$PID" 2>/dev/null || return 1
+        sleep 0.05
+    done
+}

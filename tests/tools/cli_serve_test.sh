@@ -41,14 +41,7 @@ http() {
     exec 3<&-
 }
 
-"$KVEC" serve -m "$M" --port 0 -t 1 --policy kvec --budget 64 >"$DIR/serve.out" 2>"$DIR/serve.err" &
-PID=$!
-PORT=""
-for _ in $(seq 1 200); do
-    PORT=$(sed -nE 's/^listening on http:\/\/127\.0\.0\.1:([0-9]+).*/\1/p' "$DIR/serve.err")
-    [ -n "$PORT" ] && break
-    sleep 0.05
-done
+start_serve -m "$M" -t 1 --policy kvec --budget 64
 if [ -z "$PORT" ]; then
     fail "serve: no 'listening on' line"
 else
