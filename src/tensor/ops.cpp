@@ -112,6 +112,15 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n) {
     }
 }
 
+void geglu(const float* gate, const float* up, float* out, int64_t n) {
+    constexpr float kC = 0.7978845608028654f;  // sqrt(2 / pi)
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+    for (int64_t i = 0; i < n; ++i) {
+        const float g = gate[i];
+        out[i] = 0.5f * g * (1.0f + std::tanh(kC * g * (1.0f + 0.044715f * g * g))) * up[i];
+    }
+}
+
 void softmax(float* x, int64_t n) {
     if (active_cpu_kernel() == CpuKernel::Avx2) {
         kernels::softmax_avx2(x, n);
