@@ -5,7 +5,8 @@
 #   scripts/parity-vs-llama-cpp.sh [-t THREADS] [-n TOKENS] [--out DIR] [--kvec PATH] [--if-built]
 #
 # Files: random-weight models that `kvec gen-model` writes (llama, llama with a tied output,
-# llama with llama3 RoPE scaling, qwen2, qwen3) as F32 and F16, their Q4_K_M, IQ4_XS and MXFP4 by
+# llama with llama3 RoPE scaling, qwen2, qwen3, gemma3 with a sliding window of 32 in two shapes)
+# as F32 and F16, their Q4_K_M, IQ4_XS and MXFP4 by
 # `kvec quantize`, and their Q8_0, Q6_K, Q4_K_M, IQ4_XS and IQ4_NL by llama.cpp's llama-quantize
 # (from the F32 file); the
 # bundled models/kvec-tiny.gguf (F16) and its Q8_0 and Q4_K_M by llama-quantize. Tokens: TOKENS
@@ -126,15 +127,20 @@ cell() {
 }
 
 shape="--layers 2 --embd 256 --heads 4 --kv-heads 2 --ff 512 --vocab 4096 --ctx 1024 --seed 5"
+# gemma3: a sliding-window layer (window 32, far shorter than the tokens) and a global one with
+# linear RoPE scaling; gemma3-p6: the gemma3-test preset, 6 layers (5 sliding-window, 1 global).
 variants=("llama:--arch llama" "llama-tied:--arch llama --tied" "llama-rope3:--arch llama --rope-scaling llama3"
-          "qwen2:--arch qwen2" "qwen3:--arch qwen3")
+          "qwen2:--arch qwen2" "qwen3:--arch qwen3"
+          "gemma3:--arch gemma3 --tied --head-dim 128 --sliding-window 32 --swa-pattern 2 --rope-base 1000000 --rope-scaling linear --rope-factor 8"
+          "gemma3-p6:--preset gemma3-test --vocab 4096 --seed 5")
 for v in "${variants[@]}"; do
-    name="${v%%:*}" flags="${v#*:}"
+    name="${v%%:*}" flags="${v#*:}" vshape="$shape"
+    [[ "$flags" == --preset* ]] && vshape=""
     base="$out/$name"
     echo "$name" >&2
     for t in f32 f16; do
         # shellcheck disable=SC2086  # the flags are words
-        "$kvec" gen-model $flags $shape --type $t -o "$base-${t^^}.gguf" 2>> "$log"
+        "$kvec" gen-model $flags $vshape --type $t -o "$base-${t^^}.gguf" 2>> "$log"
     done
     for t in Q4_K_M IQ4_XS MXFP4; do
         "$kvec" quantize "$base-F32.gguf" "$base-kvec-$t.gguf" "$t" > /dev/null 2>> "$log"

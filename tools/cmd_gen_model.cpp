@@ -41,7 +41,10 @@ int gen_model(GenOptions& o) {
         if (given("--rope-scaling")) p.rope_scaling = f.rope_scaling;
         if (given("--rope-factor")) p.rope_factor = f.rope_factor;
         if (given("--name")) p.name = f.name;
-        p.tied = f.tied;
+        if (given("--sliding-window")) p.sliding_window = f.sliding_window;
+        if (given("--swa-pattern")) p.swa_pattern = f.swa_pattern;
+        if (given("--rope-base-swa")) p.rope_base_swa = f.rope_base_swa;
+        p.tied = p.tied || f.tied;
         p.seed = f.seed;
         p.vocab_from = f.vocab_from;
         s = p;
@@ -69,8 +72,8 @@ void add_gen_model_command(CLI::App& app, Action& action) {
     CLI::App* cmd = app.add_subcommand("gen-model", "write a random-weight model (any architecture, shape and type)");
     o->cmd = cmd;
     RandomModelSpec& s = o->spec;
-    cmd->add_option("--arch", s.arch, "architecture")->check(CLI::IsMember({"llama", "qwen2", "qwen3"}))->capture_default_str();
-    cmd->add_option("--preset", o->preset, "a named shape: tinyllama-1.1b");
+    cmd->add_option("--arch", s.arch, "architecture")->check(CLI::IsMember({"llama", "qwen2", "qwen3", "gemma3"}))->capture_default_str();
+    cmd->add_option("--preset", o->preset, "a named shape: tinyllama-1.1b, gemma3-test, gemma3-4b");
     cmd->add_option("--layers", s.n_layer, "layers")->capture_default_str();
     cmd->add_option("--embd", s.n_embd, "embedding size")->capture_default_str();
     cmd->add_option("--heads", s.n_head, "query heads")->capture_default_str();
@@ -84,6 +87,10 @@ void add_gen_model_command(CLI::App& app, Action& action) {
         ->check(CLI::IsMember({"none", "linear", "llama3"}))
         ->capture_default_str();
     cmd->add_option("--rope-factor", s.rope_factor, "RoPE scaling factor (default: 4 linear, 8 llama3)");
+    cmd->add_option("--sliding-window", s.sliding_window, "gemma3: sliding-window size (0: every layer global)");
+    cmd->add_option("--swa-pattern", s.swa_pattern, "gemma3: one global layer every N layers")->capture_default_str();
+    cmd->add_option("--rope-base-swa", s.rope_base_swa, "gemma3: RoPE base of the sliding-window layers")
+        ->capture_default_str();
     cmd->add_flag("--tied", s.tied, "no output.weight: the output shares the token embedding");
     cmd->add_option("--type", o->type, "weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K..q6_K, iq4_nl, iq4_xs, mxfp4")
         ->capture_default_str();

@@ -260,6 +260,22 @@ int run(const RunOptions& o) {
     fmt::print(stderr, "kv types:   keys {} ({} bytes per key), values {} ({} bytes per value): {} bytes per entry "
                "with its position and policy scores\n", kv_type_name(kv_type_k), kv_row_bytes(kv_type_k, kv.head_dim()),
                kv_type_name(kv_type_v), kv_row_bytes(kv_type_v, kv.head_dim()), kv.entry_bytes());
+    if (const ModelConfig& c = model->config(); c.has_swa()) {
+        // Bytes allocated per layer kind: sliding-window layers are bounded by their window.
+        int64_t bytes[2] = {0, 0}, entries[2] = {0, 0};
+        int layers[2] = {0, 0};
+        for (int l = 0; l < c.n_layer; ++l) {
+            const int kind = c.is_swa(l) ? 0 : 1;
+            ++layers[kind];
+            for (int h = 0; h < c.n_head_kv; ++h) {
+                bytes[kind] += static_cast<int64_t>(kv.capacity(l, h)) * static_cast<int64_t>(kv.entry_bytes());
+                entries[kind] += kv.size(l, h);
+            }
+        }
+        fmt::print(stderr, "kv layers:  {} sliding-window layers (window {}): {} ({} bytes, {} entries); {} global "
+                   "layers: {} ({} bytes, {} entries)\n", layers[0], c.sliding_window, format_bytes(static_cast<size_t>(bytes[0])), bytes[0],
+                   entries[0], layers[1], format_bytes(static_cast<size_t>(bytes[1])), bytes[1], entries[1]);
+    }
     fmt::print(stderr, "weights:    {}\n", model->residency());
     if (evictor) print_eviction_report(session, *evictor, *probe, s);
     fmt::print(stderr, "stopped:    {}\n", stop_reason_name(s.stop_reason));

@@ -8,6 +8,12 @@ rope.dimension_count, attention.layer_norm_rms_epsilon, context_length, rope.sca
 rope.scaling.factor (linear; the older rope.scale_linear is read too), vocab_size; the vocabulary
 size is the number of rows of token_embd.weight; the tensor `rope_freqs.weight` carries Llama 3.1
 "llama3" per-frequency divisors.
+
+gemma3 (as llama.cpp reads it): attention.sliding_window (0 / absent: every layer global),
+attention.sliding_window_pattern (period n: layer l is a sliding-window layer iff l % n < n - 1,
+default 6; or a per-layer array), rope.freq_base_swa (default 10000; those layers rotate without
+the linear scaling), final_logit_softcapping (optional); 62-layer models scale attention by
+1 / sqrt(n_embd / n_head), all others by 1 / sqrt(head_dim).
 """
 
 from __future__ import annotations
@@ -20,8 +26,8 @@ import numpy as np
 
 from .gguf import GGUFError, GGUFReader, GGUFValue, ValueType
 
-SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3")
-_NEOX_ARCHS = ("qwen2", "qwen3")
+SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
+_NEOX_ARCHS = ("qwen2", "qwen3", "gemma3")
 
 
 # =============================================================================================
@@ -50,6 +56,12 @@ class ModelConfig:
     qkv_bias: Optional[bool] = None  # None -> True for qwen2
     qk_norm: Optional[bool] = None   # None -> True for qwen3
     tied_output: bool = False
+    # gemma3
+    sliding_window: int = 0          # 0: no sliding-window layers
+    swa_layers: Optional[list] = None  # [n_layer] bools; None -> pattern of 6 when sliding_window > 0
+    rope_theta_swa: float = 10000.0  # RoPE base of the sliding-window layers (no scaling)
+    attn_scale: float = 0.0          # 0 -> 1 / sqrt(head_dim) (gemma3 27B: 1 / sqrt(n_embd / n_head))
+    final_logit_softcap: float = 0.0  # 0: none
     # execution (not stored in GGUF)
     attn_chunk: int = 256           # queries per attention block (bounds the score buffer)
     attn_checkpoint: bool = True    # recompute attention blocks in backward (saves memory)
@@ -70,7 +82,17 @@ class ModelConfig:
         if self.qkv_bias is None:
             self.qkv_bias = self.arch == "qwen2"
         if self.qk_norm is None:
-            self.qk_norm = self.arch == "qwen3"
+            self.qk_norm = self.arch in ("qwen3", "gemma3")
+        if self.attn_scale == 0.0:
+            self.attn_scale = 1.0 / math.sqrt(self.head_dim)
+        if self.sliding_window > 0 and self.swa_layers is None:
+            self.swa_layers = [l % 6 < 5 for l in range(self.n_layer)]
+        if self.sliding_window <= 0:
+            self.swa_layers = None
+        if self.swa_layers is not None:
+            self.swa_layers = [bool(x) for x in self.swa_layers]
+            if len(self.swa_layers) != self.n_layer:
+                raise ValueError(f"swa_layers has {len(self.swa_layers)} values for {self.n_layer} layers")
         for name in ("n_vocab", "n_embd", "n_layer", "n_head", "n_head_kv", "head_dim", "n_ff", "attn_chunk"):
             if int(getattr(self, name)) <= 0:
                 raise ValueError(f"{name} must be positive, is {getattr(self, name)}")
@@ -97,6 +119,13 @@ class ModelConfig:
     def rope_neox(self) -> bool:
         """True: rotate (i, i + rope_dim/2) (NEOX); False: rotate (2i, 2i + 1) (NORM)."""
         return self.arch in _NEOX_ARCHS
+
+    @property
+    def gemma(self) -> bool:
+        return self.arch == "gemma3"
+
+    def is_swa(self, layer: int) -> bool:
+        return self.swa_layers is not None and self.swa_layers[layer]
 
     @property
     def n_rep(self) -> int:
@@ -187,6 +216,23 @@ def config_from_gguf(reader: GGUFReader) -> ModelConfig:
     if "rope_freqs.weight" in reader.tensors:
         rope_freqs = reader.tensor_f32("rope_freqs.weight").reshape(-1).astype(np.float64).tolist()
 
+    gemma: dict = {}
+    if arch == "gemma3":
+        window = int(key("attention.sliding_window", 0) or 0)
+        gemma["sliding_window"] = window
+        if window > 0:
+            pat = md.get("gemma3.attention.sliding_window_pattern")
+            n_layer = int(key("block_count", required=True))
+            if isinstance(pat, np.ndarray):
+                gemma["swa_layers"] = [bool(x) for x in pat.reshape(-1)]
+            else:
+                n = 6 if pat is None else int(pat)
+                gemma["swa_layers"] = [n == 0 or l % n < n - 1 for l in range(n_layer)]
+            gemma["rope_theta_swa"] = float(key("rope.freq_base_swa", 10000.0))
+        gemma["final_logit_softcap"] = float(key("final_logit_softcapping", 0.0) or 0.0)
+        if int(key("block_count", required=True)) == 62:
+            gemma["attn_scale"] = 1.0 / math.sqrt(n_embd // n_head)
+
     try:
         return ModelConfig(
             arch=arch,
@@ -207,6 +253,7 @@ def config_from_gguf(reader: GGUFReader) -> ModelConfig:
             qkv_bias="blk.0.attn_q.bias" in reader.tensors,
             qk_norm="blk.0.attn_q_norm.weight" in reader.tensors,
             tied_output="output.weight" not in reader.tensors,
+            **gemma,
         )
     except ValueError as e:
         raise GGUFError(f"{path}: {e}") from None
@@ -236,6 +283,13 @@ def model_metadata(config: ModelConfig) -> dict[str, GGUFValue]:
     if config.rope_scaling_type == "linear":
         md[f"{a}.rope.scaling.type"] = GGUFValue(ValueType.STRING, "linear")
         md[f"{a}.rope.scaling.factor"] = f32(config.rope_scaling_factor)
+    if config.gemma and config.sliding_window > 0:
+        md[f"{a}.attention.sliding_window"] = u32(config.sliding_window)
+        md[f"{a}.attention.sliding_window_pattern"] = GGUFValue(ValueType.ARRAY, np.array(config.swa_layers, dtype=bool),
+                                                               ValueType.BOOL)
+        md[f"{a}.rope.freq_base_swa"] = f32(config.rope_theta_swa)
+    if config.gemma and config.final_logit_softcap > 0:
+        md[f"{a}.final_logit_softcapping"] = f32(config.final_logit_softcap)
     return md
 
 

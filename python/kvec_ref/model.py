@@ -1,4 +1,5 @@
-"""Llama-family decoder (llama, qwen2, qwen3) in PyTorch, reading and writing GGUF files.
+"""Decoder of the supported families (llama, qwen2, qwen3; gemma3) in PyTorch, reading and writing
+GGUF files.
 
 The model follows llama.cpp's graphs (src/models/llama.cpp, qwen2.cpp, qwen3.cpp) and GGUF's
 conventions, and is also the training model of the project's bundled model:
@@ -13,6 +14,14 @@ conventions, and is also the training model of the project's bundled model:
           qwen3: RMSNorm over head_dim of every q and k head (attn_q_norm / attn_k_norm), before RoPE;
           RoPE on q and k; softmax(q k^T / sqrt(head_dim) + causal mask) v, with GQA (query head h
           uses KV head h // (n_head / n_head_kv)); attn_output of the concatenated heads.
+
+gemma3 (llama.cpp's src/models/gemma3.cpp): x = token_embd[tokens] * sqrt(n_embd); q and k
+RMSNorm per head; attention logits scaled by config.attn_scale; the attention output and the FFN
+output each pass an RMSNorm (post_attention_norm, post_ffw_norm) before joining the residual;
+FFN down(gelu_tanh(gate(n)) * up(n)); sliding-window layers (config.is_swa) let query i see keys
+j with i - window < j <= i (sequence indices, = positions here) and rotate with rope_theta_swa
+and no scaling; the GGUF's norm weights hold Gemma's (1 + w) already, so RMSNorm multiplies by
+them as they are; optional final soft-capping cap * tanh(logits / cap).
 
 Conventions relied on (sources: llama.cpp `llama_model_rope_type()` in src/llama-model.cpp,
 ggml's rope kernel `ggml_rope_cache_init` / `rope_yarn`, the GGUF spec's llama
@@ -75,19 +84,23 @@ class RMSNorm(nn.Module):
         return (y * self.weight.to(y.dtype)).to(x.dtype)
 
 
-def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
+def rope_inv_freq(config: ModelConfig, swa: bool = False) -> torch.Tensor:
     """Angle per unit position of each rotated pair, float64 [rope_dim / 2]:
-    freq_scale * base^(-2i / rope_dim) / rope_freqs[i]."""
+    freq_scale * base^(-2i / rope_dim) / rope_freqs[i] (sliding-window layers: rope_theta_swa,
+    no scaling)."""
     i = torch.arange(config.rope_dim // 2, dtype=torch.float64)
+    if swa:
+        return config.rope_theta_swa ** (-2.0 * i / config.rope_dim)
     inv = config.rope_theta ** (-2.0 * i / config.rope_dim) * config.freq_scale
     if config.rope_freqs is not None:
         inv = inv / torch.tensor(config.rope_freqs, dtype=torch.float64)
     return inv
 
 
-def rope_cos_sin(config: ModelConfig, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_cos_sin(config: ModelConfig, positions: torch.Tensor, dtype: torch.dtype,
+                 swa: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """positions [B, T] (int) -> cos, sin [B, 1, T, rope_dim / 2] (angles in float64, then cast)."""
-    ang = positions.to(torch.float64)[..., None] * rope_inv_freq(config).to(positions.device)  # [B, T, rd/2]
+    ang = positions.to(torch.float64)[..., None] * rope_inv_freq(config, swa).to(positions.device)  # [B, T, rd/2]
     return torch.cos(ang)[:, None].to(dtype), torch.sin(ang)[:, None].to(dtype)
 
 
@@ -152,20 +165,23 @@ class AttnStats:
 
 def attention_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: int,
                    visible: Optional[torch.Tensor], chunk: int, checkpoint: bool,
-                   stats: Optional[AttnStats] = None) -> torch.Tensor:
+                   stats: Optional[AttnStats] = None, scale: Optional[float] = None,
+                   window: int = 0) -> torch.Tensor:
     """Causal grouped-query attention, computed in blocks of `chunk` queries.
 
     q [B, H_kv, G, T, D] (query t has sequence index q_start + t); k, v [B, H_kv, S, D] with
     S = q_start + T (keys of sequence indices 0 .. S - 1).
     visible: optional int [H_kv, S]: key j is visible to query i iff j <= i < visible[h, j].
+    scale: logit scale (default 1 / sqrt(D)); window > 0: key j is visible to query i only if
+    i - j < window (sliding-window layers).
     Returns [B, H_kv, G, T, D]. The score buffer of one block is [B * H_kv, G * chunk, S'] where
     S' = keys up to the block's last query; the G query heads of a KV head share one matmul
     against that head's keys, so K and V are never repeated per query head.
     """
     B, Hkv, G, T, D = q.shape
-    if q.is_cuda and visible is None and stats is None and q_start == 0:
+    if q.is_cuda and visible is None and stats is None and q_start == 0 and window == 0 and scale is None:
         return causal_sdpa(q, k, v)
-    scale = 1.0 / math.sqrt(D)
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
     outs = []
     for t0 in range(0, T, chunk):
         t1 = min(T, t0 + chunk)
@@ -176,6 +192,8 @@ def attention_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: i
         q_idx = torch.arange(q_start + t0, q_start + t1, device=q.device)  # [tc]
         k_idx = torch.arange(n_keys, device=q.device)                       # [S']
         allowed = k_idx[None, :] <= q_idx[:, None]                          # [tc, S']
+        if window > 0:
+            allowed = allowed & (q_idx[:, None] - k_idx[None, :] < window)
         if visible is not None:
             allowed = allowed[None] & (q_idx[None, :, None] < visible[:, None, :n_keys])  # [H_kv, tc, S']
         bias = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device).masked_fill_(~allowed, float("-inf"))
@@ -262,22 +280,25 @@ class Attention(nn.Module):
             k = k.to(q.dtype)
         if v.dtype != q.dtype:
             v = v.to(q.dtype)
-        o = attention_core(q, k, v, q_start, visible, c.attn_chunk, c.attn_checkpoint and self.training, stats)
+        o = attention_core(q, k, v, q_start, visible, c.attn_chunk, c.attn_checkpoint and self.training, stats,
+                           scale=c.attn_scale, window=c.sliding_window if c.is_swa(layer) else 0)
         o = o.permute(0, 3, 1, 2, 4).reshape(B, T, c.n_head * c.head_dim)  # heads concatenated in order
         return self.wo(o)
 
 
 class FeedForward(nn.Module):
-    """SwiGLU: down(silu(gate(x)) * up(x))."""
+    """SwiGLU: down(silu(gate(x)) * up(x)); gemma3: down(gelu_tanh(gate(x)) * up(x))."""
 
     def __init__(self, config: ModelConfig, device=None):
         super().__init__()
+        self.gelu = config.gemma
         self.gate = nn.Linear(config.n_embd, config.n_ff, bias=False, device=device)  # ffn_gate
         self.up = nn.Linear(config.n_embd, config.n_ff, bias=False, device=device)    # ffn_up
         self.down = nn.Linear(config.n_ff, config.n_embd, bias=False, device=device)  # ffn_down
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(F.silu(self.gate(x)) * self.up(x))
+        act = F.gelu(self.gate(x), approximate="tanh") if self.gelu else F.silu(self.gate(x))
+        return self.down(act * self.up(x))
 
 
 class Block(nn.Module):
@@ -287,10 +308,22 @@ class Block(nn.Module):
         self.attn = Attention(config, device=device)
         self.ffn_norm = RMSNorm(config.n_embd, config.norm_eps, device=device)
         self.ffn = FeedForward(config, device=device)
+        if config.gemma:
+            self.attn_post_norm = RMSNorm(config.n_embd, config.norm_eps, device=device)  # post_attention_norm
+            self.ffn_post_norm = RMSNorm(config.n_embd, config.norm_eps, device=device)   # post_ffw_norm
+        else:
+            self.attn_post_norm = None
+            self.ffn_post_norm = None
 
     def forward(self, x, cos, sin, layer, visible, cache, stats):
-        h = x + self.attn(self.attn_norm(x), cos, sin, layer, visible, cache, stats)
-        return h + self.ffn(self.ffn_norm(h))
+        a = self.attn(self.attn_norm(x), cos, sin, layer, visible, cache, stats)
+        if self.attn_post_norm is not None:
+            a = self.attn_post_norm(a)
+        h = x + a
+        f = self.ffn(self.ffn_norm(h))
+        if self.ffn_post_norm is not None:
+            f = self.ffn_post_norm(f)
+        return h + f
 
 
 # =============================================================================================
@@ -339,6 +372,9 @@ class Transformer(nn.Module):
         """
         x = self.hidden(tokens, positions, kv_visible, cache, stats)  # [B, T, n_embd]
         logits = F.linear(x, self.output_weight())  # [B, T, n_vocab]
+        cap = self.config.final_logit_softcap
+        if cap > 0:
+            logits = cap * torch.tanh(logits / cap)
         return logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
 
     def hidden(self, tokens: torch.Tensor, positions: Optional[torch.Tensor] = None,
@@ -386,10 +422,14 @@ class Transformer(nn.Module):
             raise ValueError(f"stats needs one AttnStats per layer ({c.n_layer})")
 
         x = self.tok_embd(tokens)  # [B, T, n_embd]
+        if c.gemma:
+            x = x * math.sqrt(c.n_embd)
         dtype = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
         cos, sin = rope_cos_sin(c, positions, dtype)  # [B, 1, T, rope_dim / 2]
+        cos_swa, sin_swa = rope_cos_sin(c, positions, dtype, swa=True) if c.swa_layers is not None else (cos, sin)
         for l, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, l, None if visible is None else visible[l], cache,
+            cs, sn = (cos_swa, sin_swa) if c.is_swa(l) else (cos, sin)
+            x = layer(x, cs, sn, l, None if visible is None else visible[l], cache,
                       None if stats is None else stats[l])
         return self.output_norm(x)  # [B, T, n_embd]
 
@@ -436,6 +476,9 @@ def _tensor_map(config: ModelConfig) -> dict[str, str]:
         m[b + "ffn_gate.weight"] = p + "ffn.gate.weight"
         m[b + "ffn_up.weight"] = p + "ffn.up.weight"
         m[b + "ffn_down.weight"] = p + "ffn.down.weight"
+        if config.gemma:
+            m[b + "post_attention_norm.weight"] = p + "attn_post_norm.weight"
+            m[b + "post_ffw_norm.weight"] = p + "ffn_post_norm.weight"
     return m
 
 
@@ -443,8 +486,8 @@ def load_gguf(path: str | Path, dtype: torch.dtype = torch.float32):
     """Reads a GGUF model, dequantising every tensor. Returns (Transformer, ModelConfig, metadata)."""
     reader = GGUFReader(path)
     config = config_from_gguf(reader)
-    if config.arch == "qwen3" and not config.qk_norm:
-        raise GGUFError(f"{reader.path}: qwen3 model without blk.0.attn_q_norm.weight")
+    if config.arch in ("qwen3", "gemma3") and not config.qk_norm:
+        raise GGUFError(f"{reader.path}: {config.arch} model without blk.0.attn_q_norm.weight")
     model = Transformer(config, device="meta")
     model.to_empty(device="cpu")
     params = dict(model.named_parameters())

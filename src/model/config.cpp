@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "gguf/gguf.h"
@@ -7,7 +8,7 @@
 
 namespace kvec {
 
-const char* supported_architectures() { return "llama, qwen2, qwen3"; }
+const char* supported_architectures() { return "llama, qwen2, qwen3, gemma3"; }
 
 namespace {
 
@@ -26,6 +27,40 @@ int optional_int(const gguf::File& f, const std::string& key, int fallback) {
     return f.has(key) ? positive_int(f, key) : fallback;
 }
 
+// Gemma 3 (as llama.cpp reads it): sliding-window layers when gemma3.attention.sliding_window > 0,
+// every layer but each 6th (il % 6 < 5) unless gemma3.attention.sliding_window_pattern gives the
+// period or a per-layer array; their RoPE base from gemma3.rope.freq_base_swa (default 10000);
+// the 62-layer (27B) shape scales attention by 1/sqrt(n_embd / n_head).
+void read_gemma3(const gguf::File& f, ModelConfig& c) {
+    const std::string a = c.arch_name + ".";
+    const std::string k_window = a + "attention.sliding_window";
+    c.sliding_window = f.has(k_window) ? static_cast<int>(std::min<uint64_t>(f.get_uint(k_window), 1u << 30)) : 0;
+    if (c.sliding_window > 0) {
+        const std::string k_pattern = a + "attention.sliding_window_pattern";
+        c.swa_layers.assign(static_cast<size_t>(c.n_layer), 0);
+        const gguf::Value* pattern = f.find(k_pattern);
+        if (pattern != nullptr && pattern->type == gguf::ValueType::ARRAY) {
+            if (pattern->ints.size() != static_cast<size_t>(c.n_layer)) {
+                fail("'{}': {} holds {} values for {} layers", f.path(), k_pattern, pattern->array_size(),
+                     c.n_layer);
+            }
+            for (int l = 0; l < c.n_layer; ++l) c.swa_layers[static_cast<size_t>(l)] = pattern->ints[static_cast<size_t>(l)] != 0;
+        } else {
+            const auto n = static_cast<int64_t>(pattern != nullptr ? f.get_uint(k_pattern) : 6);
+            for (int l = 0; l < c.n_layer; ++l) c.swa_layers[static_cast<size_t>(l)] = n == 0 || l % n < n - 1;
+        }
+        c.rope_freq_base_swa = static_cast<float>(f.get_float(a + "rope.freq_base_swa", 10000.0));
+        if (!(c.rope_freq_base_swa > 1.0f) || !std::isfinite(c.rope_freq_base_swa)) {
+            fail("'{}': {}rope.freq_base_swa = {} must be a finite number > 1", f.path(), a, c.rope_freq_base_swa);
+        }
+    }
+    c.final_logit_softcap = static_cast<float>(f.get_float(a + "final_logit_softcapping", 0.0));
+    if (!(c.final_logit_softcap >= 0.0f) || !std::isfinite(c.final_logit_softcap)) {
+        fail("'{}': {}final_logit_softcapping = {} must be a finite number >= 0", f.path(), a, c.final_logit_softcap);
+    }
+    if (c.n_layer == 62) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_head));
+}
+
 }  // namespace
 
 ModelConfig read_model_config(const gguf::File& f) {
@@ -39,6 +74,10 @@ ModelConfig read_model_config(const gguf::File& f) {
         c.rope_mode = ops::RopeMode::Neox;
     } else if (c.arch_name == "qwen3") {
         c.arch = Arch::Qwen3;
+        c.rope_mode = ops::RopeMode::Neox;
+    } else if (c.arch_name == "gemma3") {
+        c.arch = Arch::Gemma3;
+        c.family = Family::Gemma3;
         c.rope_mode = ops::RopeMode::Neox;
     } else {
         fail("'{}': unsupported architecture '{}' (supported: {})", f.path(), c.arch_name,
@@ -100,6 +139,8 @@ ModelConfig read_model_config(const gguf::File& f) {
         fail("'{}': RoPE scaling type '{}' is not supported (supported: none, linear, and llama3-style "
              "rope_freqs.weight)", f.path(), c.rope_scaling);
     }
+    c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    if (c.arch == Arch::Gemma3) read_gemma3(f, c);
     return c;
 }
 

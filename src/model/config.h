@@ -1,4 +1,5 @@
-// Hyper-parameters of a Llama-family model, read from GGUF metadata ({arch}.* keys).
+// Hyper-parameters of a model of one of the supported families, read from GGUF metadata
+// ({arch}.* keys).
 #pragma once
 
 #include <cstdint>
@@ -13,9 +14,13 @@ namespace gguf {
 class File;
 }
 
-enum class Arch { Llama, Qwen2, Qwen3 };
+enum class Arch { Llama, Qwen2, Qwen3, Gemma3 };
 
-// "llama, qwen2, qwen3": what error messages list.
+// The forward pass a model runs (src/model/arch/<family>.cpp): llama, qwen2 and qwen3 share the
+// llama diagram (optional biases and Q/K norms); gemma3 has its own.
+enum class Family { Llama, Gemma3 };
+
+// "llama, qwen2, qwen3, gemma3": what error messages list.
 const char* supported_architectures();
 
 struct ModelConfig {
@@ -35,7 +40,21 @@ struct ModelConfig {
     float rope_freq_scale = 1.0f;      // 1 / {arch}.rope.scaling.factor for linear scaling
     std::string rope_scaling = "none"; // {arch}.rope.scaling.type ("none", "linear")
     float rms_eps = 1e-5f;     // {arch}.attention.layer_norm_rms_epsilon
-    ops::RopeMode rope_mode = ops::RopeMode::Norm;  // Norm for llama, Neox for qwen2/qwen3
+    ops::RopeMode rope_mode = ops::RopeMode::Norm;  // Norm for llama, Neox for qwen2/qwen3/gemma3
+    Family family = Family::Llama;
+    // Attention logits are q.k * attn_scale: 1/sqrt(head_dim) (gemma3 27B: 1/sqrt(n_embd / n_head),
+    // as llama.cpp sets it).
+    float attn_scale = 1.0f;
+    // Sliding-window attention (gemma3): layer l is a sliding-window layer when swa_layers[l] != 0;
+    // its queries see only keys at positions p - sliding_window < pos <= p, it rotates with
+    // rope_freq_base_swa and no scaling, and its cache keeps only that window. Empty: none.
+    int sliding_window = 0;               // {arch}.attention.sliding_window
+    std::vector<uint8_t> swa_layers;      // [n_layer] or empty
+    float rope_freq_base_swa = 10000.0f;  // {arch}.rope.freq_base_swa
+    float final_logit_softcap = 0.0f;     // {arch}.final_logit_softcapping (0: none)
+
+    bool is_swa(int layer) const { return !swa_layers.empty() && swa_layers[static_cast<size_t>(layer)] != 0; }
+    bool has_swa() const { return !swa_layers.empty(); }
 
     int n_group() const { return n_head / n_head_kv; }  // query heads per KV head
     int q_dim() const { return n_head * head_dim; }

@@ -121,7 +121,7 @@ Model::Model(std::unique_ptr<gguf::File> file) : file_(std::move(file)) {
         L.bq = b.vector(p + "attn_q.bias", Q, biases_required);
         L.bk = b.vector(p + "attn_k.bias", KV, biases_required);
         L.bv = b.vector(p + "attn_v.bias", KV, biases_required);
-        if (c.arch == Arch::Qwen3) {
+        if (c.arch == Arch::Qwen3 || c.arch == Arch::Gemma3) {
             L.q_norm = b.vector(p + "attn_q_norm.weight", D);
             L.k_norm = b.vector(p + "attn_k_norm.weight", D);
         }
@@ -129,6 +129,10 @@ Model::Model(std::unique_ptr<gguf::File> file) : file_(std::move(file)) {
         L.w_gate = b.matrix(p + "ffn_gate.weight", E, F);
         L.w_up = b.matrix(p + "ffn_up.weight", E, F);
         L.w_down = b.matrix(p + "ffn_down.weight", F, E);
+        if (c.arch == Arch::Gemma3) {
+            L.attn_post_norm = b.vector(p + "post_attention_norm.weight", E);
+            L.ffn_post_norm = b.vector(p + "post_ffw_norm.weight", E);
+        }
     }
     b.finish(c.arch_name);
 }

@@ -25,11 +25,13 @@ struct LayerWeights {
     WeightView wv;                 // [n_embd] -> [n_head_kv * head_dim]
     WeightView wo;                 // [n_head * head_dim] -> [n_embd]
     std::vector<float> bq, bk, bv;        // [q_dim], [kv_dim], [kv_dim] or empty (qwen2: present)
-    std::vector<float> q_norm, k_norm;    // [head_dim] or empty (qwen3: present)
+    std::vector<float> q_norm, k_norm;    // [head_dim] or empty (qwen3, gemma3: present)
+    std::vector<float> attn_post_norm;    // [n_embd] or empty (gemma3: post_attention_norm)
     std::vector<float> ffn_norm;   // [n_embd]
     WeightView w_gate;             // [n_embd] -> [n_ff]
     WeightView w_up;               // [n_embd] -> [n_ff]
     WeightView w_down;             // [n_ff] -> [n_embd]
+    std::vector<float> ffn_post_norm;     // [n_embd] or empty (gemma3: post_ffw_norm)
 };
 
 struct ModelWeights {

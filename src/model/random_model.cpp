@@ -139,7 +139,7 @@ std::string default_vocab_path() {
 #endif
 }
 
-std::vector<std::string> random_model_presets() { return {"tinyllama-1.1b"}; }
+std::vector<std::string> random_model_presets() { return {"tinyllama-1.1b", "gemma3-test", "gemma3-4b"}; }
 
 RandomModelSpec random_model_preset(std::string_view name) {
     RandomModelSpec s;
@@ -155,6 +155,32 @@ RandomModelSpec random_model_preset(std::string_view name) {
         s.n_ctx = 4096;
         s.rope_base = 10000.0f;
         s.rms_eps = 1e-5f;
+        return s;
+    }
+    if (name == "gemma3-test" || name == "gemma3-4b") {
+        // Gemma 3 as its converter writes it: head size 256 (not n_embd / n_head), global layers
+        // every 6th with base 1e6 and linear scaling 8, sliding-window layers with base 1e4, tied
+        // output. The test shape keeps a window of 32 (smaller than the test sequences) and
+        // 6 layers (one global).
+        const bool full = name == "gemma3-4b";
+        s.arch = "gemma3";
+        s.name = full ? "gemma3-4b-random" : "gemma3-test-random";
+        s.n_layer = full ? 34 : 6;
+        s.n_embd = full ? 2560 : 256;
+        s.n_head = full ? 8 : 4;
+        s.n_head_kv = full ? 4 : 2;
+        s.head_dim = full ? 256 : 128;
+        s.n_ff = full ? 10240 : 512;
+        s.n_vocab = full ? 0 : 4096;
+        s.n_ctx = full ? 131072 : 4096;
+        s.rope_base = 1000000.0f;
+        s.rope_scaling = "linear";
+        s.rope_factor = 8.0f;
+        s.rms_eps = 1e-6f;
+        s.tied = true;
+        s.sliding_window = full ? 1024 : 32;
+        s.swa_pattern = 6;
+        s.rope_base_swa = 10000.0f;
         return s;
     }
     fail("unknown preset '{}' (known: {})", name, fmt::join(random_model_presets(), ", "));
@@ -184,8 +210,16 @@ std::vector<float> llama3_rope_factors(int n_rot, float freq_base, float factor)
 
 void write_random_model(const RandomModelSpec& spec, const std::string& path) {
     RandomModelSpec s = spec;
-    if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3") {
-        fail("unknown architecture '{}' (supported: llama, qwen2, qwen3)", s.arch);
+    if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "gemma3") {
+        fail("unknown architecture '{}' (supported: llama, qwen2, qwen3, gemma3)", s.arch);
+    }
+    const bool gemma3 = s.arch == "gemma3";
+    if (!gemma3 && s.sliding_window != 0) fail("--sliding-window is for gemma3 only (architecture {})", s.arch);
+    if (s.sliding_window < 0 || s.swa_pattern < 0) {
+        fail("--sliding-window ({}) and --swa-pattern ({}) must not be negative", s.sliding_window, s.swa_pattern);
+    }
+    if (!(s.rope_base_swa > 1.0f) || !std::isfinite(s.rope_base_swa)) {
+        fail("--rope-base-swa must be a finite number > 1, got {}", s.rope_base_swa);
     }
     auto positive = [](const char* what, int v) {
         if (v <= 0) fail("{} must be positive, got {}", what, v);
@@ -234,7 +268,7 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
     w.set_u32(a + "feed_forward_length", static_cast<uint32_t>(F));
     w.set_u32(a + "attention.head_count", static_cast<uint32_t>(s.n_head));
     w.set_u32(a + "attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
-    if (D * s.n_head != E || s.arch == "qwen3") {
+    if (D * s.n_head != E || s.arch == "qwen3" || gemma3) {
         w.set_u32(a + "attention.key_length", static_cast<uint32_t>(D));
         w.set_u32(a + "attention.value_length", static_cast<uint32_t>(D));
     }
@@ -244,6 +278,11 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
     if (s.rope_scaling == "linear") {
         w.set_string(a + "rope.scaling.type", "linear");
         w.set_f32(a + "rope.scaling.factor", s.rope_factor);
+    }
+    if (gemma3 && s.sliding_window > 0) {
+        w.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(s.sliding_window));
+        if (s.swa_pattern != 6) w.set_u32(a + "attention.sliding_window_pattern", static_cast<uint32_t>(s.swa_pattern));
+        if (s.rope_base_swa != 10000.0f) w.set_f32(a + "rope.freq_base_swa", s.rope_base_swa);
     }
 
     if (s.n_vocab < 0) fail("--vocab must be positive, got {}", s.n_vocab);
@@ -274,7 +313,7 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
             add(Q, E, true);
             add(E, 2 * F, true);
             add(F, E, true);
-            add(4 * E + Q + 2 * KV + 2 * D, 1, false);
+            add(6 * E + Q + 2 * KV + 2 * D, 1, false);
         }
         const size_t available = available_memory_bytes();
         if (total == UINT64_MAX || (available > 0 && total > available)) {
@@ -307,9 +346,18 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
             b.vector(p + "attn_k.bias", KV, 0.0f, 0.5f);
             b.vector(p + "attn_v.bias", KV, 0.0f, 0.5f);
         }
-        if (s.arch == "qwen3") {
+        if (s.arch == "qwen3" || gemma3) {
             b.vector(p + "attn_q_norm.weight", D, 1.0f, 0.1f);
             b.vector(p + "attn_k_norm.weight", D, 1.0f, 0.1f);
+        }
+        if (gemma3) {
+            // Gemma's 1 + w as the converter stores it, near 8: the layers' outputs must
+            // outweigh the embedding, which the forward pass scales by sqrt(n_embd), or the tied
+            // output predicts the input token with certainty (near 1: max probability 1.000 on
+            // the oracle's 2-layer model; near 8: 0.28, mean entropy 4.0 nats, about llama's).
+            const float post = 8.0f;
+            b.vector(p + "post_attention_norm.weight", E, post, 0.1f * post);
+            b.vector(p + "post_ffw_norm.weight", E, post, 0.1f * post);
         }
         b.matrix(p + "attn_output.weight", Q, E, 1.0f / std::sqrt(static_cast<float>(Q)));
         b.vector(p + "ffn_norm.weight", E, 1.0f, 0.1f);

@@ -20,7 +20,7 @@
 namespace kvec {
 
 struct RandomModelSpec {
-    std::string arch = "llama";  // llama | qwen2 | qwen3
+    std::string arch = "llama";  // llama | qwen2 | qwen3 | gemma3
     std::string name;            // general.name ("" -> "kvec-random-<arch>")
     int n_layer = 2;
     int n_embd = 256;
@@ -35,6 +35,11 @@ struct RandomModelSpec {
     float rope_factor = 0.0f;    // 0: 4 for linear, 8 for llama3
     float rms_eps = 1e-5f;
     bool tied = false;           // no output.weight: the output shares token_embd
+    // gemma3: sliding window (0: none), one global layer every swa_pattern layers (il % n < n - 1
+    // are sliding-window layers), the sliding-window layers' RoPE base.
+    int sliding_window = 0;
+    int swa_pattern = 6;
+    float rope_base_swa = 10000.0f;
     GgmlType type = GgmlType::F32;  // type of every weight matrix (vectors stay F32)
     uint64_t seed = 1;
     // Vocabulary GGUF whose tokenizer.* keys are copied; "" = default_vocab_path(); "none" = none.
@@ -44,7 +49,7 @@ struct RandomModelSpec {
 // data/tokenizer-vectors/ggml-vocab-llama-spm.gguf of the source tree.
 std::string default_vocab_path();
 
-// Named shapes: "tinyllama-1.1b". Throws kvec::Error listing the known names.
+// Named shapes: "tinyllama-1.1b", "gemma3-test" (small, window 32), "gemma3-4b". Throws kvec::Error listing the known names.
 RandomModelSpec random_model_preset(std::string_view name);
 std::vector<std::string> random_model_presets();
 

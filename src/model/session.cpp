@@ -113,6 +113,9 @@ Session::Session(const Model& model, const SessionOptions& options)
     values_f_.resize(H);
     rope_ = rope_params(model);
     rope_info_ = rope_info(rope_);
+    rope_swa_ = rope_;
+    rope_swa_.freq_base = c.rope_freq_base_swa;
+    rope_swa_.freq_scale = 1.0f;
 }
 
 void Session::set_evictor(Evictor* evictor) {
@@ -133,6 +136,12 @@ void Session::set_evictor(Evictor* evictor) {
              "last row or decode-time calls, which the deferred hook cannot provide");
     }
     const ModelConfig& c = model_.config();
+    if (c.has_swa() && (request_.all_layers || request_.reconstruct_chunk > 0)) {
+        fail("eviction policy {} is not supported on '{}': it {} across all layers, and {} has sliding-window "
+             "layers, which policies leave alone (per-layer policies act on its global layers)",
+             request_.all_layers ? "with a cross-layer selection" : "with context reconstruction",
+             model_.path(), request_.all_layers ? "selects" : "reconstructs", c.arch_name);
+    }
     kv_ = KvCache(cache_config(c, options_, request_.column_sums ? c.n_group() : 0));
     const bool ring = request_.window > 0 &&
                       (request_.decode_interval > 0 || request_.window_scope == WindowScope::Prompt);
@@ -169,6 +178,15 @@ void Session::reset() {
 void Session::rollback(int32_t n_past) {
     if (n_past < 0 || n_past > n_past_) fail("rollback to position {} outside [0, {}]", n_past, n_past_);
     const ModelConfig& c = model_.config();
+    for (int l = 0; l < c.n_layer && c.has_swa(); ++l) {
+        // A sliding-window layer must still hold what position n_past would see.
+        if (!c.is_swa(l) || n_past == 0 || kv_.size(l, 0) == 0) continue;
+        const int32_t oldest = kv_.positions(l, 0)[0];
+        if (oldest > std::max(0, n_past - c.sliding_window + 1)) {
+            fail("rollback to position {}: the sliding-window layers already dropped positions before {} (window {})",
+                 n_past, oldest, c.sliding_window);
+        }
+    }
     std::vector<int32_t> keep;  // [kept] entry indices: positions increase, so a prefix
     for (int l = 0; l < c.n_layer; ++l) {
         for (int h = 0; h < c.n_head_kv; ++h) {
@@ -320,48 +338,48 @@ void Session::forward(const int32_t* tokens, const int32_t* positions, int32_t T
                       float* out, Step step, bool final_chunk) {
     const ModelConfig& c = model_.config();
     const ModelWeights& W = model_.weights();
-    const int64_t E = c.n_embd, Q = c.q_dim(), KV = c.kv_dim(), F = c.n_ff, D = c.head_dim;
-
-    const ops::RopeParams& rope = rope_;
+    const int64_t E = c.n_embd, V = c.n_vocab;
     repositioned_layers_ = 0;
     reposition_map_.clear();
     observed_layers_.clear();
 
-    ops::get_rows(W.token_embd, tokens, T, x_.data());  // x [T, E]
-    for (int l = 0; l < c.n_layer; ++l) {
-        const LayerWeights& L = W.layers[sz(l)];
-        // Attention block.
-        ops::rms_norm(x_.data(), L.attn_norm.data(), xn_.data(), T, E, c.rms_eps);  // [T, E]
-        matmul(xn_.data(), T, L.wq, q_.data());                                     // [T, Q]
-        matmul(xn_.data(), T, L.wk, k_.data());                                     // [T, KV]
-        matmul(xn_.data(), T, L.wv, v_.data());                                     // [T, KV]
-        if (!L.bq.empty()) ops::add_bias(q_.data(), L.bq.data(), T, Q);
-        if (!L.bk.empty()) ops::add_bias(k_.data(), L.bk.data(), T, KV);
-        if (!L.bv.empty()) ops::add_bias(v_.data(), L.bv.data(), T, KV);
-        if (!L.q_norm.empty()) ops::rms_norm(q_.data(), L.q_norm.data(), q_.data(), T * c.n_head, D, c.rms_eps);
-        if (!L.k_norm.empty()) ops::rms_norm(k_.data(), L.k_norm.data(), k_.data(), T * c.n_head_kv, D, c.rms_eps);
-        if (request_.queries > 0 && step != Step::Reconstruct) remember_prerope_queries(l, T, positions);
-        ops::rope(q_.data(), T, c.n_head, D, positions, rope);     // [T, n_head, D]
-        ops::rope(k_.data(), T, c.n_head_kv, D, positions, rope);  // [T, n_head_kv, D]
-        attention(l, T, positions, step, final_chunk);             // att [T, Q]
-        matmul(att_.data(), T, L.wo, proj_.data());                // [T, E]
-        ops::add(x_.data(), proj_.data(), T * E);
-        // Feed-forward block (SwiGLU).
-        ops::rms_norm(x_.data(), L.ffn_norm.data(), xn_.data(), T, E, c.rms_eps);
-        matmul(xn_.data(), T, L.w_gate, gate_.data());  // [T, F]
-        matmul(xn_.data(), T, L.w_up, up_.data());      // [T, F]
-        ops::swiglu(gate_.data(), up_.data(), gate_.data(), T * F);
-        matmul(gate_.data(), T, L.w_down, proj_.data());  // [T, E]
-        ops::add(x_.data(), proj_.data(), T * E);
+    switch (c.family) {  // x [T, E] = the family's layers over the embedded tokens
+        case Family::Llama: forward_llama(tokens, positions, T, step, final_chunk); break;
+        case Family::Gemma3: forward_gemma3(tokens, positions, T, step, final_chunk); break;
     }
     run_observed_hooks(T, positions, step, final_chunk);
     finish_repositioning();
-    if (all_logits) {
-        ops::rms_norm(x_.data(), W.output_norm.data(), xn_.data(), T, E, c.rms_eps);
-        matmul(xn_.data(), T, W.output, out);  // [T, V]
-    } else {
-        ops::rms_norm(x_.data() + (T - 1) * E, W.output_norm.data(), xn_.data(), 1, E, c.rms_eps);
-        matmul(xn_.data(), 1, W.output, out);  // [1, V]
+    if (c.has_swa()) trim_sliding_windows(step);
+    // Output head: final norm, the output matrix (tied: token_embd), optional soft-capping.
+    const int64_t rows = all_logits ? T : 1;
+    ops::rms_norm(x_.data() + (T - rows) * E, W.output_norm.data(), xn_.data(), rows, E, c.rms_eps);
+    matmul(xn_.data(), rows, W.output, out);  // [rows, V]
+    if (c.final_logit_softcap > 0.0f) {
+        const float cap = c.final_logit_softcap, inv = 1.0f / cap;
+        for (int64_t i = 0; i < rows * V; ++i) out[i] = cap * std::tanh(out[i] * inv);
+    }
+}
+
+// Sliding-window layers keep only what a later query can see: the next position n_past sees
+// keys at positions > n_past - window. During decoding the dropping waits until kSwaSlack
+// entries have gathered (a compaction copies the whole window), so between steps a head holds
+// at most window - 1 + kSwaSlack - 1 entries; a prefill chunk leaves exactly window - 1.
+void Session::trim_sliding_windows(Step step) {
+    constexpr int32_t kSwaSlack = 32;
+    const ModelConfig& c = model_.config();
+    const int32_t first = n_past_ - c.sliding_window + 1;  // oldest position still visible
+    std::vector<int32_t> keep;                              // [kept] entry indices (a suffix)
+    for (int l = 0; l < c.n_layer; ++l) {
+        if (!c.is_swa(l)) continue;
+        for (int h = 0; h < c.n_head_kv; ++h) {
+            const int32_t n = kv_.size(l, h);
+            const int32_t* pos = kv_.positions(l, h);
+            const auto drop = static_cast<int32_t>(std::lower_bound(pos, pos + n, first) - pos);
+            if (drop == 0 || (step == Step::Decode && drop < kSwaSlack)) continue;
+            keep.resize(sz(n - drop));
+            std::iota(keep.begin(), keep.end(), drop);
+            kv_.compact(l, h, keep);
+        }
     }
 }
 
@@ -426,7 +444,7 @@ void Session::window_from_recent_queries(int layer) {
     const ModelConfig& c = model_.config();
     const int G = c.n_group(), D = c.head_dim;
     const int64_t Q = c.q_dim();
-    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    const float scale = c.attn_scale;
     const int32_t count = recent_count_[sz(layer)];
     const auto& ring = recent_q_[sz(layer)];
     const auto& rpos = recent_pos_[sz(layer)];
@@ -465,11 +483,15 @@ void Session::attention(int layer, int32_t T, const int32_t* positions, Step ste
     const ModelConfig& c = model_.config();
     const int G = c.n_group(), D = c.head_dim, Hkv = c.n_head_kv;
     const int64_t Q = c.q_dim(), KV = c.kv_dim();
-    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    const float scale = c.attn_scale;
 
     // New entries (post-RoPE) join each KV head's list.
     for (int h = 0; h < Hkv; ++h) {
         kv_.append(layer, h, T, k_.data() + int64_t{h} * D, KV, v_.data() + int64_t{h} * D, KV, positions);
+    }
+    if (c.is_swa(layer)) {  // bounded by its window already: no observations, no eviction
+        attention_sliding(layer, T, positions);
+        return;
     }
 
     const bool reconstruct = step == Step::Reconstruct;
@@ -567,6 +589,60 @@ void Session::attention(int layer, int32_t T, const int32_t* positions, Step ste
         }
     }
     if (evict) run_evictor(layer, T, positions, step, final_chunk, n_window, want_window, want_last, ring_window);
+}
+
+// A sliding-window layer's attention: position p sees the entries at positions
+// p - sliding_window < pos <= p (llama.cpp's standard SWA mask), passed to the kernels as the
+// head's rows from the first visible one on. A block of query positions whose windows all start
+// at the same entry (a sequence shorter than the window) goes to the kernel in one call; past
+// the window, one position per call.
+void Session::attention_sliding(int layer, int32_t T, const int32_t* positions) {
+    const ModelConfig& c = model_.config();
+    const int G = c.n_group(), D = c.head_dim, Hkv = c.n_head_kv;
+    const int64_t Q = c.q_dim();
+    const float scale = c.attn_scale;
+    const int32_t window = c.sliding_window;
+    const size_t key_row = kv_row_bytes(kv_.config().key_type, D);
+    const size_t value_row = kv_row_bytes(kv_.config().value_type, D);
+    int32_t n_max = 0;
+    for (int h = 0; h < Hkv; ++h) n_max = std::max(n_max, kv_.size(layer, h));
+    const GroupSplit split = group_split();
+    const int64_t work = int64_t{T} * std::min(n_max, window) * D * c.n_head;
+    const int64_t fit = (int64_t{4} << 20) / (int64_t{4} * split.width * n_max);
+    const auto n_pos = static_cast<int32_t>(std::clamp<int64_t>(fit, 1, std::min<int64_t>(T, kPositionsPerCall)));
+#pragma omp parallel if (work >= (1 << 18))
+    {
+        thread_local std::vector<float> s;  // [n_pos * width, n_max] probabilities
+        const size_t need = sz(int64_t{n_pos} * split.width * n_max);
+        if (s.size() < need) s.resize(need);
+#pragma omp for schedule(dynamic, 1)
+        for (int item = 0; item < split.items; ++item) {
+            const auto [h, g0, ng] = split.item(item);
+            const int32_t n_h = kv_.size(layer, h);
+            const int32_t n_old = n_h - T;
+            const int32_t* pos = kv_.positions(layer, h);  // [n_h]
+            const KvHeadData kv = head_data(layer, h);
+            // The first entry position t sees (its window's start), and kv from that entry on.
+            auto start_of = [&](int32_t t) {
+                return static_cast<int32_t>(std::lower_bound(pos, pos + n_old + t + 1, positions[t] - window + 1) - pos);
+            };
+            auto from = [&](int32_t first) {
+                KvHeadData d = kv;
+                d.keys = static_cast<const uint8_t*>(kv.keys) + key_row * sz(first);
+                d.values = static_cast<const uint8_t*>(kv.values) + value_row * sz(first);
+                return d;
+            };
+            for (int32_t t0 = 0; t0 < T;) {
+                const int32_t np = std::min(n_pos, T - t0);
+                const int32_t first = start_of(t0);
+                const int32_t n = start_of(t0 + np - 1) == first ? np : 1;
+                const int64_t q0 = t0 * Q + int64_t{h * G + g0} * D;  // query heads h * G + g0 .. + ng
+                kvec::attention_causal(q_.data() + q0, {Q, D}, n, ng, from(first), n_old + t0 + 1 - first, scale,
+                                       s.data(), n_max, att_.data() + q0, {Q, D});
+                t0 += n;
+            }
+        }
+    }
 }
 
 // The eviction hook of one layer after its attention: builds the view, asks the policy, compacts
@@ -754,6 +830,10 @@ void Session::reconstruct_and_evict(std::span<const int32_t> context, std::span<
 std::vector<std::vector<float>> Session::apply_repositioning(int layer, const LayerView& view, const KeepLists& keep,
                                                              const Repositioning& r) {
     const int D = model_.config().head_dim;
+    if (model_.config().has_swa()) {
+        fail("eviction policy re-positions the kept keys, which '{}' does not support: its sliding-window layers "
+             "keep their positions", model_.path());
+    }
     if (repositioned_layers_ > 0 && r.next_position != reposition_next_) {
         fail("eviction policy re-positioned layer {} to continue at {}, but an earlier layer of the same step at {}",
              layer, r.next_position, reposition_next_);

@@ -1,14 +1,17 @@
 // The forward pass of one sequence: a model, its KV cache, preallocated activations, and the
 // eviction hook.
 //
-//   x = embed(tokens)                                   [T, n_embd]
-//   for each layer:
-//     h = rms_norm(x) -> q, k, v (+ biases, + q/k norms) -> RoPE(q, k) -> append k, v to the cache
-//     a = attention over each KV head's entries (GQA; causal inside the chunk)   [T, q_dim]
-//     [eviction hook: the policy sees the layer, the layer is compacted]
-//     x += a . Wo
-//     x += W_down . (silu(rms_norm(x) . W_gate) * (rms_norm(x) . W_up))
-//   logits = rms_norm(x) . W_out                        [T or 1, n_vocab]
+//   x = the family's layers over the embedded tokens     [T, n_embd]
+//       (src/model/arch/llama.cpp: llama, qwen2, qwen3; src/model/arch/gemma3.cpp: gemma3),
+//       each calling the shared attention over the budgeted cache:
+//         append k, v to the cache; a = attention over each KV head's entries (GQA; causal
+//         inside the chunk; sliding-window layers: only the last window positions)  [T, q_dim]
+//         [eviction hook: the policy sees the layer, the layer is compacted; not for
+//          sliding-window layers, whose cache keeps exactly their window]
+//   logits = rms_norm(x) . W_out (optional soft-capping)   [T or 1, n_vocab]
+//
+// The family is chosen once per forward step (a switch on ModelConfig::family), not per layer
+// or token.
 //
 // Positions: prefill assigns n_past, n_past + 1, ... (or the positions given); decode continues
 // at n_past. Entries keep their original positions after eviction, so a token generated after a
@@ -153,10 +156,22 @@ private:
     // kvec::Error naming the model file for a NaN or infinite logit (NaN/Inf weights).
     void check_finite_logits(std::span<const float> logits, int32_t position) const;
 
-    // One forward step over T <= n_batch tokens; writes logits into out ([T or 1, n_vocab]).
+    // One forward step over T <= n_batch tokens; writes logits into out ([T or 1, n_vocab]):
+    // the family's layers (below), the eviction hooks of all-layer policies, the output head.
     void forward(const int32_t* tokens, const int32_t* positions, int32_t T, bool all_logits,
                  float* out, Step step, bool final_chunk);
+    // Each family's forward pass, in a file of its own (src/model/arch/<family>.cpp): embeds the
+    // tokens and runs every layer, leaving the final residual stream in x_ [T, n_embd].
+    void forward_llama(const int32_t* tokens, const int32_t* positions, int32_t T, Step step, bool final_chunk);
+    void forward_gemma3(const int32_t* tokens, const int32_t* positions, int32_t T, Step step, bool final_chunk);
+    // The attention over the budgeted cache (shared by every family): appends the layer's keys
+    // k_ and values v_, attends with q_ into att_, runs the eviction hook. Sliding-window layers
+    // (ModelConfig::is_swa) mask by position and are left alone by eviction policies.
     void attention(int layer, int32_t T, const int32_t* positions, Step step, bool final_chunk);
+    void attention_sliding(int layer, int32_t T, const int32_t* positions);
+    // Drops the entries of sliding-window layers that no later query can see (positions at or
+    // before n_past - sliding_window); during decoding once kSwaSlack of them have gathered.
+    void trim_sliding_windows(Step step);
     void remember_queries(int layer, int32_t T, const int32_t* positions);
     void remember_prerope_queries(int layer, int32_t T, const int32_t* positions);
     void reconstruct_and_evict(std::span<const int32_t> context, std::span<const int32_t> last_positions);
@@ -206,6 +221,7 @@ private:
     EvictionStats eviction_stats_;
     ops::RopeParams rope_;
     RopeInfo rope_info_;  // the same, for policies' views
+    ops::RopeParams rope_swa_;  // sliding-window layers: rope_ with their own base, no scaling
 
     // Re-positioning within the current forward step.
     int repositioned_layers_ = 0;

@@ -82,6 +82,9 @@ void attention_values_f16_avx2(const float* p, int64_t nq, int64_t ldp, const ui
 // error ~1e-7); the baseline-ISA versions are ops::softmax / ops::swiglu's own loops.
 void softmax_avx2(float* x, int64_t n);
 void swiglu_avx2(const float* gate, const float* up, float* out, int64_t n);
+// out = gelu_tanh(gate) * up as gate * sigmoid(2 sqrt(2/pi) (gate + 0.044715 gate^3)) * up (the
+// tanh form rewritten), with the vectorised exp of swiglu_avx2.
+void geglu_avx2(const float* gate, const float* up, float* out, int64_t n);
 
 // Sum of p[0..n): a streaming read with four 256-bit loads in flight (bandwidth measurement).
 uint64_t stream_sum_avx2(const uint64_t* p, int64_t n);

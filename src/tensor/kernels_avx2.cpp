@@ -692,6 +692,22 @@ void swiglu_avx2(const float* gate, const float* up, float* out, int64_t n) {
     for (; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
+void geglu_avx2(const float* gate, const float* up, float* out, int64_t n) {
+    constexpr float kC = -2.0f * 0.7978845608028654f;  // -2 sqrt(2 / pi)
+    int64_t i = 0;
+    const __m256 one = _mm256_set1_ps(1.0f), c = _mm256_set1_ps(kC), a = _mm256_set1_ps(0.044715f);
+    for (; i + 8 <= n; i += 8) {
+        const __m256 g = _mm256_loadu_ps(gate + i);
+        const __m256 inner = _mm256_mul_ps(_mm256_mul_ps(c, g), _mm256_fmadd_ps(_mm256_mul_ps(a, g), g, one));
+        const __m256 gelu = _mm256_div_ps(g, _mm256_add_ps(one, exp8(inner)));
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(gelu, _mm256_loadu_ps(up + i)));
+    }
+    for (; i < n; ++i) {
+        const float g = gate[i];
+        out[i] = g / (1.0f + std::exp(kC * g * (1.0f + 0.044715f * g * g))) * up[i];
+    }
+}
+
 uint64_t stream_sum_avx2(const uint64_t* p, int64_t n) {
     __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
     int64_t i = 0;
@@ -922,6 +938,9 @@ uint64_t stream_sum_avx2(const uint64_t* p, int64_t n) {
 }
 void softmax_avx2(float*, int64_t) { fail("AVX2 kernel called in a build without AVX2 support"); }
 void swiglu_avx2(const float*, const float*, float*, int64_t) {
+    fail("AVX2 kernel called in a build without AVX2 support");
+}
+void geglu_avx2(const float*, const float*, float*, int64_t) {
     fail("AVX2 kernel called in a build without AVX2 support");
 }
 void tile_prepacked_avx2(const float*, int64_t, const float*, int64_t, int64_t, int64_t, float*, int64_t) {

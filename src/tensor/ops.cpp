@@ -112,6 +112,24 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n) {
     }
 }
 
+// 0.5 g (1 + tanh(y)) = g sigmoid(2 y): the same exp-based form as swiglu.
+void geglu(const float* gate, const float* up, float* out, int64_t n) {
+    if (active_cpu_kernel() == CpuKernel::Avx2) {
+        constexpr int64_t kChunk = 4096;
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+        for (int64_t c = 0; c < n; c += kChunk) {
+            kernels::geglu_avx2(gate + c, up + c, out + c, std::min(kChunk, n - c));
+        }
+        return;
+    }
+    constexpr float kC = -2.0f * 0.7978845608028654f;  // -2 sqrt(2 / pi)
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+    for (int64_t i = 0; i < n; ++i) {
+        const float g = gate[i];
+        out[i] = g / (1.0f + std::exp(kC * g * (1.0f + 0.044715f * g * g))) * up[i];
+    }
+}
+
 void softmax(float* x, int64_t n) {
     if (active_cpu_kernel() == CpuKernel::Avx2) {
         kernels::softmax_avx2(x, n);

@@ -36,6 +36,10 @@ void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const i
 // out[n] = silu(gate[n]) * up[n], silu(g) = g / (1 + exp(-g)). out may alias gate or up.
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
 
+// out[n] = gelu(gate[n]) * up[n], GELU in its tanh form:
+// gelu(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))). out may alias gate or up.
+void geglu(const float* gate, const float* up, float* out, int64_t n);
+
 // In place: x[n] = exp(x - max) / sum. n >= 1.
 void softmax(float* x, int64_t n);
 

@@ -47,6 +47,14 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n) {
     }
 }
 
+void geglu(const float* gate, const float* up, float* out, int64_t n) {
+    const double c = std::sqrt(2.0 / M_PI);
+    for (int64_t i = 0; i < n; ++i) {
+        const double g = gate[i];
+        out[i] = static_cast<float>(0.5 * g * (1.0 + std::tanh(c * (g + 0.044715 * g * g * g))) * up[i]);
+    }
+}
+
 void softmax(float* x, int64_t n) {
     double mx = x[0];
     for (int64_t i = 1; i < n; ++i) mx = std::max(mx, static_cast<double>(x[i]));

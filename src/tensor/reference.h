@@ -14,6 +14,7 @@ void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t d, fl
 void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
           const ops::RopeParams& params);
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
+void geglu(const float* gate, const float* up, float* out, int64_t n);
 void softmax(float* x, int64_t n);
 // y[n, w.n_out] = x[n, w.n_in] . W^T, one dequantised row and one double dot at a time.
 void matmul(const float* x, int64_t n, const WeightView& w, float* y);

@@ -108,6 +108,19 @@ std::vector<Case> variant_cases() {
     s = parity_spec();
     s.tied = true;
     add("tied_output", s);
+    // Gemma 3: layer 0 sliding-window (window 8, shorter than the 24 + 8 tokens, so the mask and
+    // the dropping of old entries both act), layer 1 global with linear RoPE scaling; head size
+    // 128 (q_dim != n_embd), tied output.
+    s = parity_spec("gemma3");
+    s.head_dim = 128;
+    s.tied = true;
+    s.sliding_window = 8;
+    s.swa_pattern = 2;
+    s.rope_base = 1000000.0f;
+    s.rope_scaling = "linear";
+    s.rope_factor = 8.0f;
+    s.rms_eps = 1e-6f;
+    add("gemma3_swa", s);
     return v;
 }
 
@@ -503,7 +516,7 @@ void check_case(const Case& c) {
 }
 
 // One test per group: each starts the reference once for all its cases.
-TEST(Parity, Variants) {  // llama MHA/GQA, llama3 and linear RoPE scaling, qwen2, qwen3, tied; F32
+TEST(Parity, Variants) {  // llama MHA/GQA, llama3 and linear RoPE scaling, qwen2, qwen3, tied, gemma3; F32
     for (const Case& c : variant_cases()) check_case(c);
 }
 

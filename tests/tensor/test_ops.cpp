@@ -139,6 +139,42 @@ TEST(Ops, SwigluAndSoftmaxMatchReferenceOnEveryKernel) {
     set_cpu_kernel(cpu_kernel_supported(CpuKernel::Avx2) ? CpuKernel::Avx2 : CpuKernel::Generic);
 }
 
+// GELU-tanh gated product (gemma3's FFN): every CPU kernel against the double reference, over
+// the range where tanh saturates both ways (exp overflowing included), tails shorter than 8, the
+// output aliasing the gate.
+TEST(Ops, GegluMatchesReference) {
+    for (CpuKernel k : {CpuKernel::Generic, CpuKernel::Avx2}) {
+    if (!cpu_kernel_supported(k)) continue;
+    set_cpu_kernel(k);
+    for (int64_t n : {1, 7, 13, 1000, 100000}) {
+        auto g = random_vec(n, 31, 12.0f), u = random_vec(n, 32);
+        std::vector<float> y(n), yr(n);
+        ops::geglu(g.data(), u.data(), y.data(), n);
+        ref::geglu(g.data(), u.data(), yr.data(), n);
+        for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(y[i], yr[i], 2e-6f * (1 + std::fabs(yr[i]))) << n << " " << i;
+        ops::geglu(g.data(), u.data(), g.data(), n);
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(g[i], y[i]);
+    }
+    std::vector<float> big = {-100.0f, 100.0f, -30.0f, 30.0f, -5.5f, 5.5f, 0.0f, 1e-20f, -1e30f};
+    std::vector<float> ones(big.size(), 1.0f), yb(big.size()), ybr(big.size());
+    ops::geglu(big.data(), ones.data(), yb.data(), static_cast<int64_t>(big.size()));
+    ref::geglu(big.data(), ones.data(), ybr.data(), static_cast<int64_t>(big.size()));
+    for (size_t i = 0; i < big.size(); ++i) {
+        ASSERT_TRUE(std::isfinite(yb[i])) << big[i];
+        ASSERT_NEAR(yb[i], ybr[i], 2e-6f * (1 + std::fabs(ybr[i]))) << big[i];
+    }
+    }
+    set_cpu_kernel(cpu_kernel_supported(CpuKernel::Avx2) ? CpuKernel::Avx2 : CpuKernel::Generic);
+    // Known values: gelu(0) = 0, gelu(1) = 0.841192, gelu(-1) = -0.158808 (tanh form), gelu(-20) = 0.
+    const float g[4] = {0.0f, 1.0f, -1.0f, -20.0f}, u[4] = {1.0f, 1.0f, 2.0f, 1.0f};
+    float y[4];
+    ops::geglu(g, u, y, 4);
+    EXPECT_EQ(y[0], 0.0f);
+    EXPECT_NEAR(y[1], 0.841192f, 1e-5f);
+    EXPECT_NEAR(y[2], 2 * -0.158808f, 1e-5f);
+    EXPECT_NEAR(y[3], 0.0f, 1e-12f);
+}
+
 TEST(Ops, SwigluAndSoftmaxMatchReference) {
     const int64_t n = 1000;
     auto g = random_vec(n, 11, 4.0f), u = random_vec(n, 12);

@@ -1,0 +1,56 @@
+// The llama family's forward pass (GGUF `llama`, `qwen2`, `qwen3`):
+//
+//   x = embed(tokens)                                              [T, n_embd]
+//   for each layer:
+//     h = rms_norm(x) * attn_norm
+//     q, k, v = h . Wq, h . Wk, h . Wv   (+ biases: qwen2)           [T, q_dim], [T, kv_dim] x 2
+//     q, k = rms_norm(q) * q_norm, rms_norm(k) * k_norm per head   (qwen3)
+//     q, k = RoPE(q, k)                  (llama: adjacent pairs; qwen: halves)
+//     a = attention over the budgeted cache (Session::attention)   [T, q_dim]
+//     x += a . Wo
+//     h = rms_norm(x) * ffn_norm
+//     x += (silu(h . W_gate) * (h . W_up)) . W_down                 (SwiGLU)
+//
+// The output head (final norm, output matrix) is shared (Session::forward).
+#include "model/session.h"
+#include "tensor/matmul.h"
+#include "tensor/ops.h"
+
+namespace kvec {
+
+void Session::forward_llama(const int32_t* tokens, const int32_t* positions, int32_t T, Step step,
+                            bool final_chunk) {
+    const ModelConfig& c = model_.config();
+    const ModelWeights& W = model_.weights();
+    const int64_t E = c.n_embd, Q = c.q_dim(), KV = c.kv_dim(), F = c.n_ff, D = c.head_dim;
+
+    ops::get_rows(W.token_embd, tokens, T, x_.data());  // x [T, E]
+    for (int l = 0; l < c.n_layer; ++l) {
+        const LayerWeights& L = W.layers[static_cast<size_t>(l)];
+        // Attention block.
+        ops::rms_norm(x_.data(), L.attn_norm.data(), xn_.data(), T, E, c.rms_eps);  // [T, E]
+        matmul(xn_.data(), T, L.wq, q_.data());                                     // [T, Q]
+        matmul(xn_.data(), T, L.wk, k_.data());                                     // [T, KV]
+        matmul(xn_.data(), T, L.wv, v_.data());                                     // [T, KV]
+        if (!L.bq.empty()) ops::add_bias(q_.data(), L.bq.data(), T, Q);
+        if (!L.bk.empty()) ops::add_bias(k_.data(), L.bk.data(), T, KV);
+        if (!L.bv.empty()) ops::add_bias(v_.data(), L.bv.data(), T, KV);
+        if (!L.q_norm.empty()) ops::rms_norm(q_.data(), L.q_norm.data(), q_.data(), T * c.n_head, D, c.rms_eps);
+        if (!L.k_norm.empty()) ops::rms_norm(k_.data(), L.k_norm.data(), k_.data(), T * c.n_head_kv, D, c.rms_eps);
+        if (request_.queries > 0 && step != Step::Reconstruct) remember_prerope_queries(l, T, positions);
+        ops::rope(q_.data(), T, c.n_head, D, positions, rope_);     // [T, n_head, D]
+        ops::rope(k_.data(), T, c.n_head_kv, D, positions, rope_);  // [T, n_head_kv, D]
+        attention(l, T, positions, step, final_chunk);              // att [T, Q]
+        matmul(att_.data(), T, L.wo, proj_.data());                 // [T, E]
+        ops::add(x_.data(), proj_.data(), T * E);
+        // Feed-forward block (SwiGLU).
+        ops::rms_norm(x_.data(), L.ffn_norm.data(), xn_.data(), T, E, c.rms_eps);
+        matmul(xn_.data(), T, L.w_gate, gate_.data());  // [T, F]
+        matmul(xn_.data(), T, L.w_up, up_.data());      // [T, F]
+        ops::swiglu(gate_.data(), up_.data(), gate_.data(), T * F);
+        matmul(gate_.data(), T, L.w_down, proj_.data());  // [T, E]
+        ops::add(x_.data(), proj_.data(), T * E);
+    }
+}
+
+}  // namespace kvec
