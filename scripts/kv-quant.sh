@@ -22,7 +22,9 @@
 #             to 512 entries per head once it is prefilled), side by side with llama.cpp's
 #             `llama-bench -fa 1 -ctk T -ctv T -d D` (LLAMA_BENCH, default build/llama.cpp/build/
 #             bin/llama-bench); per depth and type kvec runs first, then llama.cpp, so both see
-#             the same load; one repetition each.
+#             the same load; one repetition each. SPEED_TYPES (default "f16 q8_0 q4_0") and
+#             SPEED_POLICIES (default full,kvec) narrow it. The model's context must hold the
+#             depth + SPEED_N + 1 (a 16384-context file: depth 16320 with -n 32).
 #   scripts/kv-quant.sh [MODEL.gguf] [BUDGET] [DEPTH]   (default: models/kvec-tiny.gguf, 256, 1536)
 # SECTIONS="ppl logits fidelity memory bench" (the default; speed only when named) picks tables;
 # THREADS (default 2).
@@ -140,9 +142,9 @@ if want speed; then
     echo "| depth | cache | kvec full t/s | kvec K-VEC B=512 t/s | llama.cpp t/s (-fa 1) | kvec full / llama.cpp | K-VEC / llama.cpp |"
     echo "|---:|---|---:|---:|---:|---:|---:|"
     for d in ${SPEED_DEPTHS:-0 4096 16384}; do
-        for type in f16 q8_0 q4_0; do
-            "$KVEC" bench -m "$SM" -p 0 -n "$SN" -d "$d" -r 1 -t "$T" --kv-type "$type" --policy full,kvec \
-                --budget 512 --no-bandwidth -o csv >"$tmp/kvec.csv" 2>"$tmp/err" ||
+        for type in ${SPEED_TYPES:-f16 q8_0 q4_0}; do
+            "$KVEC" bench -m "$SM" -p 0 -n "$SN" -d "$d" -r 1 -t "$T" --kv-type "$type" \
+                --policy "${SPEED_POLICIES:-full,kvec}" --budget 512 --no-bandwidth -o csv >"$tmp/kvec.csv" 2>"$tmp/err" ||
                 { echo "kv-quant.sh: kvec bench failed:" >&2; cat "$tmp/err" >&2; exit 1; }
             "$LB" -m "$SM" -t "$T" -p 0 -n "$SN" -ctk "$type" -ctv "$type" -fa 1 -d "$d" -r 1 -o csv \
                 >"$tmp/llama.csv" 2>"$tmp/err" || { echo "kv-quant.sh: llama-bench failed:" >&2; cat "$tmp/err" >&2; exit 1; }
