@@ -12,6 +12,11 @@
 #             tokens, FIDELITY_SEGMENTS segments, default 6) with each type pair, the full cache
 #             and K-VEC / SnapKV at B = 128 and 512, all against the full f16 cache
 #             (--reference-kv-type f16): mean KL and top-1 agreement per step;
+#   kld:      (only when named) KL divergence and top-1 agreement against the f16 cache, kvec and
+#             llama.cpp on the same text (data/text/sotu/2001_george_w_bush_r.txt) and types: kvec
+#             eval --fidelity with 13 segments of 256 prompt + 255 teacher-forced tokens,
+#             llama-perplexity -c 512 --kl-divergence (13 chunks, the second half scored;
+#             LLAMA_PERPLEXITY, default build/llama.cpp/build/bin/llama-perplexity);
 #   memory:   KV bytes after a prompt of about 16k tokens (kvec run -n 1), full cache and K-VEC
 #             B = 512, with the factor against the full f16 cache;
 #   bench:    decode speed at depth D, f16 against q8_0 (one `kvec bench` run, so the rows share the
@@ -100,6 +105,28 @@ for pair in $FPAIRS; do
     echo "| $k/$v | $(cell full 0) | $(cell kvec 128) | $(cell kvec 512) | $(cell snapkv 128) | $(cell snapkv 512) |"
 done
 echo
+fi
+
+if want kld; then
+    LP=${LLAMA_PERPLEXITY:-build/llama.cpp/build/bin/llama-perplexity}
+    KT=data/text/sotu/2001_george_w_bush_r.txt
+    "$LP" -m "$M" -f "$KT" -c 512 -t "$T" -ctk f16 -ctv f16 -fa on --kl-divergence-base "$tmp/base.kld" \
+        >"$tmp/err" 2>&1 || { echo "kv-quant.sh: llama-perplexity failed:" >&2; cat "$tmp/err" >&2; exit 1; }
+    echo "| keys/values | kvec KL vs f16 | kvec top-1 | llama.cpp KL vs f16 | llama.cpp same top |"
+    echo "|---|---:|---:|---:|---:|"
+    for pair in q8_0:q8_0 q8_0:q4_0 q4_0:q4_0; do
+        k=${pair%%:*} v=${pair#*:}
+        "$KVEC" eval -m "$M" --fidelity "$KT" -c 512 --prefix 256 --continuation 255 --segments 13 -t "$T" \
+            -ctk "$k" -ctv "$v" --reference-kv-type f16 --policies full --out "$tmp/kld-$k-$v" >/dev/null 2>"$tmp/err" ||
+            { echo "kv-quant.sh: kvec eval failed:" >&2; cat "$tmp/err" >&2; exit 1; }
+        "$LP" -m "$M" -f "$KT" -c 512 -t "$T" -ctk "$k" -ctv "$v" -fa on --kl-divergence-base "$tmp/base.kld" \
+            --kl-divergence >"$tmp/lp.log" 2>&1 || { echo "kv-quant.sh: llama-perplexity failed:" >&2; exit 1; }
+        kv=$(awk -F, '$1 == "full" {printf "%.2e | %.1f %%", $3, 100 * $5}' "$tmp/kld-$k-$v/fidelity.csv")
+        lk=$(grep -o 'Mean    KLD: *[0-9.e-]*' "$tmp/lp.log" | awk '{printf "%.2e", $3}')
+        lt=$(grep -o 'Same top p: *[0-9.]*' "$tmp/lp.log" | awk '{print $4}')
+        echo "| $k/$v | $kv | $lk | $lt % |"
+    done
+    echo
 fi
 
 if want memory; then
