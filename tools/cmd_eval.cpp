@@ -70,6 +70,7 @@ struct EvalOptions {
     int prefix = 0;
     int continuation = 128;
     int segments = 1;
+    std::string reference_kv;  // --reference-kv-type: KV type of the fidelity reference ("": the run's)
     std::string shard;  // --shard: "K/N", "slurm", "k8s/N" (eval/shard.h)
 };
 
@@ -372,6 +373,16 @@ int run_eval(const EvalOptions& o) {
     so.kv_type_v = o.kv.value_type();
     Session session(*model, so);
     Generator generator(session, tokenizer);
+    // --reference-kv-type: the fidelity reference is a full cache of that type (keys and values),
+    // in a second session over the same model and context.
+    std::unique_ptr<Session> reference;
+    if (!o.reference_kv.empty()) {
+        if (!fidelity) fail("--reference-kv-type goes with --fidelity");
+        SessionOptions ro = so;
+        ro.n_ctx = session.n_ctx();
+        ro.kv_type_k = ro.kv_type_v = parse_kv_type(o.reference_kv, "--reference-kv-type");
+        reference = std::make_unique<Session>(*model, ro);
+    }
 
     std::string out_dir = o.out;
     if (out_dir.empty()) {
@@ -401,6 +412,9 @@ int run_eval(const EvalOptions& o) {
     run["ctx"] = session.n_ctx();
     run["batch"] = session.options().n_batch;
     run["kv_type"] = kv_types_name(so.kv_type_k, so.kv_type_v);
+    if (reference) {
+        run["reference_kv_type"] = kv_types_name(reference->options().kv_type_k, reference->options().kv_type_v);
+    }
     run["seed"] = seed;
     // Written only when not the default, so that runs made before these options resume.
     if (protocol != eval::Protocol::QueryAware) run["protocol"] = eval::protocol_name(protocol);
@@ -458,6 +472,7 @@ int run_eval(const EvalOptions& o) {
         fo.continuation = o.continuation;
         fo.segments = o.segments;
         fo.share_prefill = !o.no_share;
+        fo.reference = reference.get();
         eval::ProgressBar real("fidelity", static_cast<int64_t>(combos.size()) * std::max(1, o.segments));
         fo.on_progress = [&real](int64_t done, int64_t total) {
             real.set_total(total);
@@ -466,10 +481,13 @@ int run_eval(const EvalOptions& o) {
         Timer t;
         const eval::FidelityReport rep = eval::run_fidelity(session, tokens, policies, combos, fo);
         real.finish();
-        const std::string header = fmt::format("# kvec eval --fidelity\n\nModel `{}` (sha256 {}), text `{}`, kvec {} ({}).\n",
-                                               fs::path(o.model).filename().string(), model_hash.substr(0, 12),
-                                               heldout_fidelity ? o.fidelity : fs::path(o.fidelity).filename().string(), eval::engine_version(),
-                                               eval::git_commit());
+        std::string header = fmt::format("# kvec eval --fidelity\n\nModel `{}` (sha256 {}), text `{}`, kvec {} ({}).\n",
+                                         fs::path(o.model).filename().string(), model_hash.substr(0, 12),
+                                         heldout_fidelity ? o.fidelity : fs::path(o.fidelity).filename().string(), eval::engine_version(),
+                                         eval::git_commit());
+        header += fmt::format("KV cache {}; reference: the full cache of {}.\n", kv_types_name(so.kv_type_k, so.kv_type_v),
+                              reference ? kv_types_name(reference->options().kv_type_k, reference->options().kv_type_v)
+                                        : kv_types_name(so.kv_type_k, so.kv_type_v));
         write_fidelity(rep, policies, budgets, out_dir, header);
         fmt::print(stderr, "fidelity: {} combinations in {:.1f} s; results in {}/\n", combos.size(), t.seconds(), out_dir);
         return 0;
@@ -684,6 +702,9 @@ void add_eval_command(CLI::App& app, Action& action) {
     cmd->add_option("--prefix", o->prefix, "fidelity: prompt tokens per segment (default: context - continuation - 1)");
     cmd->add_option("--continuation", o->continuation, "fidelity: teacher-forced tokens per segment")->capture_default_str();
     cmd->add_option("--segments", o->segments, "fidelity: segments of the text")->capture_default_str();
+    cmd->add_option("--reference-kv-type", o->reference_kv,
+                    "fidelity: KV-cache type (keys and values) of the reference full cache, e.g. f16 to measure a "
+                    "quantised cache (-ctk/-ctv) against the f16 one (default: the run's types)");
     cmd->add_option("--shard", o->shard,
                     "run only shard K of N of the items (0-based K/N; slurm: the array task; k8s/N: "
                     "JOB_COMPLETION_INDEX of N); join the shards with `kvec eval merge`");

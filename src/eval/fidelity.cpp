@@ -61,6 +61,10 @@ FidelityReport run_fidelity(Session& session, const std::vector<int32_t>& tokens
                             const std::vector<PolicyChoice>& policies, const std::vector<Combo>& combos,
                             const FidelityOptions& o) {
     if (session.evictor() != nullptr) fail("fidelity: the session must not have a policy attached");
+    if (o.reference != nullptr && (o.reference->evictor() != nullptr || o.reference->n_ctx() != session.n_ctx() ||
+                                   o.reference->n_vocab() != session.n_vocab())) {
+        fail("fidelity: the reference session must have no policy and the session's context and vocabulary");
+    }
     if (o.continuation < 1) fail("--continuation must be at least 1, got {}", o.continuation);
     const int32_t P = o.prefix > 0 ? o.prefix : session.n_ctx() - o.continuation - 1;
     if (P < 2) fail("fidelity: the context {} leaves no room for a prompt before {} continuation tokens",
@@ -109,11 +113,12 @@ FidelityReport run_fidelity(Session& session, const std::vector<int32_t>& tokens
         // Reference: the full cache.
         std::vector<float> ref;  // [C, V]
         {
-            SessionGuard guard{session};
-            session.reset();
-            const std::span<const float> last = session.prefill(prompt);
+            Session& rs = o.reference != nullptr ? *o.reference : session;
+            SessionGuard guard{rs};
+            rs.reset();
+            const std::span<const float> last = rs.prefill(prompt);
             const std::vector<float> last_copy(last.begin(), last.end());  // [V]
-            ref = feed(session, cont);
+            ref = feed(rs, cont);
             report.full_segment_nll.push_back(continuation_nll(last_copy, ref, cont));
         }
         auto score = [&](size_t c, std::span<const float> last, const std::vector<float>& rows, int64_t entries,

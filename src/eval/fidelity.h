@@ -50,6 +50,10 @@ struct FidelityOptions {
     bool share_prefill = true;
     int64_t coverage_window = 32;
     std::function<void(int64_t done, int64_t total)> on_progress;
+    // The session of the reference pass (the full cache every row is compared with), or null: the
+    // session itself. Another session over the same model and context with other KV types (e.g.
+    // the f16 cache as the reference of a quantised one: kvec eval --reference-kv-type).
+    Session* reference = nullptr;
 };
 
 struct FidelityRow {

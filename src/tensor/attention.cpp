@@ -1,14 +1,22 @@
 #include "tensor/attention.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#endif
+
+#include "quant/blocks.h"
 #include "quant/quant.h"
+#include "tensor/int8_decode.h"
 #include "tensor/int8_gemm.h"
 #include "tensor/kernels.h"
 #include "tensor/matmul.h"
 #include "tensor/ops.h"
 #include "util/error.h"
+#include "util/fp16.h"
 
 namespace kvec {
 
@@ -41,6 +49,68 @@ const float* block_to_f32(GgmlType type, const void* rows, int64_t n, int64_t d)
         quant::dequantize_row(type, rows, buf.data(), n * d);
     }
     return buf.data();
+}
+
+// The 4- and 5-bit key types as Q8_0 blocks (AVX2, decoded in registers): nb blocks of `type`
+// at src to nb Q8_0 blocks at dst (34 bytes each: the same fp16 scale, 32 int8), exactly:
+//   Q4_0: q - 8,  Q5_0: (q | fifth bit << 4) - 16,  IQ4_NL: kIq4nlValues[q]   (x = d * int8)
+//   Q4_1: q,      Q5_1: q | fifth bit << 4          (x = d * int8 + m; m is left in mins[nb])
+// so that the Q8_0 int8 kernels score them; the min term of Q4_1 / Q5_1 is added by the caller.
+// Returns false for other types. The scalar reference is quant::dequantize_row (tests compare).
+#if defined(__x86_64__) || defined(_M_X64)
+#define KVEC_AVX2_FN __attribute__((target("avx2,fma,f16c")))
+#else
+#define KVEC_AVX2_FN
+#endif
+KVEC_AVX2_FN bool blocks_as_q8_0_avx2(GgmlType type, const uint8_t* src, int64_t nb, uint8_t* dst, float* mins) {
+#if defined(__x86_64__) || defined(_M_X64)
+    size_t bytes = 0, qs = 0, qh = 0;  // block size, offsets of the nibbles and of the fifth bits
+    bool has_min = false;
+    switch (type) {
+        case GgmlType::Q4_0: bytes = 18, qs = 2; break;
+        case GgmlType::IQ4_NL: bytes = 18, qs = 2; break;
+        case GgmlType::Q4_1: bytes = 20, qs = 4, has_min = true; break;
+        case GgmlType::Q5_0: bytes = 22, qh = 2, qs = 6; break;
+        case GgmlType::Q5_1: bytes = 24, qh = 4, qs = 8, has_min = true; break;
+        default: return false;
+    }
+    const __m128i lo4 = _mm_set1_epi8(0x0F);
+    const __m128i grid = _mm_loadu_si128(reinterpret_cast<const __m128i*>(quant::kIq4nlValues));
+    const __m128i bitmask = _mm_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL));
+    const __m128i spread = _mm_set_epi8(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m128i shift = _mm_set1_epi8(static_cast<char>(type == GgmlType::Q4_0 ? 8 : type == GgmlType::Q5_0 ? 16 : 0));
+    for (int64_t b = 0; b < nb; ++b, src += bytes, dst += 34) {
+        std::memcpy(dst, src, 2);  // the fp16 scale
+        if (has_min) {
+            uint16_t m;
+            std::memcpy(&m, src + 2, 2);
+            mins[b] = fp16_to_float(m);
+        }
+        const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + qs));
+        __m128i lo = _mm_and_si128(raw, lo4), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), lo4);
+        if (qh != 0) {
+            uint32_t h;
+            std::memcpy(&h, src + qh, 4);
+            const __m128i h_lo = _mm_shuffle_epi8(_mm_set1_epi16(static_cast<int16_t>(h)), spread);
+            const __m128i h_hi = _mm_shuffle_epi8(_mm_set1_epi16(static_cast<int16_t>(h >> 16)), spread);
+            lo = _mm_or_si128(lo, _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(h_lo, bitmask), bitmask), _mm_set1_epi8(0x10)));
+            hi = _mm_or_si128(hi, _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(h_hi, bitmask), bitmask), _mm_set1_epi8(0x10)));
+        }
+        if (type == GgmlType::IQ4_NL) {
+            lo = _mm_shuffle_epi8(grid, lo);
+            hi = _mm_shuffle_epi8(grid, hi);
+        } else {
+            lo = _mm_sub_epi8(lo, shift);
+            hi = _mm_sub_epi8(hi, shift);
+        }
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2), lo);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 18), hi);
+    }
+    return true;
+#else
+    (void)type, (void)src, (void)nb, (void)dst, (void)mins;
+    return false;
+#endif
 }
 
 // Keys: F32 and F16 transposed in place; any other type dequantised block by block first.
@@ -89,34 +159,101 @@ BlockKernels block_kernels(const KvHeadData& kv) {
             kernels::attention_scores_generic, values_f32_generic, vt != GgmlType::F32};
 }
 
-// Q8_0 keys: the scores of a block are int8 dot products (int8_gemm.h) of the query rows,
-// quantised once per call (query_q8), with the keys read in place: AVX2 reads the blocks as
-// int8::gemm_q8_0_avx2 reads Q8_0 weights; the generic kernel unpacks them into a panel and runs
-// the scalar int8::gemm_ref.
+// Quantised keys: the scores of a block are int8 dot products (int8_gemm.h) of the query rows,
+// quantised once per call (query_q8), with the keys read from their blocks (no float copy):
+//   Q8_0, AVX-512 VNNI:  int8::gemm_q8_0_vnni (the blocks in place, as Q8_0 weights are read)
+//   Q8_0, AVX2:          int8::gemm_q8_0_avx2
+//   Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL: the block of keys turned into Q8_0 blocks in registers
+//                        (blocks_as_q8_0_avx2, exact; once per call), then the Q8_0 kernel of the
+//                        CPU, plus m * (the query block's sum) for the types with a min
+//   other types, VNNI:   int8::gemm_vnni_packed, each 16 keys packed into a panel from their blocks
+//                        in registers (int8::decode::panel_packer, as for quantised weights)
+//   other types, AVX2:   each key's blocks unpacked to int8 (int8::unpack_blocks), int8::gemm_avx2
+//   generic:             the same panel, the scalar int8::gemm_ref (the reference of all of them)
+// as llama.cpp's vec_dot_qX_q8_0 for a quantised K cache. Every path computes gemm_ref's integer
+// sums, so they agree up to float rounding of the scale products.
 //   y[i * ldy + j] = dot(query row i, key j)   for i < nq, j < n
-using Int8Scores = void (*)(const int8::QuantRows& x, int64_t nq, const uint8_t* k, size_t row_bytes, int64_t n,
-                            float* y, int64_t ldy);
+struct KeyScorer {
+    enum class Path { Float, Q8_0Vnni, Q8_0Avx2, AsQ8_0, PackedVnni, PanelAvx2, PanelRef };
+    Path path = Path::Float;
+    GgmlType type = GgmlType::F16;
+    int8::PanelPacker packer = nullptr;
+    bool has_min = false;
 
-void scores_q8_0_generic(const int8::QuantRows& x, int64_t nq, const uint8_t* k, size_t row_bytes, int64_t n,
-                         float* y, int64_t ldy) {
-    const int64_t nb = x.k / int8::kBlock;
-    thread_local std::vector<int8_t> q;     // [kEntryBlock, d]
-    thread_local std::vector<float> scale;  // [kEntryBlock, nb, 2]
-    q.resize(static_cast<size_t>(n * x.k));
-    scale.resize(static_cast<size_t>(n * nb * 2));
-    for (int64_t j = 0; j < n; ++j) {
-        int8::unpack_blocks(GgmlType::Q8_0, k + static_cast<size_t>(j) * row_bytes, nb, q.data() + j * x.k,
-                            scale.data() + j * nb * 2, nullptr);
+    explicit KeyScorer(GgmlType t) : type(t) {
+        if (!int8::has_panel_form(t)) return;  // F32, F16, BF16: float scores
+        has_min = int8::panel_has_min(t);
+        if (active_cpu_kernel() != CpuKernel::Avx2) {
+            path = Path::PanelRef;
+        } else if (int8::vnni_enabled() && t == GgmlType::Q8_0) {
+            path = Path::Q8_0Vnni;
+        } else if (t == GgmlType::Q8_0) {
+            path = Path::Q8_0Avx2;
+        } else if (t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q5_0 || t == GgmlType::Q5_1 ||
+                   t == GgmlType::IQ4_NL) {
+            path = Path::AsQ8_0;
+        } else if (int8::vnni_enabled() && (packer = int8::decode::panel_packer(t)) != nullptr) {
+            path = Path::PackedVnni;
+        } else {
+            path = Path::PanelAvx2;
+        }
     }
-    int8::gemm_ref(x, nq, int8::Panel{q.data(), scale.data(), nullptr, x.k}, n, y, ldy);
-}
+    bool int8() const { return path != Path::Float; }
+
+    // Path::AsQ8_0: the n keys (rows of whole blocks, contiguous) as Q8_0 blocks, scored in place.
+    void as_q8_0(const int8::QuantRows& x, int64_t nq, const uint8_t* k, int64_t n, float* y, int64_t ldy) const {
+        const int64_t nb = x.k / int8::kBlock;
+        thread_local std::vector<uint8_t> q8;  // [kEntryBlock, nb] Q8_0 blocks
+        thread_local std::vector<float> mins;  // [kEntryBlock, nb] (Q4_1, Q5_1)
+        q8.resize(static_cast<size_t>(n * nb * 34));
+        mins.resize(static_cast<size_t>(n * nb));
+        KVEC_CHECK(blocks_as_q8_0_avx2(type, k, n * nb, q8.data(), mins.data()));
+        (int8::vnni_enabled() ? int8::gemm_q8_0_vnni : int8::gemm_q8_0_avx2)(x, nq, q8.data(),
+                                                                             static_cast<size_t>(nb * 34), n, y, ldy);
+        if (!has_min) return;
+        for (int64_t i = 0; i < nq; ++i) {
+            const float* hs = x.hsum + i * nb * 2;  // [nb, 2] d_x * the query's half-block sums
+            for (int64_t j = 0; j < n; ++j) {
+                float add = 0.0f;
+                for (int64_t b = 0; b < nb; ++b) add += mins[static_cast<size_t>(j * nb + b)] * (hs[2 * b] + hs[2 * b + 1]);
+                y[i * ldy + j] += add;
+            }
+        }
+    }
+
+    void operator()(const int8::QuantRows& x, int64_t nq, const uint8_t* k, size_t row_bytes, int64_t n, float* y,
+                    int64_t ldy) const {
+        switch (path) {
+            case Path::Q8_0Vnni: int8::gemm_q8_0_vnni(x, nq, k, row_bytes, n, y, ldy); return;
+            case Path::Q8_0Avx2: int8::gemm_q8_0_avx2(x, nq, k, row_bytes, n, y, ldy); return;
+            case Path::PackedVnni: int8::gemm_vnni_packed(x, nq, packer, has_min, k, row_bytes, n, y, ldy); return;
+            case Path::AsQ8_0: as_q8_0(x, nq, k, n, y, ldy); return;
+            default: break;
+        }
+        const int64_t nb = x.k / int8::kBlock;
+        thread_local std::vector<int8_t> q;     // [kEntryBlock, d]
+        thread_local std::vector<float> scale;  // [kEntryBlock, nb, 2]
+        thread_local std::vector<float> min;    // [kEntryBlock, nb, 2]
+        q.resize(static_cast<size_t>(n * x.k));
+        scale.resize(static_cast<size_t>(n * nb * 2));
+        min.resize(has_min ? static_cast<size_t>(n * nb * 2) : 0);
+        for (int64_t j = 0; j < n; ++j) {
+            int8::unpack_blocks(type, k + static_cast<size_t>(j) * row_bytes, nb, q.data() + j * x.k,
+                                scale.data() + j * nb * 2, has_min ? min.data() + j * nb * 2 : nullptr);
+        }
+        const int8::Panel panel{q.data(), scale.data(), has_min ? min.data() : nullptr, x.k};
+        (path == Path::PanelAvx2 ? int8::gemm_avx2 : int8::gemm_ref)(x, nq, panel, n, y, ldy);
+    }
+};
 
 // The n_pos * nq query rows (position t, row i at q + t * ld_pos + i * ld_row) quantised for the
-// int8 scores (int8::quantize_row_ref): row t * nq + i of q [rows, d], d [rows, d / 32] and
-// hsum [rows, d / 32, 2]; thread-local buffers, valid until the next call.
+// int8 scores (int8::quantize_row_ref): row t * nq + i of q [rows, d], d [rows, d / 32], hsum
+// [rows, d / 32, 2] and qsum [rows, d / 32, 2] (the VNNI kernels); thread-local buffers, valid
+// until the next call.
 struct QueryQ8 {
     std::vector<int8_t> q;
     std::vector<float> d, hsum;
+    std::vector<int32_t> qsum;
     int64_t k = 0;
     int8::QuantRows rows(int64_t first) const {
         const int64_t nb = k / int8::kBlock;
@@ -124,6 +261,7 @@ struct QueryQ8 {
         r.q = q.data() + first * k;
         r.d = d.data() + first * nb;
         r.hsum = hsum.data() + first * nb * 2;
+        r.qsum = qsum.data() + first * nb * 2;
         r.k = k;
         return r;
     }
@@ -136,11 +274,12 @@ const QueryQ8& query_q8(const float* q, RowLayout q_at, int64_t n_pos, int64_t n
     qq.q.resize(static_cast<size_t>(rows * D));
     qq.d.resize(static_cast<size_t>(rows * nb));
     qq.hsum.resize(static_cast<size_t>(rows * nb * 2));
+    qq.qsum.resize(static_cast<size_t>(rows * nb * 2));
     for (int64_t t = 0; t < n_pos; ++t) {
         for (int64_t i = 0; i < nq; ++i) {
             const int64_t r = t * nq + i;
             int8::quantize_row_ref(q + t * q_at.ld_pos + i * q_at.ld_row, D, qq.q.data() + r * D,
-                                   qq.d.data() + r * nb, qq.hsum.data() + r * nb * 2);
+                                   qq.d.data() + r * nb, qq.hsum.data() + r * nb * 2, qq.qsum.data() + r * nb * 2);
         }
     }
     return qq;
@@ -173,28 +312,35 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
     auto first_pos = [&](int32_t j0) { return std::max<int64_t>(0, j0 - n_vis + 1); };
 
     // Scores, block by block: the block's keys transposed once, then every position that sees
-    // some of them. Q8_0 keys: int8 dot products with the query rows quantised once.
-    const Int8Scores int8_scores = kv.key_type != GgmlType::Q8_0           ? nullptr
-                                   : active_cpu_kernel() == CpuKernel::Avx2 ? int8::gemm_q8_0_avx2
-                                                                            : scores_q8_0_generic;
-    const QueryQ8* qq = int8_scores != nullptr ? &query_q8(q, q_at, n_pos, nq, D) : nullptr;
-    thread_local std::vector<float> kt, y;  // [D, kEntryBlock], [nq, kEntryBlock]
+    // some of them. Quantised keys: int8 dot products with the query rows quantised once.
+    const KeyScorer int8_scores(kv.key_type);
+    const QueryQ8* qq = int8_scores.int8() ? &query_q8(q, q_at, n_pos, nq, D) : nullptr;
+    // The int8 scores take kPosGroup positions per call (their nq rows each), so that the key
+    // blocks are unpacked or packed once per group rather than once per position; the group's
+    // entries up to its last position's are scored and each position keeps its visible ones.
+    constexpr int64_t kPosGroup = 16;
+    thread_local std::vector<float> kt, y;  // [D, kEntryBlock], [kPosGroup * nq, kEntryBlock]
     kt.resize(static_cast<size_t>(D * kEntryBlock));
-    y.resize(static_cast<size_t>(nq * kEntryBlock));
+    y.resize(static_cast<size_t>(kPosGroup * nq * kEntryBlock));
     for (int32_t j0 = 0; j0 < n_last; j0 += kEntryBlock) {
         const int32_t n = std::min(kEntryBlock, n_last - j0);
         const auto* keys = static_cast<const uint8_t*>(entry(kv.keys, j0, key_row));
-        if (int8_scores == nullptr) k.keys_t(kv.key_type, keys, n, D, kt.data(), kEntryBlock);
-        for (int64_t t = first_pos(j0); t < n_pos; ++t) {
-            const int32_t n_t = std::min(n, vis(t) - j0);
-            if (int8_scores != nullptr) {
-                int8_scores(qq->rows(t * nq), nq, keys, key_row, n_t, y.data(), kEntryBlock);
+        if (!int8_scores.int8()) k.keys_t(kv.key_type, keys, n, D, kt.data(), kEntryBlock);
+        const int64_t group = int8_scores.int8() ? kPosGroup : 1;
+        for (int64_t t0 = first_pos(j0); t0 < n_pos; t0 += group) {
+            const int64_t t1 = std::min(n_pos, t0 + group);
+            const int32_t n_g = std::min(n, vis(t1 - 1) - j0);  // entries the group's last position sees
+            if (int8_scores.int8()) {
+                int8_scores(qq->rows(t0 * nq), (t1 - t0) * nq, keys, key_row, n_g, y.data(), kEntryBlock);
             } else {
-                k.scores(q + t * q_at.ld_pos, nq, q_at.ld_row, kt.data(), kEntryBlock, D, round_up8(n_t), y.data(),
+                k.scores(q + t0 * q_at.ld_pos, nq, q_at.ld_row, kt.data(), kEntryBlock, D, round_up8(n_g), y.data(),
                          kEntryBlock);
             }
-            for (int64_t i = 0; i < nq; ++i) {
-                std::copy_n(y.data() + i * kEntryBlock, n_t, p_row(t, i) + j0);
+            for (int64_t t = t0; t < t1; ++t) {
+                const int32_t n_t = std::min(n, vis(t) - j0);
+                for (int64_t i = 0; i < nq; ++i) {
+                    std::copy_n(y.data() + ((t - t0) * nq + i) * kEntryBlock, n_t, p_row(t, i) + j0);
+                }
             }
         }
     }
@@ -213,12 +359,23 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
             std::fill(o, o + D, 0.0f);
         }
     }
+    // Block-quantised values on AVX2: read from their blocks (kernels::attention_values_quant_avx2).
+    const bool quant_values =
+        active_cpu_kernel() == CpuKernel::Avx2 && kernels::values_in_place_avx2(kv.value_type);
     for (int32_t j0 = 0; j0 < n_last; j0 += kEntryBlock) {
         const void* v = entry(kv.values, j0, value_row);  // [min(kEntryBlock, n_last - j0)] rows
-        if (k.convert_values) v = block_to_f32(kv.value_type, v, std::min(kEntryBlock, n_last - j0), D);
+        if (k.convert_values && !quant_values) {
+            v = block_to_f32(kv.value_type, v, std::min(kEntryBlock, n_last - j0), D);
+        }
         for (int64_t t = first_pos(j0); t < n_pos; ++t) {
             const int32_t n_t = std::min(kEntryBlock, vis(t) - j0);
-            k.values(p_row(t, 0) + j0, nq, ldp, v, n_t, D, out + t * out_at.ld_pos, out_at.ld_row);
+            if (quant_values) {
+                kernels::attention_values_quant_avx2(kv.value_type, p_row(t, 0) + j0, nq, ldp,
+                                                     static_cast<const uint8_t*>(v), n_t, D,
+                                                     out + t * out_at.ld_pos, out_at.ld_row);
+            } else {
+                k.values(p_row(t, 0) + j0, nq, ldp, v, n_t, D, out + t * out_at.ld_pos, out_at.ld_row);
+            }
         }
     }
 }

@@ -10,13 +10,16 @@
 //
 // The entries are walked in blocks of kEntryBlock, so that a block stays in L1 while every query
 // row passes over it. Scores: the block's keys are transposed to float once (kernels::keys_t_*),
-// then each query row yields 8 entries' scores per vector (no horizontal sums). Values: the AVX2
-// kernel reads F16 values in place and converts them in registers (F16C); the generic one
-// converts the block into a small buffer. BF16 and quantised keys and values are dequantised one
-// block of entries at a time into a small buffer (quant::dequantize_row), then take the F32 path;
-// except Q8_0 keys, whose scores are int8 dot products with the query rows quantised once per call
-// to blocks of 32 int8 with a float scale (int8_gemm.h's activations; llama.cpp quantises the
-// query for a Q8_0 cache likewise), the keys read in place.
+// then each query row yields 8 entries' scores per vector (no horizontal sums). Block-quantised
+// keys (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) are scored with int8 dot products instead, the query
+// rows quantised once per call to blocks of 32 int8 with a float scale (int8_gemm.h's
+// activations; llama.cpp quantises the query likewise, vec_dot_qX_q8_0) and the keys read from
+// their blocks: AVX-512 VNNI where the CPU has it (Q8_0 in place, the other types packed 16 keys at
+// a time in registers), else AVX2 (Q8_0 in place, the others unpacked to int8), else the scalar
+// int8::gemm_ref. Values: the AVX2 kernel reads F16 values in place and converts them in registers
+// (F16C), and block-quantised values likewise from their blocks (16 elements decoded in
+// registers); the generic kernel converts each block of entries into a small buffer first, as
+// for BF16 keys and values everywhere (quant::dequantize_row).
 // ref::attention (reference.h) is the scalar reference the tests use.
 #pragma once
 

@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "gguf/ggml_type.h"
+
 namespace kvec::kernels {
 
 void tile_generic(const float* x, int64_t nx, int64_t ldx, const float* w, int64_t nw,
@@ -77,6 +79,15 @@ void attention_values_f32_avx2(const float* p, int64_t nq, int64_t ldp, const fl
 // F16 values in place, converted in registers (F16C).
 void attention_values_f16_avx2(const float* p, int64_t nq, int64_t ldp, const uint16_t* v, int64_t n, int64_t d,
                                float* out, int64_t ldo);
+// Block-quantised values read from their blocks: 16 elements of a row at a time decoded in
+// registers (the scale broadcast, the 4-bit indices masked/shifted, Q5's fifth bits spread from
+// qh, IQ4_NL's grid looked up by a byte shuffle), no float copy:
+//   out[i * ldo + e] += sum_{j < n} p[i * ldp + j] * v_j[e]   for i < nq, e < d
+// with v_j the row at v + j * ggml_row_size(type, d) as quant::dequantize_row decodes it (d a
+// multiple of 32). Types: values_in_place_avx2(type) (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL).
+bool values_in_place_avx2(GgmlType type);
+void attention_values_quant_avx2(GgmlType type, const float* p, int64_t nq, int64_t ldp, const uint8_t* v,
+                                 int64_t n, int64_t d, float* out, int64_t ldo);
 
 // In place softmax of x[n] and out[i] = silu(gate[i]) * up[i], with a vectorised exp (relative
 // error ~1e-7); the baseline-ISA versions are ops::softmax / ops::swiglu's own loops.

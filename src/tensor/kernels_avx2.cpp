@@ -615,6 +615,153 @@ void keys_t_f32_avx2(const float* k, int64_t n, int64_t d, float* kt, int64_t ld
     keys_t<F32Load>(k, n, d, kt, ldkt);
 }
 
+// Block-quantised values in place (kernels.h). A row loader decodes elements e0 .. e0 + 15 (e0 a
+// multiple of 16: one half of a 32-element block) of one row into two vectors of floats.
+namespace {
+inline const uint8_t* qblock(const uint8_t* row, int64_t e0, size_t block_bytes) {
+    return row + static_cast<size_t>(e0 >> 5) * block_bytes;
+}
+inline __m256 half_to_ps8(const uint8_t* h) {  // the fp16 at h broadcast to 8 lanes
+    uint16_t v;
+    std::memcpy(&v, h, 2);
+    return _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(v)));
+}
+// 16 signed bytes to two vectors of floats times d (plus m).
+inline void bytes_to_ps(__m128i q, __m256 d, __m256& a, __m256& b) {
+    a = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d);
+    b = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8))), d);
+}
+inline void bytes_to_ps(__m128i q, __m256 d, __m256 m, __m256& a, __m256& b) {
+    a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d, m);
+    b = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8))), d, m);
+}
+// The 4-bit indices of half (e0 / 16) % 2 of the block whose 16 nibble bytes are at qs: low
+// nibbles for elements 0..15, high for 16..31.
+inline __m128i nibbles(const uint8_t* qs, int64_t e0) {
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+    const __m128i lo4 = _mm_set1_epi8(0x0F);
+    return (e0 & 16) != 0 ? _mm_and_si128(_mm_srli_epi16(raw, 4), lo4) : _mm_and_si128(raw, lo4);
+}
+// Bits (e0 % 32) .. + 15 of the little-endian u32 at qh as 0x10 in the bytes whose bit is set.
+inline __m128i fifth_bits(const uint8_t* qh, int64_t e0) {
+    uint32_t h;
+    std::memcpy(&h, qh, 4);
+    const __m128i bits = _mm_set1_epi16(static_cast<int16_t>(h >> (e0 & 16)));
+    const __m128i spread = _mm_shuffle_epi8(bits, _mm_set_epi8(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0));
+    const __m128i mask = _mm_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL));
+    return _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(spread, mask), mask), _mm_set1_epi8(0x10));
+}
+struct Q8_0Rows {
+    static void load16(const uint8_t* row, int64_t e0, __m256& a, __m256& b) {
+        const uint8_t* blk = qblock(row, e0, 34);
+        bytes_to_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2 + (e0 & 16))), half_to_ps8(blk), a, b);
+    }
+};
+struct Q4_0Rows {
+    static void load16(const uint8_t* row, int64_t e0, __m256& a, __m256& b) {
+        const uint8_t* blk = qblock(row, e0, 18);
+        bytes_to_ps(_mm_sub_epi8(nibbles(blk + 2, e0), _mm_set1_epi8(8)), half_to_ps8(blk), a, b);
+    }
+};
+struct Q4_1Rows {
+    static void load16(const uint8_t* row, int64_t e0, __m256& a, __m256& b) {
+        const uint8_t* blk = qblock(row, e0, 20);
+        bytes_to_ps(nibbles(blk + 4, e0), half_to_ps8(blk), half_to_ps8(blk + 2), a, b);
+    }
+};
+struct Q5_0Rows {
+    static void load16(const uint8_t* row, int64_t e0, __m256& a, __m256& b) {
+        const uint8_t* blk = qblock(row, e0, 22);
+        const __m128i q = _mm_or_si128(nibbles(blk + 6, e0), fifth_bits(blk + 2, e0));
+        bytes_to_ps(_mm_sub_epi8(q, _mm_set1_epi8(16)), half_to_ps8(blk), a, b);
+    }
+};
+struct Q5_1Rows {
+    static void load16(const uint8_t* row, int64_t e0, __m256& a, __m256& b) {
+        const uint8_t* blk = qblock(row, e0, 24);
+        const __m128i q = _mm_or_si128(nibbles(blk + 8, e0), fifth_bits(blk + 4, e0));
+        bytes_to_ps(q, half_to_ps8(blk), half_to_ps8(blk + 2), a, b);
+    }
+};
+struct Iq4NlRows {
+    static void load16(const uint8_t* row, int64_t e0, __m256& a, __m256& b) {
+        const uint8_t* blk = qblock(row, e0, 18);
+        const __m128i grid = _mm_loadu_si128(reinterpret_cast<const __m128i*>(quant::kIq4nlValues));
+        bytes_to_ps(_mm_shuffle_epi8(grid, nibbles(blk + 2, e0)), half_to_ps8(blk), a, b);
+    }
+};
+
+// C query rows (C <= 4) x 16 elements per pass over the n rows: 8 accumulators, 2 decoded vectors.
+template <class R, int C>
+void quant_values_rows(const float* p, int64_t ldp, const uint8_t* v, size_t row_bytes, int64_t n, int64_t d,
+                       float* out, int64_t ldo) {
+    for (int64_t e0 = 0; e0 < d; e0 += 16) {
+        __m256 acc[C][2];
+#pragma GCC unroll 4
+        for (int i = 0; i < C; ++i) {
+            acc[i][0] = _mm256_loadu_ps(out + i * ldo + e0);
+            acc[i][1] = _mm256_loadu_ps(out + i * ldo + e0 + 8);
+        }
+        const uint8_t* row = v;
+        for (int64_t j = 0; j < n; ++j, row += row_bytes) {
+            __m256 a, b;
+            R::load16(row, e0, a, b);
+#pragma GCC unroll 4
+            for (int i = 0; i < C; ++i) {
+                const __m256 pi = _mm256_broadcast_ss(p + i * ldp + j);
+                acc[i][0] = _mm256_fmadd_ps(pi, a, acc[i][0]);
+                acc[i][1] = _mm256_fmadd_ps(pi, b, acc[i][1]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < C; ++i) {
+            _mm256_storeu_ps(out + i * ldo + e0, acc[i][0]);
+            _mm256_storeu_ps(out + i * ldo + e0 + 8, acc[i][1]);
+        }
+    }
+}
+
+template <class R>
+void quant_values(const float* p, int64_t nq, int64_t ldp, const uint8_t* v, size_t row_bytes, int64_t n, int64_t d,
+                  float* out, int64_t ldo) {
+    int64_t i = 0;
+    for (; i + 4 <= nq; i += 4) quant_values_rows<R, 4>(p + i * ldp, ldp, v, row_bytes, n, d, out + i * ldo, ldo);
+    switch (nq - i) {
+        case 3: quant_values_rows<R, 3>(p + i * ldp, ldp, v, row_bytes, n, d, out + i * ldo, ldo); break;
+        case 2: quant_values_rows<R, 2>(p + i * ldp, ldp, v, row_bytes, n, d, out + i * ldo, ldo); break;
+        case 1: quant_values_rows<R, 1>(p + i * ldp, ldp, v, row_bytes, n, d, out + i * ldo, ldo); break;
+        default: break;
+    }
+}
+}  // namespace
+
+bool values_in_place_avx2(GgmlType type) {
+    switch (type) {
+        case GgmlType::Q8_0:
+        case GgmlType::Q4_0:
+        case GgmlType::Q4_1:
+        case GgmlType::Q5_0:
+        case GgmlType::Q5_1:
+        case GgmlType::IQ4_NL: return true;
+        default: return false;
+    }
+}
+
+void attention_values_quant_avx2(GgmlType type, const float* p, int64_t nq, int64_t ldp, const uint8_t* v,
+                                 int64_t n, int64_t d, float* out, int64_t ldo) {
+    KVEC_CHECK(d % 32 == 0);
+    const size_t rb = ggml_row_size(type, d);
+    switch (type) {
+        case GgmlType::Q8_0: quant_values<Q8_0Rows>(p, nq, ldp, v, rb, n, d, out, ldo); return;
+        case GgmlType::Q4_0: quant_values<Q4_0Rows>(p, nq, ldp, v, rb, n, d, out, ldo); return;
+        case GgmlType::Q4_1: quant_values<Q4_1Rows>(p, nq, ldp, v, rb, n, d, out, ldo); return;
+        case GgmlType::Q5_0: quant_values<Q5_0Rows>(p, nq, ldp, v, rb, n, d, out, ldo); return;
+        case GgmlType::Q5_1: quant_values<Q5_1Rows>(p, nq, ldp, v, rb, n, d, out, ldo); return;
+        case GgmlType::IQ4_NL: quant_values<Iq4NlRows>(p, nq, ldp, v, rb, n, d, out, ldo); return;
+        default: KVEC_CHECK(false && "attention_values_quant_avx2: type without an in-place kernel");
+    }
+}
+
 void keys_t_f16_avx2(const uint16_t* k, int64_t n, int64_t d, float* kt, int64_t ldkt) {
     keys_t<Fp16Load>(k, n, d, kt, ldkt);
 }
@@ -968,6 +1115,11 @@ void attention_values_f32_avx2(const float*, int64_t, int64_t, const float*, int
     KVEC_CHECK(false && "AVX2 kernel called in a build without AVX2");
 }
 void attention_values_f16_avx2(const float*, int64_t, int64_t, const uint16_t*, int64_t, int64_t, float*, int64_t) {
+    KVEC_CHECK(false && "AVX2 kernel called in a build without AVX2");
+}
+bool values_in_place_avx2(GgmlType) { return false; }
+void attention_values_quant_avx2(GgmlType, const float*, int64_t, int64_t, const uint8_t*, int64_t, int64_t, float*,
+                                 int64_t) {
     KVEC_CHECK(false && "AVX2 kernel called in a build without AVX2");
 }
 bool avx512_supported() { return false; }

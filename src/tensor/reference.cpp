@@ -95,9 +95,10 @@ void attention(const float* q, int64_t nq, int64_t ldq, const KvHeadData& kv, in
         return f;
     };
     const std::vector<float> keys = decode(kv.key_type, kv.keys);
-    // Q8_0 keys meet the query quantised to int8 blocks (attention.h): the rows as quantised.
+    // Block-quantised keys meet the query quantised to int8 blocks (attention.h): the rows as
+    // quantised.
     std::vector<float> q_q8;  // [nq, D]
-    if (kv.key_type == GgmlType::Q8_0) {
+    if (int8::has_panel_form(kv.key_type)) {
         const int64_t nb = D / int8::kBlock;
         std::vector<int8_t> qi(static_cast<size_t>(D));
         std::vector<float> d(static_cast<size_t>(nb)), hsum(static_cast<size_t>(nb * 2));

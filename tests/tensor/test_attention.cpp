@@ -66,15 +66,39 @@ std::string pair_name(TypePair t) {
     return t.k == t.v ? k : k + "/" + v;
 }
 
-// Restores the CPU kernel chosen at start-up.
+// Restores the CPU kernel and the AVX-512 choice made at start-up.
 class KernelGuard {
 public:
-    KernelGuard() : saved_(active_cpu_kernel()) {}
-    ~KernelGuard() { set_cpu_kernel(saved_); }
+    KernelGuard() : saved_(active_cpu_kernel()), avx512_(kernels::avx512_enabled()) {}
+    ~KernelGuard() {
+        set_cpu_kernel(saved_);
+        kernels::set_avx512(avx512_);
+    }
 
 private:
     CpuKernel saved_;
+    bool avx512_;
 };
+
+// The kernels a test runs: generic; AVX2 with AVX-512 off (the AVX2 int8 scores of quantised
+// keys); AVX2 with AVX-512 on (VNNI int8 scores), each where the CPU has it.
+struct Variant {
+    CpuKernel kernel;
+    bool avx512;
+    std::string name() const { return std::string(cpu_kernel_name(kernel)) + (avx512 ? "+avx512" : ""); }
+};
+std::vector<Variant> variants() {
+    std::vector<Variant> v = {{CpuKernel::Generic, false}};
+    if (cpu_kernel_supported(CpuKernel::Avx2)) {
+        v.push_back({CpuKernel::Avx2, false});
+        if (kernels::avx512_supported()) v.push_back({CpuKernel::Avx2, true});
+    }
+    return v;
+}
+void use(const Variant& v) {
+    set_cpu_kernel(v.kernel);
+    kernels::set_avx512(v.avx512);
+}
 
 struct Shape {
     int nq;        // query rows (the query heads of one KV head)
@@ -97,15 +121,14 @@ void check_shape(TypePair type, const Shape& s, uint32_t seed) {
     std::vector<float> p_ref(static_cast<size_t>(s.nq * ldp)), o_ref(static_cast<size_t>(s.nq * ldo));
     ref::attention(q.data(), s.nq, ldq, c.view, s.n_vis, scale, p_ref.data(), ldp, o_ref.data(), ldo);
     const KernelGuard guard;
-    for (CpuKernel k : {CpuKernel::Generic, CpuKernel::Avx2}) {
-        if (!cpu_kernel_supported(k)) continue;
-        set_cpu_kernel(k);
+    for (const Variant& k : variants()) {
+        use(k);
         std::vector<float> p(static_cast<size_t>(s.nq * ldp), kSentinel);  // [nq, ldp]
         std::vector<float> o(static_cast<size_t>(s.nq * ldo), kSentinel);  // [nq, ldo]
         attention(q.data(), s.nq, ldq, c.view, s.n_vis, scale, p.data(), ldp, o.data(), ldo);
         std::vector<float> p_only(p.size(), kSentinel);
         attention_probs(q.data(), s.nq, ldq, c.view, s.n_vis, scale, p_only.data(), ldp);
-        const std::string where = std::string(cpu_kernel_name(k)) + " " + pair_name(type) +
+        const std::string where = k.name() + " " + pair_name(type) +
                                   " nq=" + std::to_string(s.nq) + " d=" + std::to_string(s.d) +
                                   " n=" + std::to_string(s.n) + " vis=" + std::to_string(s.n_vis);
         for (int i = 0; i < s.nq; ++i) {
@@ -171,9 +194,8 @@ void check_causal(TypePair type, int nq, int d, int n_pos, int32_t n_vis, uint32
     const float scale = 1.0f / std::sqrt(static_cast<float>(d));
     constexpr float kSentinel = -7.0f;
     const KernelGuard guard;
-    for (CpuKernel k : {CpuKernel::Generic, CpuKernel::Avx2}) {
-        if (!cpu_kernel_supported(k)) continue;
-        set_cpu_kernel(k);
+    for (const Variant& k : variants()) {
+        use(k);
         std::vector<float> p(static_cast<size_t>(n_pos * nq * ldp), kSentinel);   // [n_pos * nq, ldp]
         std::vector<float> o(static_cast<size_t>(n_pos * o_at.ld_pos), kSentinel);  // [n_pos, ld_pos]
         attention_causal(q.data(), q_at, n_pos, nq, c.view, n_vis, scale, p.data(), ldp, o.data(), o_at);
@@ -185,7 +207,7 @@ void check_causal(TypePair type, int nq, int d, int n_pos, int32_t n_vis, uint32
             std::vector<float> p_ref(static_cast<size_t>(nq * vis)), o_ref(static_cast<size_t>(nq * d));
             ref::attention(q.data() + t * q_at.ld_pos, nq, q_at.ld_row, c.view, vis, scale, p_ref.data(), vis,
                            o_ref.data(), d);
-            const std::string where = std::string(cpu_kernel_name(k)) + " " + pair_name(type) +
+            const std::string where = k.name() + " " + pair_name(type) +
                                       " nq=" + std::to_string(nq) + " d=" + std::to_string(d) + " n_pos=" +
                                       std::to_string(n_pos) + " n_vis=" + std::to_string(n_vis) + " t=" +
                                       std::to_string(t);
@@ -230,7 +252,7 @@ TEST_P(AttentionTypes, CausalBlocksOfPositionsMatchTheReferencePerPosition) {
 
 // BF16 and block-quantised caches (keys and values alike, and mixed): head sizes of whole 32-element
 // blocks, entry counts across the entry block, one position (decode) and blocks of positions
-// (prefill). The reference decodes the same blocks (quant::dequantize_row) and, for Q8_0 keys,
+// (prefill). The reference decodes the same blocks (quant::dequantize_row) and, for quantised keys,
 // quantises the query rows as the int8 scores do, so the tolerances are the F32 ones.
 class QuantisedAttention : public ::testing::TestWithParam<TypePair> {};
 
@@ -333,9 +355,8 @@ TEST(Attention, EntriesPastTheVisibleOnesAreNotRead) {
     std::vector<float> q(static_cast<size_t>(4 * 32), 0.25f);
     std::vector<float> p(4 * 50), o(4 * 32), p2(p.size()), o2(o.size());
     const KernelGuard guard;
-    for (CpuKernel k : {CpuKernel::Generic, CpuKernel::Avx2}) {
-        if (!cpu_kernel_supported(k)) continue;
-        set_cpu_kernel(k);
+    for (const Variant& k : variants()) {
+        use(k);
         attention(q.data(), 4, 32, c.view, 37, 0.5f, p.data(), 50, o.data(), 32);
         std::fill(c.keys_f32.begin() + 37 * 32, c.keys_f32.end(), std::numeric_limits<float>::infinity());
         std::fill(c.values_f32.begin() + 37 * 32, c.values_f32.end(), std::numeric_limits<float>::quiet_NaN());
