@@ -19,7 +19,9 @@ constexpr char kMagic[8] = {'K', 'V', 'E', 'C', 'S', 'L', 'O', 'T'};
 constexpr uint32_t kVersion = 1;
 constexpr size_t kChecksumBytes = 4 + 64;  // the trailing str: length + hex digest
 
-void put_bytes(std::string& out, const void* p, size_t n) { out.append(static_cast<const char*>(p), n); }
+void put_bytes(std::string& out, const void* p, size_t n) {
+    if (n > 0) out.append(static_cast<const char*>(p), n);  // p may be null when n is 0 (an empty head)
+}
 void put_u32(std::string& out, uint32_t v) { put_bytes(out, &v, 4); }
 void put_i32(std::string& out, int32_t v) { put_bytes(out, &v, 4); }
 void put_str(std::string& out, const std::string& s) {
@@ -34,6 +36,7 @@ public:
 
     void get(void* out, size_t n) {
         if (n > bytes_.size() - at_) fail("{}: truncated slot file (needs {} more bytes at offset {})", path_, n, at_);
+        if (n == 0) return;  // out may be null (an empty vector's data())
         std::memcpy(out, bytes_.data() + at_, n);
         at_ += n;
     }
