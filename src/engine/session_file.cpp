@@ -137,12 +137,9 @@ SessionFile SessionFile::read(const std::string& path) {
     if (bytes.size() < sizeof kMagic + 4 || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) {
         fail("{} is not a kvec slot file (no KVECSLOT header)", path);
     }
-    Reader r(path, bytes);
-    char magic[sizeof kMagic];
-    r.get(magic, sizeof magic);
-    if (const uint32_t version = r.u32(); version != kVersion) {
-        fail("{}: slot file version {}, this kvec reads version {}", path, version, kVersion);
-    }
+    uint32_t version = 0;  // checked before the checksum: another version may end differently
+    std::memcpy(&version, bytes.data() + sizeof kMagic, 4);
+    if (version != kVersion) fail("{}: slot file version {}, this kvec reads version {}", path, version, kVersion);
     if (bytes.size() < sizeof kMagic + 4 + kChecksumBytes) fail("{}: truncated slot file ({} bytes)", path, bytes.size());
     const std::string_view body(bytes.data(), bytes.size() - kChecksumBytes);
     uint32_t digest_length = 0;
@@ -155,8 +152,8 @@ SessionFile SessionFile::read(const std::string& path) {
     SessionFile s;
     s.path_ = path;
     Reader b(path, body);
-    b.get(magic, sizeof magic);
-    b.u32();
+    char header[sizeof kMagic + 4];  // magic and version, checked above
+    b.get(header, sizeof header);
     s.model_sha256_ = b.str(64, "model hash");
     s.policy_ = b.str(4096, "policy");
     s.key_type_ = b.u32();

@@ -32,6 +32,23 @@ size_t sz(int64_t n) { return static_cast<size_t>(n); }
 // At most this many query positions of a prefill chunk per attention call (kvec::attention_causal).
 constexpr int64_t kPositionsPerCall = 16;
 
+// Query positions per kernel call for T positions over heads of at most n_max entries, `width`
+// query heads per work item: each block of keys is converted once for all of them; the
+// probability rows of a call stay within about 4 MiB per thread.
+int32_t positions_per_call(int32_t T, int width, int32_t n_max) {
+    const int64_t fit = (int64_t{4} << 20) / (int64_t{4} * width * std::max<int32_t>(n_max, 1));
+    return static_cast<int32_t>(std::clamp<int64_t>(fit, 1, std::min<int64_t>(T, kPositionsPerCall)));
+}
+
+// This thread's probability rows for the attention kernels, at least n floats: grow-only (every
+// column read is written first), so a prefill chunk does not allocate and zero them again for
+// each layer; one buffer per thread for global and sliding-window layers alike.
+float* attention_scratch(size_t n) {
+    thread_local std::vector<float> s;
+    if (s.size() < n) s.resize(n);
+    return s.data();
+}
+
 // sum of x[0 .. n) in 8 float lanes (vectorised; the reconstruction's renormalisation).
 double sum_f32(const float* x, int32_t n) {
     float lane[8] = {};
@@ -157,6 +174,15 @@ void Session::set_evictor(Evictor* evictor) {
     prerope_next_.assign(L, 0);
 }
 
+// The recent-query rings start afresh (after a reset, a rollback or a restore: their queries
+// belonged to positions that are gone or were never run here).
+void Session::clear_query_rings() {
+    std::fill(recent_count_.begin(), recent_count_.end(), 0);
+    std::fill(recent_next_.begin(), recent_next_.end(), 0);
+    std::fill(prerope_count_.begin(), prerope_count_.end(), 0);
+    std::fill(prerope_next_.begin(), prerope_next_.end(), 0);
+}
+
 void Session::reset() {
     kv_.clear();
     kv_.reset_peak();
@@ -166,10 +192,7 @@ void Session::reset() {
     tokens_.clear();
     eviction_stats_ = EvictionStats{};
     eviction_paused_ = false;
-    std::fill(recent_count_.begin(), recent_count_.end(), 0);
-    std::fill(recent_next_.begin(), recent_next_.end(), 0);
-    std::fill(prerope_count_.begin(), prerope_count_.end(), 0);
-    std::fill(prerope_next_.begin(), prerope_next_.end(), 0);
+    clear_query_rings();
     defer_hook_ = false;
     recon_ready_ = false;
     recon_.clear();
@@ -202,10 +225,7 @@ void Session::rollback(int32_t n_past) {
     n_past_ = n_past;
     tokens_.resize(sz(n_past));
     n_decoded_ = 0;
-    std::fill(recent_count_.begin(), recent_count_.end(), 0);
-    std::fill(recent_next_.begin(), recent_next_.end(), 0);
-    std::fill(prerope_count_.begin(), prerope_count_.end(), 0);
-    std::fill(prerope_next_.begin(), prerope_next_.end(), 0);
+    clear_query_rings();
 }
 
 void Session::restore_sequence(SequenceState state) {
@@ -237,10 +257,7 @@ void Session::restore_sequence(SequenceState state) {
     tokens_ = std::move(state.tokens);
     eviction_stats_ = EvictionStats{};
     kv_.reset_peak();
-    std::fill(recent_count_.begin(), recent_count_.end(), 0);
-    std::fill(recent_next_.begin(), recent_next_.end(), 0);
-    std::fill(prerope_count_.begin(), prerope_count_.end(), 0);
-    std::fill(prerope_next_.begin(), prerope_next_.end(), 0);
+    clear_query_rings();
 }
 
 void Session::check_positions(std::span<const int32_t> positions) const {
@@ -530,17 +547,10 @@ void Session::attention(int layer, int32_t T, const int32_t* positions, Step ste
 
     const GroupSplit split = group_split();
     const int64_t work = int64_t{T} * n_max * D * c.n_head;  // multiply-adds of q.K (and of p.V)
-    // Query positions per kernel call: each block of keys is converted once for all of them; the
-    // probability rows of a call stay within about 4 MiB per thread.
-    const int64_t fit = (int64_t{4} << 20) / (int64_t{4} * split.width * n_max);
-    const auto n_pos = static_cast<int32_t>(std::clamp<int64_t>(fit, 1, std::min<int64_t>(T, kPositionsPerCall)));
+    const int32_t n_pos = positions_per_call(T, split.width, n_max);
 #pragma omp parallel if (work >= (1 << 18))
     {
-        // [n_pos * width, n_max] probabilities; grow-only per thread (every column read is written
-        // first), so a prefill chunk does not allocate and zero it again for each layer.
-        thread_local std::vector<float> s;
-        const size_t need = sz(int64_t{n_pos} * split.width * n_max);
-        if (s.size() < need) s.resize(need);
+        float* s = attention_scratch(sz(int64_t{n_pos} * split.width * n_max));  // [n_pos * width, n_max]
 #pragma omp for schedule(dynamic, 1)
         for (int item = 0; item < split.items; ++item) {
             const auto [h, g0, ng] = split.item(item);
@@ -552,14 +562,14 @@ void Session::attention(int layer, int32_t T, const int32_t* positions, Step ste
                 const int32_t np = std::min(n_pos, T - t0);
                 const int64_t q0 = t0 * Q + int64_t{h * G + g0} * D;  // query heads h * G + g0 .. + ng
                 // Position t0 + dt sees n_old + t0 + dt + 1 entries (causal in the chunk).
-                kvec::attention_causal(q_.data() + q0, {Q, D}, np, ng, kv, n_old + t0 + 1, scale, s.data(), n_max,
+                kvec::attention_causal(q_.data() + q0, {Q, D}, np, ng, kv, n_old + t0 + 1, scale, s, n_max,
                                        att_.data() + q0, {Q, D});
                 for (int32_t dt = 0; dt < np; ++dt) {
                     const int32_t t = t0 + dt;
                     const int32_t vis = n_old + t + 1;
                     for (int gi = 0; gi < ng; ++gi) {
                         const int g = g0 + gi;
-                        const float* p = s.data() + (int64_t{dt} * ng + gi) * n_max;  // [vis]
+                        const float* p = s + (int64_t{dt} * ng + gi) * n_max;  // [vis]
                         if (want_colsum) {
                             float* acc = kv_.aux(layer, h, g);  // [n_h]
                             for (int32_t j = 0; j < vis; ++j) acc[j] += p[j];
@@ -608,13 +618,10 @@ void Session::attention_sliding(int layer, int32_t T, const int32_t* positions) 
     for (int h = 0; h < Hkv; ++h) n_max = std::max(n_max, kv_.size(layer, h));
     const GroupSplit split = group_split();
     const int64_t work = int64_t{T} * std::min(n_max, window) * D * c.n_head;
-    const int64_t fit = (int64_t{4} << 20) / (int64_t{4} * split.width * n_max);
-    const auto n_pos = static_cast<int32_t>(std::clamp<int64_t>(fit, 1, std::min<int64_t>(T, kPositionsPerCall)));
+    const int32_t n_pos = positions_per_call(T, split.width, n_max);
 #pragma omp parallel if (work >= (1 << 18))
     {
-        thread_local std::vector<float> s;  // [n_pos * width, n_max] probabilities
-        const size_t need = sz(int64_t{n_pos} * split.width * n_max);
-        if (s.size() < need) s.resize(need);
+        float* s = attention_scratch(sz(int64_t{n_pos} * split.width * n_max));  // [n_pos * width, n_max]
 #pragma omp for schedule(dynamic, 1)
         for (int item = 0; item < split.items; ++item) {
             const auto [h, g0, ng] = split.item(item);
@@ -638,7 +645,7 @@ void Session::attention_sliding(int layer, int32_t T, const int32_t* positions) 
                 const int32_t n = start_of(t0 + np - 1) == first ? np : 1;
                 const int64_t q0 = t0 * Q + int64_t{h * G + g0} * D;  // query heads h * G + g0 .. + ng
                 kvec::attention_causal(q_.data() + q0, {Q, D}, n, ng, from(first), n_old + t0 + 1 - first, scale,
-                                       s.data(), n_max, att_.data() + q0, {Q, D});
+                                       s, n_max, att_.data() + q0, {Q, D});
                 t0 += n;
             }
         }

@@ -172,6 +172,7 @@ private:
     // Drops the entries of sliding-window layers that no later query can see (positions at or
     // before n_past - sliding_window); during decoding once kSwaSlack of them have gathered.
     void trim_sliding_windows(Step step);
+    void clear_query_rings();
     void remember_queries(int layer, int32_t T, const int32_t* positions);
     void remember_prerope_queries(int layer, int32_t T, const int32_t* positions);
     void reconstruct_and_evict(std::span<const int32_t> context, std::span<const int32_t> last_positions);
