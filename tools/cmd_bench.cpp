@@ -5,7 +5,11 @@
 //   cache), --policy eviction policies, --budget budgets, -b chunk sizes, KV-cache types: --kv-type
 //   (keys and values alike) or the cross product of -ctk/--cache-type-k and -ctv/--cache-type-v.
 // Tests: `pp N` (a prefill of N tokens after the depth), `tg N` (N decode steps after the depth);
-// with a depth they are named `pp N @ dD` / `tg N @ dD`. With a policy the depth prompt is
+// with a depth they are named `pp N @ dD` / `tg N @ dD`. --parallel P (a list) runs each tg test
+// as P sequences decoding together (`tg N x P`: Session::decode_batch, one forward step per
+// token of all P, as `kvec serve` batches its slots; like llama-batched-bench): the depth prompt
+// is prefilled once, saved, and restored into the other P - 1 sessions (each with its own policy
+// object, as a restored server slot), and t/s counts the tokens of all P sequences. With a policy the depth prompt is
 // prefilled with the policy attached (it compresses the prompt once after the prefill, or after
 // every chunk with its `chunked=true` option); the decode steps then run over the compressed
 // cache. For pp tests the policy is attached to the timed prefill itself (chunked eviction).
@@ -22,10 +26,12 @@
 // Output: -o md (default, a Markdown table), csv or json.
 #include <fmt/format.h>
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <random>
 #include <sstream>
@@ -33,6 +39,7 @@
 
 #include "commands.h"
 #include "engine/generator.h"
+#include "engine/session_file.h"
 #include "model/model.h"
 #include "model/session.h"
 #include "policy/registry.h"
@@ -52,6 +59,7 @@ struct BenchOptions {
     std::vector<int> depth = {0};
     std::vector<int> threads = {0};
     std::vector<int> chunk = {512};
+    std::vector<int> parallel = {1};  // tg tests: sequences decoding together
     std::vector<std::pair<KvType, KvType>> kv_types = {{KvType::F16, KvType::F16}};  // (keys, values)
     std::vector<std::string> policy = {"full"};
     std::vector<int> budget;
@@ -156,8 +164,10 @@ struct BenchTest {
     enum class Kind { Prompt, Generation } kind;
     int n_tokens;
     int depth;
+    int sequences = 1;  // tg: sequences decoding together (--parallel)
     std::string name() const {
         std::string s = fmt::format("{}{}", kind == Kind::Prompt ? "pp" : "tg", n_tokens);
+        if (sequences > 1) s += fmt::format(" x{}", sequences);
         if (depth > 0) s += fmt::format(" @ d{}", depth);
         return s;
     }
@@ -261,19 +271,51 @@ struct RunConfig {
     std::string policy;
 };
 
+// The other sequences of a --parallel tg test start from session 0's depth prompt, as a server
+// slot restores a saved conversation: saved once, restored into each (its own policy object).
+void copy_depth_prompt(const Session& from, const std::vector<std::unique_ptr<Session>>& to,
+                       std::vector<std::unique_ptr<Evictor>>& policies, const std::string& spec) {
+    const std::string path = fmt::format("{}/kvec-bench-{}.slot", std::filesystem::temp_directory_path().string(),
+                                         ::getpid());
+    struct Remove {
+        const std::string& path;
+        ~Remove() { std::filesystem::remove(path); }
+    } remove{path};
+    save_session(from, path, "", spec);
+    const SessionFile file = SessionFile::read(path);
+    for (size_t i = 1; i < to.size(); ++i) {
+        to[i]->reset();
+        to[i]->set_evictor(nullptr);
+        policies[i] = policy_name(spec) != "full" ? policy::make_policy(spec) : nullptr;
+        to[i]->set_evictor(policies[i].get());
+        file.restore(*to[i]);
+    }
+}
+
 // One test, -r repetitions. For tg tests the bandwidth is measured just before and just after
 // the repetitions (best of both): on a shared machine it changes with the load.
 void run_test(const Model& model, const RunConfig& rc, const BenchTest& t, int reps, BandwidthProbe* probe,
               std::mt19937& rng, BenchResult& r) {
     SessionOptions so;
     so.n_ctx = t.depth + t.n_tokens + 1;
-    so.n_batch = rc.chunk;
+    so.n_batch = std::max(rc.chunk, t.sequences);
     so.kv_type_k = rc.kv_type_k;
     so.kv_type_v = rc.kv_type_v;
-    Session session(model, so);
-    std::unique_ptr<Evictor> evictor;
-    if (policy_name(rc.policy) != "full") evictor = policy::make_policy(rc.policy);
-    session.set_evictor(evictor.get());
+    std::vector<std::unique_ptr<Session>> sessions;  // [sequences]; 0 runs pp tests and the depth prompt
+    std::vector<std::unique_ptr<Evictor>> evictors;  // [sequences]
+    for (int i = 0; i < t.sequences; ++i) {
+        sessions.push_back(std::make_unique<Session>(model, so));
+        evictors.push_back(policy_name(rc.policy) != "full" ? policy::make_policy(rc.policy) : nullptr);
+        sessions.back()->set_evictor(evictors.back().get());
+    }
+    Session& session = *sessions[0];
+    std::vector<Session*> batch;  // [sequences]
+    for (const auto& s : sessions) batch.push_back(s.get());
+    auto kv_total = [&](auto bytes_of) {
+        size_t b = 0;
+        for (const Session* s : batch) b += bytes_of(s->kv_cache());
+        return b;
+    };
     // Warm-up: touches every weight page and starts the thread team.
     session.prefill(random_tokens(std::min(16, so.n_ctx - 1), session.n_vocab(), rng));
     session.decode(0);
@@ -288,29 +330,38 @@ void run_test(const Model& model, const RunConfig& rc, const BenchTest& t, int r
             r.depth_seconds.v.push_back(dt.seconds());
             r.depth_evict_seconds.v.push_back(eviction_seconds(session.eviction_stats()));
             r.kv_entries = session.kv_cache().total_entries();
+            if (t.sequences > 1) copy_depth_prompt(session, sessions, evictors, rc.policy);
+        } else {
+            for (Session* s : batch) s->reset();
         }
         const double evict_before = eviction_seconds(session.eviction_stats());
         const double recon_before = session.eviction_stats().reconstruct_seconds;
-        const size_t kv_used_before = session.kv_cache().used_bytes();
-        const auto tokens = random_tokens(t.n_tokens, session.n_vocab(), rng);
+        const size_t kv_used_before = kv_total([](const KvCache& kv) { return kv.used_bytes(); });
+        // [n_tokens, sequences] the tokens of every step
+        const auto tokens = random_tokens(t.n_tokens * t.sequences, session.n_vocab(), rng);
         Timer timer;
         if (t.kind == BenchTest::Kind::Prompt) {
             session.prefill(tokens);
         } else {
-            for (int32_t id : tokens) session.decode(id);
+            for (int step = 0; step < t.n_tokens; ++step) {
+                const auto first = static_cast<size_t>(step) * static_cast<size_t>(t.sequences);
+                Session::decode_batch(batch, std::span<const int32_t>(tokens).subspan(first, batch.size()));
+            }
         }
         const double s = timer.seconds();
         r.seconds.v.push_back(s);
-        r.tokens_per_second.v.push_back(t.n_tokens / s);
+        r.tokens_per_second.v.push_back(static_cast<double>(t.n_tokens) * t.sequences / s);
         r.evict_share.v.push_back((eviction_seconds(session.eviction_stats()) - evict_before) / s);
         r.recon_share.v.push_back((session.eviction_stats().reconstruct_seconds - recon_before) / s);
-        r.kv_bytes = session.kv_cache().bytes();
+        r.kv_bytes = kv_total([](const KvCache& kv) { return kv.bytes(); });
         r.kv_entry_bytes = session.kv_cache().entry_bytes();
-        r.kv_peak = session.kv_cache().peak_bytes();
+        r.kv_peak = kv_total([](const KvCache& kv) { return kv.peak_bytes(); });
         if (t.kind == BenchTest::Kind::Generation) {
             // Live KV bytes grow by one entry per head and layer per step: the mean over the test.
-            const double kv_mean = 0.5 * static_cast<double>(kv_used_before + session.kv_cache().used_bytes());
-            r.bytes_per_token = weight_bytes + kv_mean;
+            // The weights are read once per step for all sequences.
+            const double kv_mean =
+                0.5 * static_cast<double>(kv_used_before + kv_total([](const KvCache& kv) { return kv.used_bytes(); }));
+            r.bytes_per_token = (weight_bytes + kv_mean) / t.sequences;
         }
     }
     if (gen && probe != nullptr) {
@@ -356,15 +407,15 @@ std::string csv_field(const std::string& s) {
 void print_csv(const std::vector<BenchResult>& rs) {
     fmt::print("model,type,model_bytes,params,threads,kv_type,chunk,policy,test,kind,n_tokens,depth,reps,tps_mean,"
                "tps_stddev,seconds_mean,kv_entry_bytes,kv_bytes,kv_peak_bytes,kv_entries,evict_share,reconstruct_share,depth_prefill_seconds,"
-               "depth_evict_seconds,bytes_per_token,bandwidth_bytes_per_second,bandwidth_share\n");
+               "depth_evict_seconds,bytes_per_token,bandwidth_bytes_per_second,bandwidth_share,sequences\n");
     for (const BenchResult& r : rs) {
-        fmt::print("{},{},{},{},{},{},{},{},{},{},{},{},{},{:.4f},{:.4f},{:.6f},{},{},{},{},{:.5f},{:.5f},{:.4f},{:.4f},{:.0f},{:.0f},{:.4f}\n",
+        fmt::print("{},{},{},{},{},{},{},{},{},{},{},{},{},{:.4f},{:.4f},{:.6f},{},{},{},{},{:.5f},{:.5f},{:.4f},{:.4f},{:.0f},{:.0f},{:.4f},{}\n",
                    csv_field(r.model), r.model_type, r.model_bytes, r.model_params, r.threads, r.kv_type, r.chunk,
                    csv_field(r.policy), r.test.name(), r.test.kind == BenchTest::Kind::Prompt ? "pp" : "tg",
                    r.test.n_tokens, r.test.depth, r.tokens_per_second.v.size(), r.tokens_per_second.mean(),
                    r.tokens_per_second.stddev(), r.seconds.mean(), r.kv_entry_bytes, r.kv_bytes, r.kv_peak, r.kv_entries,
                    r.evict_share.mean(), r.recon_share.mean(), r.depth_seconds.mean(), r.depth_evict_seconds.mean(),
-                   r.bytes_per_token, r.bandwidth, r.bw_share);
+                   r.bytes_per_token, r.bandwidth, r.bw_share, r.test.sequences);
     }
 }
 
@@ -400,13 +451,13 @@ void print_json(const std::vector<BenchResult>& rs, double bandwidth, const std:
                    "\"kv_entry_bytes\": {}, \"kv_bytes\": {}, \"kv_peak_bytes\": {}, \"kv_entries\": {}, \"evict_share\": {:.5f}, "
                    "\"reconstruct_share\": {:.5f}, "
                    "\"depth_prefill_seconds\": {:.4f}, \"depth_evict_seconds\": {:.4f}, \"bytes_per_token\": {:.0f}, "
-                   "\"bandwidth_bytes_per_second\": {:.0f}, \"bandwidth_share\": {:.4f}}}{}\n",
+                   "\"bandwidth_bytes_per_second\": {:.0f}, \"bandwidth_share\": {:.4f}, \"sequences\": {}}}{}\n",
                    json_string(r.model), json_string(r.model_type), r.model_bytes, r.model_params, r.threads,
                    json_string(r.kv_type), r.chunk, json_string(r.policy), json_string(r.test.name()), r.test.n_tokens,
                    r.test.depth, json_array(r.tokens_per_second.v), r.tokens_per_second.mean(),
                    r.tokens_per_second.stddev(), json_array(r.seconds.v), r.kv_entry_bytes, r.kv_bytes, r.kv_peak, r.kv_entries,
                    r.evict_share.mean(), r.recon_share.mean(), r.depth_seconds.mean(), r.depth_evict_seconds.mean(), r.bytes_per_token,
-                   r.bandwidth, r.bw_share, i + 1 < rs.size() ? "," : "");
+                   r.bandwidth, r.bw_share, r.test.sequences, i + 1 < rs.size() ? "," : "");
     }
     fmt::print("  ]\n}}\n");
 }
@@ -440,7 +491,9 @@ int bench(const BenchOptions& o) {
             if (p > 0) tests.push_back({BenchTest::Kind::Prompt, p, d});
         }
         for (int n : o.n_gen) {
-            if (n > 0) tests.push_back({BenchTest::Kind::Generation, n, d});
+            for (int seqs : o.parallel) {
+                if (n > 0) tests.push_back({BenchTest::Kind::Generation, n, d, seqs});
+            }
         }
     }
 
@@ -517,6 +570,7 @@ void add_bench_command(CLI::App& app, Action& action) {
     // Raw comma lists, parsed in the callback.
     struct Raw {
         std::string models, p = "512", n = "128", d = "0", t = "0", b = "512", kv = "f16", policy = "full", budget;
+        std::string parallel = "1";
         std::string ctk, ctv;  // empty: --kv-type
     };
     auto raw = std::make_shared<Raw>();
@@ -538,6 +592,9 @@ void add_bench_command(CLI::App& app, Action& action) {
                     "eviction policies, e.g. full,kvec or kvec:chunked=true (a policy's own options follow it)")
         ->capture_default_str();
     cmd->add_option("--budget", raw->budget, "KV budgets (entries per head) for the policies other than full");
+    cmd->add_option("--parallel", raw->parallel,
+                    "sequences decoding together in tg tests (batched decode, aggregate t/s), e.g. 1,4,8,16")
+        ->capture_default_str();
     cmd->add_option("-r,--repetitions", o->reps, "repetitions of each test")->capture_default_str();
     cmd->add_option("-o,--output", o->output, "output format: md, csv, json")->capture_default_str();
     cmd->add_flag("--bandwidth,!--no-bandwidth", o->bandwidth,
@@ -553,6 +610,7 @@ void add_bench_command(CLI::App& app, Action& action) {
             o->depth = parse_int_list(raw->d, "-d", 0);
             o->threads = parse_int_list(raw->t, "-t", 0);
             o->chunk = parse_int_list(raw->b, "-b", 1);
+            o->parallel = parse_int_list(raw->parallel, "--parallel", 1);
             o->kv_types = parse_kv_types(raw->kv, raw->ctk, raw->ctv);
             o->policy = parse_policy_list(raw->policy);
             o->budget = raw->budget.empty() ? std::vector<int>{} : parse_int_list(raw->budget, "--budget", 1);

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <optional>
 #include <span>
 #include <thread>
 
@@ -84,11 +85,21 @@ GenerationResult Generator::generate_from_tokens(const std::vector<int32_t>& pro
         if (on_text) on_text(s);
     };
 
-    // One forward step, under o.forward_mutex when given.
-    auto step = [&](auto&& run) {
-        if (o.forward_mutex == nullptr) return run();
-        std::lock_guard<std::mutex> lock(*o.forward_mutex);
-        return run();
+    // Under a scheduler, the prefill's chunks take turns with other generations' decode batches
+    // (the session's step gate, for this generation only) and each decode step joins a batch.
+    struct Gate {
+        Session* session = nullptr;
+        ~Gate() {
+            if (session != nullptr) session->set_step_gate({});
+        }
+    } gate;
+    if (o.scheduler != nullptr) {
+        session_.set_step_gate([s = o.scheduler](const std::function<void()>& run) { s->run_exclusive(run); });
+        gate.session = &session_;
+    }
+    std::optional<StepScheduler::Decoding> decoding;  // from the first decode step on
+    auto decode = [&](int32_t id) {
+        return o.scheduler != nullptr ? o.scheduler->decode(session_, id) : session_.decode(id);
     };
     auto cancelled = [&] { return o.keep_going && !o.keep_going(); };
 
@@ -110,12 +121,13 @@ GenerationResult Generator::generate_from_tokens(const std::vector<int32_t>& pro
     }
     Timer timer;
     const std::span<const int32_t> fresh = std::span<const int32_t>(prompt).subspan(reuse);
-    std::span<const float> logits = step([&] { return session_.prefill(fresh); });
+    std::span<const float> logits = session_.prefill(fresh);
     st.prompt_seconds = timer.seconds();
     st.kv_prompt_bytes = session_.kv_cache().bytes();
     st.kv_prompt_entries = session_.kv_cache().total_entries();
     st.kv_prompt_peak_bytes = session_.kv_cache().peak_bytes();
 
+    if (o.scheduler != nullptr) decoding.emplace(*o.scheduler);
     std::vector<int32_t> history = prompt;  // for the repetition penalty
     StreamDecoder decoder(tokenizer_);
     StopStrings stops(o.stop);
@@ -156,7 +168,7 @@ GenerationResult Generator::generate_from_tokens(const std::vector<int32_t>& pro
             break;
         }
         timer.reset();
-        logits = step([&] { return session_.decode(id); });
+        logits = decode(id);
         st.decode_seconds += timer.seconds();
         ++st.n_decoded;
     }

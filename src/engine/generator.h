@@ -6,11 +6,11 @@
 
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "engine/step_scheduler.h"
 #include "model/session.h"
 #include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
@@ -32,9 +32,9 @@ struct GenerateOptions {
     // false stops the generation there (StopReason::Cancelled). A server stops a stream whose
     // client has gone, and reads the cache's size at each step.
     std::function<bool()> keep_going;
-    // When set, held around every forward step (the whole prefill, each decode step), so that
-    // sessions generating on several threads take turns on the machine one step at a time.
-    std::mutex* forward_mutex = nullptr;
+    // When set, every forward step goes through it: the prefill chunk by chunk, each decode step
+    // batched with those of the other generations under the same scheduler (kvec serve).
+    StepScheduler* scheduler = nullptr;
     // The session already holds the first `reuse` prompt tokens (a conversation kept from an
     // earlier request, `kvec serve`): the session is rolled back to there (Session::rollback)
     // instead of reset, and only the rest of the prompt is prefilled. 0 <= reuse < prompt tokens,

@@ -339,34 +339,97 @@ void Session::check_finite_logits(std::span<const float> logits, int32_t positio
     }
 }
 
-std::span<const float> Session::decode(int32_t token) {
+void Session::check_decode(int32_t token) const {
     const int32_t pos = n_past_;
     check_positions(std::span<const int32_t>(&pos, 1));
     if (token < 0 || token >= n_vocab()) fail("token id {} is outside the model's vocabulary [0, {})", token, n_vocab());
-    tokens_.push_back(token);
-    n_past_ = pos + 1;
-    ++n_decoded_;
-    forward(&token, &pos, 1, false, logits_.data(), Step::Decode, true);
-    check_finite_logits(logits_, pos);
+}
+
+std::span<const float> Session::decode(int32_t token) {
+    Session* self = this;
+    decode_batch(std::span<Session* const>(&self, 1), std::span<const int32_t>(&token, 1));
     return logits_;
+}
+
+void Session::decode_batch(std::span<Session* const> sessions, std::span<const int32_t> tokens) {
+    if (sessions.empty() || sessions.size() != tokens.size()) {
+        fail("a batched decode step needs one token per session ({} sessions, {} tokens)", sessions.size(),
+             tokens.size());
+    }
+    Session& lead = *sessions[0];
+    const auto B = static_cast<int32_t>(sessions.size());
+    if (B > lead.options_.n_batch) {
+        fail("a batched decode step of {} sessions exceeds the batch size {} (n_batch)", B, lead.options_.n_batch);
+    }
+    std::vector<int32_t> positions(sz(B));  // [B] each session's next position
+    for (int32_t b = 0; b < B; ++b) {
+        const Session& s = *sessions[sz(b)];
+        if (&s.model_ != &lead.model_) fail("a batched decode step mixes sessions of different models");
+        if (std::find(sessions.begin(), sessions.begin() + b, &s) != sessions.begin() + b) {
+            fail("a batched decode step lists one session twice");
+        }
+        s.check_decode(tokens[sz(b)]);
+        positions[sz(b)] = s.n_past_;
+    }
+    for (int32_t b = 0; b < B; ++b) {
+        Session& s = *sessions[sz(b)];
+        s.tokens_.push_back(tokens[sz(b)]);
+        s.n_past_ = positions[sz(b)] + 1;
+        ++s.n_decoded_;
+    }
+    if (B == 1) {
+        lead.forward(tokens.data(), positions.data(), 1, false, lead.logits_.data(), Step::Decode, true);
+    } else {
+        const int64_t V = lead.n_vocab();
+        lead.all_logits_.resize(sz(B * V));
+        lead.batch_ = sessions;
+        struct EndBatch {
+            Session& s;
+            ~EndBatch() { s.batch_ = {}; }
+        } end_batch{lead};
+        lead.forward(tokens.data(), positions.data(), B, true, lead.all_logits_.data(), Step::Decode, true);
+        for (int32_t b = 0; b < B; ++b) {
+            const float* row = lead.all_logits_.data() + b * V;  // [V]
+            std::copy(row, row + V, sessions[sz(b)]->logits_.begin());
+        }
+    }
+    for (int32_t b = 0; b < B; ++b) sessions[sz(b)]->check_finite_logits(sessions[sz(b)]->logits_, positions[sz(b)]);
 }
 
 void Session::forward(const int32_t* tokens, const int32_t* positions, int32_t T, bool all_logits,
                       float* out, Step step, bool final_chunk) {
+    if (step_gate_ && step != Step::Decode) {
+        step_gate_([&] { forward_step(tokens, positions, T, all_logits, out, step, final_chunk); });
+    } else {
+        forward_step(tokens, positions, T, all_logits, out, step, final_chunk);
+    }
+}
+
+void Session::forward_step(const int32_t* tokens, const int32_t* positions, int32_t T, bool all_logits,
+                           float* out, Step step, bool final_chunk) {
     const ModelConfig& c = model_.config();
     const ModelWeights& W = model_.weights();
     const int64_t E = c.n_embd, V = c.n_vocab;
-    repositioned_layers_ = 0;
-    reposition_map_.clear();
-    observed_layers_.clear();
+    Session* self = this;
+    // The sequences of the step and their rows: this session with all T, or one row each.
+    const std::span<Session* const> sequences = batch_.empty() ? std::span<Session* const>(&self, 1) : batch_;
+    const int32_t rows_each = batch_.empty() ? T : 1;
+    for (Session* s : sequences) {
+        s->repositioned_layers_ = 0;
+        s->reposition_map_.clear();
+        s->observed_layers_.clear();
+    }
 
     switch (c.family) {  // x [T, E] = the family's layers over the embedded tokens
         case Family::Llama: forward_llama(tokens, positions, T, step, final_chunk); break;
         case Family::Gemma3: forward_gemma3(tokens, positions, T, step, final_chunk); break;
     }
-    run_observed_hooks(T, positions, step, final_chunk);
-    finish_repositioning();
-    if (c.has_swa()) trim_sliding_windows(step);
+    for (size_t b = 0; b < sequences.size(); ++b) {
+        Session& s = *sequences[b];
+        s.run_observed_hooks(rows_each, positions + b, step, final_chunk);
+        s.finish_repositioning();
+        if (c.has_swa()) s.trim_sliding_windows(step);
+    }
     // Output head: final norm, the output matrix (tied: token_embd), optional soft-capping.
     const int64_t rows = all_logits ? T : 1;
     ops::rms_norm(x_.data() + (T - rows) * E, W.output_norm.data(), xn_.data(), rows, E, c.rms_eps);
@@ -414,8 +477,23 @@ void Session::remember_queries(int layer, int32_t T, const int32_t* positions) {
     }
 }
 
+void Session::remember_prerope_queries(int layer, int32_t T, const int32_t* positions, Step step) {
+    if (step == Step::Reconstruct) return;
+    if (batch_.empty()) {
+        if (request_.queries > 0) remember_prerope_sequence(layer, T, positions);
+        return;
+    }
+    const int64_t Q = model_.config().q_dim();
+    for (size_t b = 0; b < batch_.size(); ++b) {
+        Session& s = *batch_[b];
+        if (s.request_.queries == 0) continue;
+        if (b > 0) std::copy_n(q_.begin() + sz(b) * Q, Q, s.q_.begin());  // its row [Q]
+        s.remember_prerope_sequence(layer, 1, positions + b);
+    }
+}
+
 // The layer's last `queries` queries before RoPE, for policies that model the query distribution.
-void Session::remember_prerope_queries(int layer, int32_t T, const int32_t* positions) {
+void Session::remember_prerope_sequence(int layer, int32_t T, const int32_t* positions) {
     const int64_t Q = model_.config().q_dim();
     const int32_t m = request_.queries;
     auto& ring = prerope_q_[sz(layer)];
@@ -497,6 +575,24 @@ void Session::window_from_recent_queries(int layer) {
 }
 
 void Session::attention(int layer, int32_t T, const int32_t* positions, Step step, bool final_chunk) {
+    if (batch_.empty()) {
+        attention_sequence(layer, T, positions, step, final_chunk);
+        return;
+    }
+    const int64_t Q = model_.config().q_dim(), KV = model_.config().kv_dim();
+    for (size_t b = 0; b < batch_.size(); ++b) {
+        Session& s = *batch_[b];
+        if (b > 0) {  // its rows [Q], [KV], [KV] into its own buffers, its output [Q] back
+            std::copy_n(q_.begin() + sz(b) * Q, Q, s.q_.begin());
+            std::copy_n(k_.begin() + sz(b) * KV, KV, s.k_.begin());
+            std::copy_n(v_.begin() + sz(b) * KV, KV, s.v_.begin());
+        }
+        s.attention_sequence(layer, 1, positions + b, step, final_chunk);
+        if (b > 0) std::copy_n(s.att_.begin(), Q, att_.begin() + sz(b) * Q);
+    }
+}
+
+void Session::attention_sequence(int layer, int32_t T, const int32_t* positions, Step step, bool final_chunk) {
     const ModelConfig& c = model_.config();
     const int G = c.n_group(), D = c.head_dim, Hkv = c.n_head_kv;
     const int64_t Q = c.q_dim(), KV = c.kv_dim();

@@ -31,6 +31,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <vector>
@@ -122,8 +123,28 @@ public:
     std::span<const float> prefill_at(std::span<const int32_t> tokens,
                                       std::span<const int32_t> positions, bool all_logits = false);
 
-    // One token at position n_past; returns its logits [n_vocab].
+    // One token at position n_past; returns its logits [n_vocab]. A batch of one (decode_batch).
     std::span<const float> decode(int32_t token);
+
+    // One decode step for each of several sessions of the same model, in one forward pass:
+    // sessions[b] takes tokens[b] at its own n_past. Every weight matrix is read once for the
+    // whole batch ([B, n_embd] rows); attention, eviction hooks and positions stay per session
+    // (each over its own cache, with its own policy). Each session's logits are then in
+    // last_logits(). Everything is checked before anything changes: kvec::Error for an empty or
+    // mismatched list, a session listed twice, sessions of different models, more sessions than
+    // the first one's n_batch, or a session whose token or position does not fit (check_decode);
+    // afterwards for non-finite logits (NaN/Inf weights).
+    static void decode_batch(std::span<Session* const> sessions, std::span<const int32_t> tokens);
+    // kvec::Error unless decode(token) can run: a token in the vocabulary and a free position.
+    void check_decode(int32_t token) const;
+    // The logits of the last decode step [n_vocab].
+    std::span<const float> last_logits() const { return logits_; }
+
+    // How the forward steps of a prefill (its chunks, a reconstruction pass) reach the machine:
+    // each runs as gate(step). kvec serve passes a scheduler that runs them between other
+    // sessions' batched decode steps (engine/step_scheduler.h). Empty (the default): at once.
+    using StepGate = std::function<void(const std::function<void()>& step)>;
+    void set_step_gate(StepGate gate) { step_gate_ = std::move(gate); }
 
     int32_t n_past() const { return n_past_; }        // next position
     int32_t n_prompt() const { return n_prompt_; }    // tokens of the last prefill-from-empty
@@ -158,23 +179,32 @@ private:
 
     // One forward step over T <= n_batch tokens; writes logits into out ([T or 1, n_vocab]):
     // the family's layers (below), the eviction hooks of all-layer policies, the output head.
+    // Prefill and reconstruction steps run through step_gate_. In a batched decode step (batch_) row b
+    // is the one token of batch_[b], and the per-sequence parts run on each sequence.
     void forward(const int32_t* tokens, const int32_t* positions, int32_t T, bool all_logits,
                  float* out, Step step, bool final_chunk);
+    void forward_step(const int32_t* tokens, const int32_t* positions, int32_t T, bool all_logits,
+                      float* out, Step step, bool final_chunk);
     // Each family's forward pass, in a file of its own (src/model/arch/<family>.cpp): embeds the
     // tokens and runs every layer, leaving the final residual stream in x_ [T, n_embd].
     void forward_llama(const int32_t* tokens, const int32_t* positions, int32_t T, Step step, bool final_chunk);
     void forward_gemma3(const int32_t* tokens, const int32_t* positions, int32_t T, Step step, bool final_chunk);
     // The attention over the budgeted cache (shared by every family): appends the layer's keys
     // k_ and values v_, attends with q_ into att_, runs the eviction hook. Sliding-window layers
-    // (ModelConfig::is_swa) mask by position and are left alone by eviction policies.
+    // (ModelConfig::is_swa) mask by position and are left alone by eviction policies. In a
+    // batched decode step, each sequence attends over its own cache with its row of q_, k_, v_.
     void attention(int layer, int32_t T, const int32_t* positions, Step step, bool final_chunk);
+    void attention_sequence(int layer, int32_t T, const int32_t* positions, Step step, bool final_chunk);
     void attention_sliding(int layer, int32_t T, const int32_t* positions);
     // Drops the entries of sliding-window layers that no later query can see (positions at or
     // before n_past - sliding_window); during decoding once kSwaSlack of them have gathered.
     void trim_sliding_windows(Step step);
     void clear_query_rings();
     void remember_queries(int layer, int32_t T, const int32_t* positions);
-    void remember_prerope_queries(int layer, int32_t T, const int32_t* positions);
+    // Keeps the layer's queries before RoPE (q_) for a policy that asked for them
+    // (ObservationRequest::queries), per sequence in a batched decode step.
+    void remember_prerope_queries(int layer, int32_t T, const int32_t* positions, Step step);
+    void remember_prerope_sequence(int layer, int32_t T, const int32_t* positions);
     void reconstruct_and_evict(std::span<const int32_t> context, std::span<const int32_t> last_positions);
     void window_from_recent_queries(int layer);
     // Attention work items: (KV head, slice of `width` of its query heads), items = n_head_kv * slices.
@@ -224,6 +254,11 @@ private:
     RopeInfo rope_info_;  // the same, for policies' views
     ops::RopeParams rope_swa_;  // sliding-window layers: rope_ with their own base, no scaling
 
+    StepGate step_gate_;
+    // The sequences of the batched decode step this session runs (row b of the activations is
+    // batch_[b]'s token; batch_[0] is this session); empty outside such a step.
+    std::span<Session* const> batch_;
+
     // Re-positioning within the current forward step.
     int repositioned_layers_ = 0;
     int32_t reposition_next_ = 0;
@@ -240,7 +275,7 @@ private:
     std::vector<float> gate_;     // [n_batch, n_ff]
     std::vector<float> up_;       // [n_batch, n_ff]
     std::vector<float> logits_;   // [n_vocab] last-token logits
-    std::vector<float> all_logits_;  // [tokens, n_vocab] when asked for every token
+    std::vector<float> all_logits_;  // [tokens, n_vocab] when asked for every token; [B, n_vocab] batched decode
 
     // Attention scratch (per KV head of the current layer).
     std::vector<std::vector<float>> keys_f_;    // [n_head_kv][n_h, head_dim] keys as float for a policy's view (F16 cache)

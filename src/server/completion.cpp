@@ -94,7 +94,7 @@ KvPicture kv_picture(const Session& session, int32_t n_prompt, bool runs) {
 }
 
 CompletionResult run_completion(const PreparedRequest& p, const Tokenizer& tokenizer, SlotLease& lease,
-                                std::mutex& forward_mutex, const std::function<bool(std::string_view)>& on_text) {
+                                StepScheduler& scheduler, const std::function<bool(std::string_view)>& on_text) {
     Slot& slot = lease.slot();
     Session& session = *slot.session;
     // The policy attached for this generation: the kept conversation's, or the request's. The
@@ -111,7 +111,7 @@ CompletionResult run_completion(const PreparedRequest& p, const Tokenizer& token
     GenerateOptions g = p.options;
     g.reuse = reuse;
     bool listening = true;
-    g.forward_mutex = &forward_mutex;
+    g.scheduler = &scheduler;
     int steps = 0;
     g.keep_going = [&] {
         slot.publish_kv_bytes();

@@ -6,7 +6,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -68,8 +67,8 @@ struct CompletionResult {
 // tokens no longer follow the text). on_text gets
 // the text as it becomes final and returns false when nobody is listening any more; the
 // generation then stops before its next forward step (StopReason::Cancelled). Forward steps take
-// forward_mutex. kvec::Error from the engine propagates.
+// the scheduler (batched with the other slots' steps). kvec::Error from the engine propagates.
 CompletionResult run_completion(const PreparedRequest& request, const Tokenizer& tokenizer, SlotLease& lease,
-                                std::mutex& forward_mutex, const std::function<bool(std::string_view)>& on_text);
+                                StepScheduler& scheduler, const std::function<bool(std::string_view)>& on_text);
 
 }  // namespace kvec::server

@@ -46,6 +46,16 @@ std::string Metrics::render(const SlotPool& slots) const {
     out += fmt::format("kvec_generation_seconds_total {:.6f}\n", generation_seconds_);
     header("kvec_kv_evicted_entries_total", "counter", "KV entries evicted by the requests' policies.");
     out += fmt::format("kvec_kv_evicted_entries_total {}\n", evicted_);
+    const StepScheduler::Stats steps = slots.scheduler().stats();
+    header("kvec_decode_batches_total", "counter", "Batched decode steps run (one forward pass each).");
+    out += fmt::format("kvec_decode_batches_total {}\n", steps.batches);
+    header("kvec_decode_batch_sequences_total", "counter",
+           "Sequences decoded in those steps (divided by the batches: the mean batch size).");
+    out += fmt::format("kvec_decode_batch_sequences_total {}\n", steps.sequences);
+    header("kvec_decode_batch_largest", "gauge", "The largest decode batch so far.");
+    out += fmt::format("kvec_decode_batch_largest {}\n", steps.largest);
+    header("kvec_prefill_steps_total", "counter", "Prefill chunks (and reconstruction passes) run between the batches.");
+    out += fmt::format("kvec_prefill_steps_total {}\n", steps.exclusive);
     header("kvec_kv_cache_bytes", "gauge", "KV-cache bytes allocated now, all slots.");
     out += fmt::format("kvec_kv_cache_bytes {}\n", slots.kv_bytes());
     header("kvec_kv_reserved_bytes", "gauge", "KV-cache bytes reserved by the running requests (--kv-memory).");

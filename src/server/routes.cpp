@@ -59,7 +59,7 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Endpo
     }
     const ResponseHeader header = make_header(endpoint, options_.model_id);
     SlotLease lease = acquire(*prepared);
-    const CompletionResult r = run_completion(*prepared, tokenizer_, lease, slots_->forward_mutex(), {});
+    const CompletionResult r = run_completion(*prepared, tokenizer_, lease, slots_->scheduler(), {});
     metrics_.count_generation(r.prompt_tokens - r.cached_tokens, r.completion_tokens, r.kv.eviction.evicted, r.seconds);
     const json body = completion_json(header, r.text, r.reason,
                                       usage_json(r.prompt_tokens, r.completion_tokens, r.cached_tokens),
@@ -101,7 +101,7 @@ void Server::stream(std::shared_ptr<PreparedRequest> prepared, httplib::Response
                 lease->reset();
                 return false;
             }
-            const CompletionResult r = run_completion(*prepared, tokenizer_, **lease, slots_->forward_mutex(),
+            const CompletionResult r = run_completion(*prepared, tokenizer_, **lease, slots_->scheduler(),
                                                       [&](std::string_view text) {
                                                           return out.send(text_chunk(header, std::string(text)));
                                                       });

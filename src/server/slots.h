@@ -16,9 +16,8 @@
 // waits for it; a request that would not fit even in an empty server is refused at once, one that
 // waits past its timeout gets SlotPool::Timeout (the server answers 503 with Retry-After).
 //
-// Generation in this first version runs one forward step at a time across all slots
-// (forward_mutex): slots interleave step by step, but do not batch. Continuous batching would
-// replace that mutex by a scheduler that runs one step for every active slot at once.
+// Generation is continuously batched (engine/step_scheduler.h): the decode steps of the slots
+// that generate run as one forward step, and a new request's prefill chunks take turns with them.
 #pragma once
 
 #include <atomic>
@@ -34,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/step_scheduler.h"
 #include "model/model.h"
 #include "model/session.h"
 
@@ -132,8 +132,9 @@ public:
     size_t kv_memory() const { return kv_memory_; }  // the bound (0: none)
     size_t kv_reserved() const;                      // bytes reserved by running requests
 
-    // Held around every forward step of every slot (GenerateOptions::forward_mutex).
-    std::mutex& forward_mutex() { return forward_mutex_; }
+    // Every forward step of every slot goes through it (GenerateOptions::scheduler).
+    StepScheduler& scheduler() { return scheduler_; }
+    const StepScheduler& scheduler() const { return scheduler_; }
 
 private:
     friend class SlotLease;
@@ -156,7 +157,7 @@ private:
     std::vector<uint64_t> abandoned_;  // tickets that timed out before their turn
     size_t kv_memory_ = 0;
     size_t reserved_ = 0;
-    std::mutex forward_mutex_;
+    StepScheduler scheduler_;
 };
 
 }  // namespace kvec::server

@@ -66,8 +66,8 @@ TEST(Generator, KeepGoingStopsBeforeTheNextForwardStep) {
     GenerateOptions o = greedy(20);
     int calls = 0;
     o.keep_going = [&] { return ++calls <= 3; };  // the prefill and two decode steps
-    std::mutex forward;
-    o.forward_mutex = &forward;
+    StepScheduler scheduler;
+    o.scheduler = &scheduler;
     const auto r = g.generate(o);
     EXPECT_EQ(r.stats.stop_reason, StopReason::Cancelled);
     EXPECT_EQ(calls, 4);

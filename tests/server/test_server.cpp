@@ -843,6 +843,9 @@ TEST(Server, LoadWithCancelledStreamsEndsIdleWithAnEmptyCacheAndSteadyMemory) {
     EXPECT_EQ(m.at("kvec_kv_cache_bytes"), 0);
     EXPECT_EQ(m.at("kvec_slot_kv_cache_bytes{slot=\"0\"}"), 0);
     EXPECT_EQ(m.at("kvec_slot_kv_cache_bytes{slot=\"1\"}"), 0);
+    // Both slots decoded together (continuous batching).
+    EXPECT_EQ(m.at("kvec_decode_batch_largest"), 2);
+    EXPECT_GT(m.at("kvec_decode_batch_sequences_total"), m.at("kvec_decode_batches_total"));
     // Generations that ran: the finished ones and the cancelled ones that reached a slot.
     EXPECT_GE(m.at("kvec_generations_total"), warm.ok + r.ok);
     // No growth beyond 10 % of the warmed-up resident memory (nothing leaks per request). Not under
@@ -854,6 +857,54 @@ TEST(Server, LoadWithCancelledStreamsEndsIdleWithAnEmptyCacheAndSteadyMemory) {
     // And it still serves.
     auto c = s.client();
     EXPECT_EQ(post(c, "/v1/completions", json{{"prompt", "hi"}, {"max_tokens", 2}}.dump())->status, 200);
+}
+
+// Continuous batching: requests running together (their decode steps batched, prefill chunks
+// between the batches) answer exactly what each answers alone.
+TEST(Server, ConcurrentRequestsAnswerWhatEachAnswersAlone) {
+    ServerOptions o;
+    o.parallel = 4;
+    o.session.n_batch = 8;  // the prompts run as several chunks
+    TestServer s(o);
+    const std::vector<json> bodies = {
+        {{"prompt", "Once upon a time"}, {"max_tokens", 24}},
+        {{"prompt", "The sea was calm and the night was long, and nobody"}, {"max_tokens", 16},
+         {"kv", {{"policy", "snapkv:window=2"}, {"budget", 8}}}},
+        {{"messages", {{{"role", "user"}, {"content", "Tell me of the whale"}}}}, {"max_tokens", 20},
+         {"kv", {{"policy", "kvec:window=4"}, {"budget", 16}}}},
+        {{"prompt", "In the beginning"}, {"max_tokens", 24}, {"kv", {{"policy", "h2o:window=2,decode=2"}, {"budget", 6}}}},
+    };
+    const auto ask = [&](httplib::Client& c, json body) {
+        body["temperature"] = 0;
+        const bool chat = body.contains("messages");
+        auto res = post(c, chat ? "/v1/chat/completions" : "/v1/completions", body.dump());
+        EXPECT_TRUE(res && res->status == 200) << (res ? res->body : httplib::to_string(res.error()));
+        if (!res || res->status != 200) return std::string();
+        const json r = json::parse(res->body);
+        return chat ? r["choices"][0]["message"]["content"].get<std::string>() : r["choices"][0]["text"].get<std::string>();
+    };
+    std::vector<std::string> alone;
+    auto c = s.client();
+    for (const json& b : bodies) alone.push_back(ask(c, b));
+    std::map<std::string, double> m = scrape(s);
+    const double batches_alone = m["kvec_decode_batches_total"];
+    EXPECT_EQ(m["kvec_decode_batch_largest"], 1);
+
+    std::vector<std::string> together(bodies.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < bodies.size(); ++i) {
+        threads.emplace_back([&, i] {
+            httplib::Client ci("127.0.0.1", s.port());
+            ci.set_read_timeout(120, 0);
+            together[i] = ask(ci, bodies[i]);
+        });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(together, alone);
+    m = scrape(s);
+    EXPECT_GE(m["kvec_decode_batch_largest"], 2);
+    EXPECT_LT(m["kvec_decode_batches_total"] - batches_alone, batches_alone);  // fewer steps than alone
+    EXPECT_GT(m["kvec_prefill_steps_total"], 0);
 }
 
 // Kept conversations (kv.reuse) and slot files (POST /slots/{id}).
