@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numeric>
 
+#include <omp.h>
+
 #include "tensor/matmul.h"
 #include "tensor/ops.h"
 #include "util/error.h"
@@ -16,6 +18,9 @@ template <typename T>
 void grow(std::vector<T>& v, int64_t n) {
     if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
 }
+
+// Up to this many tokens, moe::ffn gives each thread whole experts (decode, small batches).
+constexpr int64_t kExpertsPerThreadMaxTokens = 16;
 
 }  // namespace
 
@@ -53,6 +58,25 @@ void route(const float* logits, const Routing& r, int32_t* experts, float* weigh
     }
 }
 
+namespace {
+
+// Expert e on its n tokens (slot[i] / K is the token of entry i): y[n, E] =
+// (silu(xg . G_e) * (xg . U_e)) . D_e with xg [n, E] the tokens' inputs; g, u [n, F] scratch.
+void run_expert(const float* x, const Experts& w, int e, const int32_t* slot, int32_t n, int64_t K, float* xg,
+                float* g, float* u, float* y) {
+    const int64_t E = w.router->n_in, F = w.n_ff_exp;
+    for (int32_t i = 0; i < n; ++i) {
+        const int64_t t = slot[i] / K;
+        std::copy(x + t * E, x + (t + 1) * E, xg + int64_t{i} * E);
+    }
+    matmul(xg, n, expert_matrix(*w.gate, e, F), g);  // [n, F]
+    matmul(xg, n, expert_matrix(*w.up, e, F), u);    // [n, F]
+    ops::swiglu(g, u, g, int64_t{n} * F);
+    matmul(g, n, expert_matrix(*w.down, e, E), y);  // [n, E]
+}
+
+}  // namespace
+
 void ffn(const float* x, int64_t T, const Experts& w, const Routing& r, Scratch& s, float* out) {
     const int64_t E = w.router->n_in, X = r.n_expert, K = r.n_used, F = w.n_ff_exp;
     KVEC_CHECK(w.router->n_out == X && w.gate->n_out == X * F && w.down->n_in == F);
@@ -77,27 +101,46 @@ void ffn(const float* x, int64_t T, const Experts& w, const Routing& r, Scratch&
         }
     }
 
-    grow(s.xg, T * E);
-    grow(s.g, T * F);
-    grow(s.u, T * F);
-    grow(s.y, T * E);
-    std::fill(out, out + T * E, 0.0f);
+    // Outputs y [T * K, E] in the order of `slots`; then each token adds its experts' outputs,
+    // weighted, in increasing expert order.
+    grow(s.y, T * K * E);
+    std::vector<int32_t>& active = s.active;  // experts selected by some token: only their rows are read
+    active.clear();
     for (int e = 0; e < X; ++e) {
-        const int32_t b = s.start[static_cast<size_t>(e)], n = s.start[static_cast<size_t>(e) + 1] - b;
-        if (n == 0) continue;  // not selected by any token: its rows are never read
-        const int32_t* slot = s.slots.data() + b;
-        for (int32_t i = 0; i < n; ++i) {
-            const int64_t t = slot[i] / K;
-            std::copy(x + t * E, x + (t + 1) * E, s.xg.data() + int64_t{i} * E);  // xg [n, E]
+        if (s.start[static_cast<size_t>(e) + 1] > s.start[static_cast<size_t>(e)]) active.push_back(e);
+    }
+    const auto n_active = static_cast<int>(active.size());
+    if (T <= kExpertsPerThreadMaxTokens && omp_get_max_threads() > 1 && n_active > 1) {
+        // Decode and small batches: one parallel region, whole experts per thread (the matmuls
+        // inside run on their thread), instead of three synchronised matmuls per expert.
+#pragma omp parallel
+        {
+            thread_local std::vector<float> xg, g, u;  // [n, E], [n, F], [n, F]
+#pragma omp for schedule(dynamic, 1)
+            for (int a = 0; a < n_active; ++a) {
+                const int e = active[static_cast<size_t>(a)];
+                const int32_t b = s.start[static_cast<size_t>(e)], n = s.start[static_cast<size_t>(e) + 1] - b;
+                grow(xg, int64_t{n} * E);
+                grow(g, int64_t{n} * F);
+                grow(u, int64_t{n} * F);
+                run_expert(x, w, e, s.slots.data() + b, n, K, xg.data(), g.data(), u.data(), s.y.data() + int64_t{b} * E);
+            }
         }
-        matmul(s.xg.data(), n, expert_matrix(*w.gate, e, F), s.g.data());  // [n, F]
-        matmul(s.xg.data(), n, expert_matrix(*w.up, e, F), s.u.data());    // [n, F]
-        ops::swiglu(s.g.data(), s.u.data(), s.g.data(), int64_t{n} * F);
-        matmul(s.g.data(), n, expert_matrix(*w.down, e, E), s.y.data());  // [n, E]
-        for (int32_t i = 0; i < n; ++i) {
-            const int64_t t = slot[i] / K;
-            const float wt = s.weights[static_cast<size_t>(slot[i])];
-            float* o = out + t * E;
+    } else {
+        grow(s.xg, T * E);
+        grow(s.g, T * F);
+        grow(s.u, T * F);
+        for (const int e : active) {
+            const int32_t b = s.start[static_cast<size_t>(e)], n = s.start[static_cast<size_t>(e) + 1] - b;
+            run_expert(x, w, e, s.slots.data() + b, n, K, s.xg.data(), s.g.data(), s.u.data(), s.y.data() + int64_t{b} * E);
+        }
+    }
+    std::fill(out, out + T * E, 0.0f);
+    for (const int e : active) {
+        for (int32_t i = s.start[static_cast<size_t>(e)]; i < s.start[static_cast<size_t>(e) + 1]; ++i) {
+            const int32_t slot = s.slots[static_cast<size_t>(i)];
+            const float wt = s.weights[static_cast<size_t>(slot)];
+            float* o = out + slot / K * E;
             const float* y = s.y.data() + int64_t{i} * E;
             for (int64_t j = 0; j < E; ++j) o[j] += wt * y[j];
         }

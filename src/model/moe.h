@@ -12,8 +12,10 @@
 // contiguous 2-D matrix of rows [e * n_out, (e + 1) * n_out) (expert_matrix), so the ordinary
 // matmul kernels run on it and only the selected experts' rows are read. A chunk's tokens are
 // grouped by expert: each selected expert's matrices are read once per chunk, for all of its
-// tokens. Every token adds its experts' outputs in increasing expert order, so a token's result
-// does not depend on the other tokens of its chunk (prefill and decode agree).
+// tokens (prefill: one expert after another, each matmul parallel over its rows; up to 16 tokens:
+// the experts spread over the threads, each expert's matmuls on one thread, one parallel region
+// per layer). Every token adds its experts' outputs in increasing expert order, so a token's
+// result does not depend on the other tokens of its chunk (prefill and decode agree).
 #pragma once
 
 #include <cstdint>
@@ -55,10 +57,11 @@ struct Scratch {
     std::vector<float> weights;    // [T, n_used] their weights
     std::vector<int32_t> start;    // [n_expert + 1] first entry of each expert in `slots`
     std::vector<int32_t> slots;    // [T * n_used] token * n_used + slot, grouped by expert
+    std::vector<int32_t> active;   // [<= n_expert] the experts some token selected
     std::vector<float> xg;         // [T, n_embd] the inputs of one expert's tokens
     std::vector<float> g;          // [T, n_ff_exp] gate, then silu(gate) * up
     std::vector<float> u;          // [T, n_ff_exp] up
-    std::vector<float> y;          // [T, n_embd] one expert's outputs
+    std::vector<float> y;          // [T * n_used, n_embd] every selected expert's output, in `slots` order
 };
 
 // out[T, n_embd] = the routed experts' weighted sum for the inputs x[T, n_embd] (above).
