@@ -76,22 +76,24 @@ void read_moe_config(const gguf::File& f, ModelConfig& c) {
     c.n_expert = positive_int(f, a + "expert_count", 1024);
     c.n_expert_used = positive_int(f, a + "expert_used_count", 1024);
     if (c.n_expert_used > c.n_expert) {
-        fail("'{}': {}expert_used_count = {} is more than the {} experts ({}expert_count)", f.path(), a,
-             c.n_expert_used, c.n_expert, a);
+        fail("'{}': {}expert_used_count = {} is more than the {} experts ({}expert_count)",
+             f.path(), a, c.n_expert_used, c.n_expert, a);
     }
     if (c.arch == Arch::Llama) {
         c.n_ff_exp = c.n_ff;
     } else {
         const std::string k_exp = a + "expert_feed_forward_length";
         if (!f.has(k_exp) && c.n_ff / c.n_expert_used <= 0) {
-            fail("'{}': {} is absent and {}feed_forward_length = {} gives no expert size", f.path(), k_exp, a, c.n_ff);
+            fail("'{}': {} is absent and {}feed_forward_length = {} gives no expert size", f.path(),
+                 k_exp, a, c.n_ff);
         }
         c.n_ff_exp = f.has(k_exp) ? positive_int(f, k_exp) : c.n_ff / c.n_expert_used;
     }
     c.expert_weights_norm = c.arch != Arch::Qwen2Moe;
     if (c.arch == Arch::Qwen2Moe) {
         const std::string k_sh = a + "expert_shared_feed_forward_length";
-        if (!f.has(k_sh) && c.n_ff <= 0) fail("'{}': {} and {}feed_forward_length are absent", f.path(), k_sh, a);
+        if (!f.has(k_sh) && c.n_ff <= 0)
+            fail("'{}': {} and {}feed_forward_length are absent", f.path(), k_sh, a);
         c.n_ff_shexp = f.has(k_sh) ? positive_int(f, k_sh) : c.n_ff;
     }
 }
@@ -127,11 +129,13 @@ ModelConfig read_model_config(const gguf::File& f) {
     c.name = f.get_string("general.name", "");
     const std::string a = c.arch_name + ".";
     // Experts: llama with {arch}.expert_count > 0 (Mixtral), qwen3moe, qwen2moe.
-    const bool moe = c.arch == Arch::Qwen3Moe || c.arch == Arch::Qwen2Moe ||
-                     (c.arch == Arch::Llama && f.has(a + "expert_count") && f.get_uint(a + "expert_count") > 0);
+    const bool moe =
+        c.arch == Arch::Qwen3Moe || c.arch == Arch::Qwen2Moe ||
+        (c.arch == Arch::Llama && f.has(a + "expert_count") && f.get_uint(a + "expert_count") > 0);
     if (!moe && f.has(a + "expert_count") && f.get_uint(a + "expert_count") > 0) {
-        fail("'{}': {}expert_count = {}: a {} model has no experts (mixture-of-experts architectures: llama, "
-             "qwen3moe, qwen2moe)", f.path(), a, f.get_uint(a + "expert_count"), c.arch_name);
+        fail("'{}': {}expert_count = {}: a {} model has no experts (mixture-of-experts "
+             "architectures: llama, qwen3moe, qwen2moe)", f.path(), a, f.get_uint(a + "expert_count"),
+             c.arch_name);
     }
     c.n_layer = positive_int(f, a + "block_count", 4096);
     c.n_embd = positive_int(f, a + "embedding_length");

@@ -49,7 +49,9 @@ public:
     // A 3-D expert tensor [n_in, n_out, n_expert] as one view of n_expert * n_out rows.
     WeightView experts(const std::string& name, int64_t n_in, int64_t n_out, int64_t n_expert) {
         const gguf::TensorInfo* t = find(name, {n_in, n_out, n_expert}, true);
-        if (t == nullptr || t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != n_expert || t->ne[3] != 1) return {};
+        if (t == nullptr || t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != n_expert ||
+            t->ne[3] != 1)
+            return {};
         return make_weight_view(name.c_str(), t->type, t->data, n_in, n_out * n_expert);
     }
 
@@ -82,7 +84,8 @@ private:
 
 // An expert count that disagrees with a tensor gets its own message (before the shape checks):
 // dimension `dim` of tensor `name` counts the experts.
-void check_expert_count(const gguf::File& f, const ModelConfig& c, const std::string& name, int dim) {
+void check_expert_count(const gguf::File& f, const ModelConfig& c, const std::string& name,
+                        int dim) {
     const gguf::TensorInfo* t = f.find_tensor(name);
     if (t == nullptr || t->n_dims <= dim || t->ne[static_cast<size_t>(dim)] == c.n_expert) return;
     fail("'{}': {}.expert_count = {} disagrees with tensor '{}', which holds {} experts", f.path(),
@@ -132,7 +135,8 @@ Model::Model(std::unique_ptr<gguf::File> file) : file_(std::move(file)) {
     const int64_t E = c.n_embd, V = c.n_vocab, F = c.n_ff, Q = c.q_dim(), KV = c.kv_dim(), D = c.head_dim;
     w.token_embd = b.matrix("token_embd.weight", E, V);
     w.output_norm = b.vector("output_norm.weight", E);
-    if (f.find_tensor("output.weight") != nullptr || c.arch == Arch::Qwen2Moe) {  // qwen2moe: required
+    if (f.find_tensor("output.weight") != nullptr ||
+        c.arch == Arch::Qwen2Moe) {  // qwen2moe: required
         w.output = b.matrix("output.weight", E, V);
     } else {
         w.output = w.token_embd;
@@ -220,14 +224,15 @@ std::string Model::weight_type_name() const {
 
 std::string Model::summary() const {
     const ModelConfig& c = config_;
-    const std::string ff = !c.has_moe() ? fmt::format("ff {}", c.n_ff)
-                           : c.n_ff_shexp > 0 ? fmt::format("{} experts ({} used) of ff {} + shared ff {}", c.n_expert,
-                                                            c.n_expert_used, c.n_ff_exp, c.n_ff_shexp)
-                                              : fmt::format("{} experts ({} used) of ff {}", c.n_expert, c.n_expert_used,
-                                                            c.n_ff_exp);
-    return fmt::format("{} {} layers, {} embd, {}/{} heads of {}, {}, vocab {}, {}, {:.2f} GiB", c.arch_name,
-                       c.n_layer, c.n_embd, c.n_head, c.n_head_kv, c.head_dim, ff, c.n_vocab, weight_type_name(),
-                       static_cast<double>(n_bytes()) / (1 << 30));
+    const std::string ff =
+        !c.has_moe() ? fmt::format("ff {}", c.n_ff)
+        : c.n_ff_shexp > 0
+            ? fmt::format("{} experts ({} used) of ff {} + shared ff {}", c.n_expert,
+                          c.n_expert_used, c.n_ff_exp, c.n_ff_shexp)
+            : fmt::format("{} experts ({} used) of ff {}", c.n_expert, c.n_expert_used, c.n_ff_exp);
+    return fmt::format("{} {} layers, {} embd, {}/{} heads of {}, {}, vocab {}, {}, {:.2f} GiB",
+                       c.arch_name, c.n_layer, c.n_embd, c.n_head, c.n_head_kv, c.head_dim, ff,
+                       c.n_vocab, weight_type_name(), static_cast<double>(n_bytes()) / (1 << 30));
 }
 
 }  // namespace kvec

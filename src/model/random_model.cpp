@@ -78,7 +78,8 @@ public:
 
     // n_expert matrices [n_in] x n_out rows in the spec's type, as one 3-D tensor
     // [n_in, n_out, n_expert] (expert e: rows [e * n_out, (e + 1) * n_out)), entries ~ N(0, std).
-    void experts(const std::string& name, int64_t n_in, int64_t n_out, int64_t n_expert, float std) {
+    void experts(const std::string& name, int64_t n_in, int64_t n_out, int64_t n_expert,
+                 float std) {
         const GgmlType type = s_.type;
         const size_t row_bytes = ggml_row_size(type, n_in);
         const int64_t rows = n_out * n_expert;
@@ -89,8 +90,10 @@ public:
             std::vector<float> row(static_cast<size_t>(n_in));  // [n_in]
 #pragma omp for schedule(static)
             for (int64_t r = 0; r < rows; ++r) {
-                fill_normal(row.data(), n_in, base + static_cast<uint64_t>(r) * 0xD1B54A32D192ED03ull, 0.0f, std);
-                quant::quantize_row(type, row.data(), data.data() + static_cast<size_t>(r) * row_bytes, n_in);
+                fill_normal(row.data(), n_in,
+                            base + static_cast<uint64_t>(r) * 0xD1B54A32D192ED03ull, 0.0f, std);
+                quant::quantize_row(type, row.data(),
+                                    data.data() + static_cast<size_t>(r) * row_bytes, n_in);
             }
         }
         w_.add_tensor(name, type, {n_in, n_out, n_expert}, data.data(), data.size());
@@ -99,7 +102,8 @@ public:
     // An F32 matrix [n_in] x n_out rows ~ N(0, std) (MoE routers, kept F32 in every file).
     void matrix_f32(const std::string& name, int64_t n_in, int64_t n_out, float std) {
         std::vector<float> m(static_cast<size_t>(n_in * n_out));  // [n_out, n_in]
-        fill_normal(m.data(), n_in * n_out, s_.seed * 0x9E3779B97F4A7C15ull ^ hash_name(name), 0.0f, std);
+        fill_normal(m.data(), n_in * n_out, s_.seed * 0x9E3779B97F4A7C15ull ^ hash_name(name), 0.0f,
+                    std);
         w_.add_tensor(name, GgmlType::F32, {n_in, n_out}, m.data(), m.size() * sizeof(float));
     }
 
@@ -167,8 +171,8 @@ std::string default_vocab_path() {
 }
 
 std::vector<std::string> random_model_presets() {
-    return {"tinyllama-1.1b", "gemma3-test", "gemma3-4b", "qwen3moe-test", "qwen2moe-test", "mixtral-test",
-            "qwen3-30b-a3b"};
+    return {"tinyllama-1.1b", "gemma3-test",  "gemma3-4b",    "qwen3moe-test",
+            "qwen2moe-test",  "mixtral-test", "qwen3-30b-a3b"};
 }
 
 namespace {
@@ -212,7 +216,7 @@ bool moe_preset(std::string_view name, RandomModelSpec& s) {
         s.n_ff_exp = 256;
         s.rope_base = 1000000.0f;
         s.rms_eps = 1e-6f;
-    } else if (name == "qwen2moe-test") {  // 8 experts, 2 used, weights not renormalised, shared expert
+    } else if (name == "qwen2moe-test") {  // 8 experts, 2 used, not renormalised, shared expert
         s.arch = "qwen2moe";
         s.n_ff = 512;
         s.n_expert = 8;
@@ -308,8 +312,8 @@ bool check_moe_spec(RandomModelSpec& s) {
     const bool qwen_moe = s.arch == "qwen3moe" || s.arch == "qwen2moe";
     if (!qwen_moe && s.arch != "llama") {
         if (s.n_expert != 0 || s.n_expert_used != 0 || s.n_ff_exp != 0 || s.n_ff_shexp != 0) {
-            fail("--experts, --experts-used, --expert-ff and --shared-ff are for qwen3moe, qwen2moe and llama "
-                 "(architecture {})", s.arch);
+            fail("--experts, --experts-used, --expert-ff and --shared-ff are for qwen3moe, "
+                 "qwen2moe and llama (architecture {})", s.arch);
         }
         return false;
     }
@@ -319,19 +323,23 @@ bool check_moe_spec(RandomModelSpec& s) {
         }
         return false;
     }
-    if (s.n_ff_shexp != 0 && s.arch != "qwen2moe") fail("--shared-ff is for qwen2moe only (architecture {})", s.arch);
+    if (s.n_ff_shexp != 0 && s.arch != "qwen2moe")
+        fail("--shared-ff is for qwen2moe only (architecture {})", s.arch);
     if (s.arch == "llama" && s.n_ff_exp != 0 && s.n_ff_exp != s.n_ff) {
-        fail("llama experts have the size of --ff ({}), as llama.cpp reads them; --expert-ff {} differs", s.n_ff,
-             s.n_ff_exp);
+        fail("llama experts have the size of --ff ({}), as llama.cpp reads them; --expert-ff {} "
+             "differs", s.n_ff, s.n_ff_exp);
     }
-    if (s.arch == "qwen2moe" && s.tied) fail("qwen2moe needs output.weight (llama.cpp refuses it without): drop --tied");
+    if (s.arch == "qwen2moe" && s.tied)
+        fail("qwen2moe needs output.weight (llama.cpp refuses it without): drop --tied");
     if (s.n_expert == 0) s.n_expert = 8;
     if (s.n_expert_used == 0) s.n_expert_used = std::min(2, s.n_expert);
     if (s.n_ff_exp == 0) s.n_ff_exp = s.n_ff;
     if (s.n_ff_shexp == 0 && s.arch == "qwen2moe") s.n_ff_shexp = s.n_ff;
-    if (s.n_expert < 0 || s.n_expert > 1024) fail("--experts must be between 1 and 1024, got {}", s.n_expert);
+    if (s.n_expert < 0 || s.n_expert > 1024)
+        fail("--experts must be between 1 and 1024, got {}", s.n_expert);
     if (s.n_expert_used < 1 || s.n_expert_used > s.n_expert) {
-        fail("--experts-used must be between 1 and --experts ({}), got {}", s.n_expert, s.n_expert_used);
+        fail("--experts-used must be between 1 and --experts ({}), got {}", s.n_expert,
+             s.n_expert_used);
     }
     if (s.n_ff_exp < 0 || s.n_ff_shexp < 0) fail("--expert-ff and --shared-ff must be positive");
     return true;
@@ -341,9 +349,10 @@ bool check_moe_spec(RandomModelSpec& s) {
 
 void write_random_model(const RandomModelSpec& spec, const std::string& path) {
     RandomModelSpec s = spec;
-    if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "gemma3" && s.arch != "qwen3moe" &&
-        s.arch != "qwen2moe") {
-        fail("unknown architecture '{}' (supported: llama, qwen2, qwen3, gemma3, qwen3moe, qwen2moe)", s.arch);
+    if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "gemma3" &&
+        s.arch != "qwen3moe" && s.arch != "qwen2moe") {
+        fail("unknown architecture '{}' (supported: llama, qwen2, qwen3, gemma3, qwen3moe, "
+             "qwen2moe)", s.arch);
     }
     const bool gemma3 = s.arch == "gemma3";
     const bool moe = check_moe_spec(s);
@@ -383,8 +392,10 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
     const int64_t E = s.n_embd, F = s.n_ff, D = s.head_dim, Q = int64_t{s.n_head} * D, KV = int64_t{s.n_head_kv} * D;
     const GgmlTypeTraits& tt = ggml_type_traits(s.type);
     const int64_t X = moe ? s.n_expert : 0, FE = s.n_ff_exp, FS = s.n_ff_shexp;
-    for (auto [what, n] : {std::pair<const char*, int64_t>{"--embd", E}, {moe ? "--expert-ff" : "--ff", moe ? FE : F},
-                           {"heads x head size", Q}, {"--shared-ff", FS > 0 ? FS : E}}) {
+    for (auto [what, n] : {std::pair<const char*, int64_t>{"--embd", E},
+                           {moe ? "--expert-ff" : "--ff", moe ? FE : F},
+                           {"heads x head size", Q},
+                           {"--shared-ff", FS > 0 ? FS : E}}) {
         if (n % tt.block_size != 0) {
             fail("type {} needs rows that are multiples of {} elements, but {} is {}", tt.name,
                  tt.block_size, what, n);
@@ -417,7 +428,8 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
     if (moe) {  // as llama.cpp's converter writes them
         w.set_u32(a + "expert_count", static_cast<uint32_t>(X));
         w.set_u32(a + "expert_used_count", static_cast<uint32_t>(s.n_expert_used));
-        if (s.arch != "llama") w.set_u32(a + "expert_feed_forward_length", static_cast<uint32_t>(FE));
+        if (s.arch != "llama")
+            w.set_u32(a + "expert_feed_forward_length", static_cast<uint32_t>(FE));
         if (FS > 0) w.set_u32(a + "expert_shared_feed_forward_length", static_cast<uint32_t>(FS));
     }
     if (gemma3 && s.sliding_window > 0) {
@@ -516,12 +528,14 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
             // The router's logits have a standard deviation of about 1: distinct, varied choices.
             b.matrix_f32(p + "ffn_gate_inp.weight", E, X, g_e);
             b.experts(p + "ffn_gate_exps.weight", E, FE, X, g_e);
-            b.experts(p + "ffn_down_exps.weight", FE, E, X, 1.0f / std::sqrt(static_cast<float>(FE)));
+            b.experts(p + "ffn_down_exps.weight", FE, E, X,
+                      1.0f / std::sqrt(static_cast<float>(FE)));
             b.experts(p + "ffn_up_exps.weight", E, FE, X, g_e);
             if (FS > 0) {
                 b.vector(p + "ffn_gate_inp_shexp.weight", E, 0.0f, g_e);
                 b.matrix(p + "ffn_gate_shexp.weight", E, FS, g_e);
-                b.matrix(p + "ffn_down_shexp.weight", FS, E, 1.0f / std::sqrt(static_cast<float>(FS)));
+                b.matrix(p + "ffn_down_shexp.weight", FS, E,
+                         1.0f / std::sqrt(static_cast<float>(FS)));
                 b.matrix(p + "ffn_up_shexp.weight", E, FS, g_e);
             }
             continue;

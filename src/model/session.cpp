@@ -365,7 +365,9 @@ void Session::forward(const int32_t* tokens, const int32_t* positions, int32_t T
     switch (c.family) {  // x [T, E] = the family's layers over the embedded tokens
         case Family::Llama: forward_llama(tokens, positions, T, step, final_chunk); break;
         case Family::Gemma3: forward_gemma3(tokens, positions, T, step, final_chunk); break;
-        case Family::Moe: forward_moe(tokens, positions, T, step, final_chunk); break;
+        case Family::Moe:
+            forward_moe(tokens, positions, T, step, final_chunk);
+            break;
     }
     run_observed_hooks(T, positions, step, final_chunk);
     finish_repositioning();

@@ -50,12 +50,15 @@ void naive_route(const float* logits, int n, int k, bool norm, std::vector<int32
     for (int e = 0; e < n; ++e) sum += p[static_cast<size_t>(e)] = std::exp(logits[e] - max);
     std::vector<int32_t> order(static_cast<size_t>(n));
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return p[static_cast<size_t>(a)] > p[static_cast<size_t>(b)]; });
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+        return p[static_cast<size_t>(a)] > p[static_cast<size_t>(b)];
+    });
     experts.assign(order.begin(), order.begin() + k);
     weights.clear();
     double chosen = 0;
     for (int32_t e : experts) chosen += p[static_cast<size_t>(e)] / sum;
-    for (int32_t e : experts) weights.push_back(p[static_cast<size_t>(e)] / sum / (norm ? chosen : 1.0));
+    for (int32_t e : experts)
+        weights.push_back(p[static_cast<size_t>(e)] / sum / (norm ? chosen : 1.0));
 }
 
 TEST(Moe, RoutingMatchesSortedSoftmax) {
@@ -63,7 +66,8 @@ TEST(Moe, RoutingMatchesSortedSoftmax) {
         for (const auto [n, k] : {std::pair{8, 2}, {16, 4}, {128, 8}, {5, 5}, {60, 1}}) {
             for (uint64_t seed = 1; seed <= 20; ++seed) {
                 std::vector<float> logits = random_values(n, seed * 31 + n, 2.0f);
-                if (seed == 1) logits[static_cast<size_t>(n / 2)] = logits[0];  // a tie: lower index first
+                if (seed == 1)
+                    logits[static_cast<size_t>(n / 2)] = logits[0];  // a tie: lower index first
                 const moe::Routing r{n, k, norm};
                 std::vector<int32_t> experts(static_cast<size_t>(k));
                 std::vector<float> weights(static_cast<size_t>(k));
@@ -74,7 +78,8 @@ TEST(Moe, RoutingMatchesSortedSoftmax) {
                 ASSERT_EQ(experts, want) << "n " << n << " k " << k << " seed " << seed;
                 double sum = 0;
                 for (int i = 0; i < k; ++i) {
-                    EXPECT_NEAR(weights[static_cast<size_t>(i)], want_w[static_cast<size_t>(i)], 1e-6 * want_w[static_cast<size_t>(i)] + 1e-9);
+                    EXPECT_NEAR(weights[static_cast<size_t>(i)], want_w[static_cast<size_t>(i)],
+                                1e-6 * want_w[static_cast<size_t>(i)] + 1e-9);
                     sum += weights[static_cast<size_t>(i)];
                 }
                 if (norm) EXPECT_NEAR(sum, 1.0, 1e-6);
@@ -88,8 +93,8 @@ struct ExpertSet {
     int64_t E, F;
     int X;
     GgmlType type;
-    std::vector<float> router_f;                  // [X, E]
-    std::vector<uint8_t> gate_q, up_q, down_q;    // [X * F rows], [X * F rows], [X * E rows]
+    std::vector<float> router_f;                // [X, E]
+    std::vector<uint8_t> gate_q, up_q, down_q;  // [X * F rows], [X * F rows], [X * E rows]
     WeightView router, gate, up, down;
 
     ExpertSet(int64_t e, int64_t f, int x, GgmlType t, uint64_t seed) : E(e), F(f), X(x), type(t) {
@@ -107,7 +112,9 @@ struct ExpertSet {
         const std::vector<float> v = random_values(n_in * rows, seed, std);
         const size_t rb = ggml_row_size(type, n_in);
         std::vector<uint8_t> out(rb * static_cast<size_t>(rows));
-        for (int64_t r = 0; r < rows; ++r) quant::quantize_row(type, v.data() + r * n_in, out.data() + static_cast<size_t>(r) * rb, n_in);
+        for (int64_t r = 0; r < rows; ++r)
+            quant::quantize_row(type, v.data() + r * n_in, out.data() + static_cast<size_t>(r) * rb,
+                                n_in);
         return out;
     }
 
@@ -116,17 +123,21 @@ struct ExpertSet {
 
 // Every expert on every token with the scalar matmul, weighted by the naive routing (0 for the
 // experts a token does not select): [T, E].
-std::vector<double> dense_reference(const ExpertSet& s, const std::vector<float>& x, int64_t T, int k, bool norm) {
+std::vector<double> dense_reference(const ExpertSet& s, const std::vector<float>& x, int64_t T,
+                                    int k, bool norm) {
     std::vector<float> logits(static_cast<size_t>(T * s.X));  // [T, X]
     ref::matmul(x.data(), T, s.router, logits.data());
     std::vector<double> out(static_cast<size_t>(T * s.E), 0.0);
-    std::vector<float> g(static_cast<size_t>(T * s.F)), u(g.size()), y(static_cast<size_t>(T * s.E));
-    std::vector<std::vector<double>> w(static_cast<size_t>(T), std::vector<double>(static_cast<size_t>(s.X), 0.0));
+    std::vector<float> g(static_cast<size_t>(T * s.F)), u(g.size()),
+        y(static_cast<size_t>(T * s.E));
+    std::vector<std::vector<double>> w(static_cast<size_t>(T),
+                                       std::vector<double>(static_cast<size_t>(s.X), 0.0));
     for (int64_t t = 0; t < T; ++t) {
         std::vector<int32_t> ex;
         std::vector<double> wt;
         naive_route(logits.data() + t * s.X, s.X, k, norm, ex, wt);
-        for (size_t i = 0; i < ex.size(); ++i) w[static_cast<size_t>(t)][static_cast<size_t>(ex[i])] = wt[i];
+        for (size_t i = 0; i < ex.size(); ++i)
+            w[static_cast<size_t>(t)][static_cast<size_t>(ex[i])] = wt[i];
     }
     for (int e = 0; e < s.X; ++e) {
         ref::matmul(x.data(), T, moe::expert_matrix(s.gate, e, s.F), g.data());
@@ -134,7 +145,10 @@ std::vector<double> dense_reference(const ExpertSet& s, const std::vector<float>
         ref::swiglu(g.data(), u.data(), g.data(), T * s.F);
         ref::matmul(g.data(), T, moe::expert_matrix(s.down, e, s.E), y.data());
         for (int64_t t = 0; t < T; ++t) {
-            for (int64_t j = 0; j < s.E; ++j) out[static_cast<size_t>(t * s.E + j)] += w[static_cast<size_t>(t)][static_cast<size_t>(e)] * y[static_cast<size_t>(t * s.E + j)];
+            for (int64_t j = 0; j < s.E; ++j)
+                out[static_cast<size_t>(t * s.E + j)] +=
+                    w[static_cast<size_t>(t)][static_cast<size_t>(e)] *
+                    y[static_cast<size_t>(t * s.E + j)];
         }
     }
     return out;
@@ -154,17 +168,21 @@ TEST(Moe, FfnMatchesDenseComputation) {
                 const std::vector<double> want = dense_reference(s, x, T, k, norm);
                 double scale = 0;
                 for (double v : want) scale = std::max(scale, std::fabs(v));
-                for (const MatmulPrecision precision : {MatmulPrecision::Exact, MatmulPrecision::Fast}) {
+                for (const MatmulPrecision precision :
+                     {MatmulPrecision::Exact, MatmulPrecision::Fast}) {
                     set_matmul_precision(precision);
                     moe::Scratch scratch;
                     std::vector<float> out(static_cast<size_t>(T * s.E), -1.0f);
                     moe::ffn(x.data(), T, s.experts(), r, scratch, out.data());
                     double worst = 0;
-                    for (size_t i = 0; i < out.size(); ++i) worst = std::max(worst, std::fabs(out[i] - want[i]));
+                    for (size_t i = 0; i < out.size(); ++i)
+                        worst = std::max(worst, std::fabs(out[i] - want[i]));
                     // Exact: float32 against double; Fast: int8 activations (int8_gemm.h's bound).
-                    const double tol = precision == MatmulPrecision::Exact || type == GgmlType::F32 ? 1e-5 : 2e-2;
-                    EXPECT_LE(worst, tol * scale) << ggml_type_name(type) << " k " << k << " T " << T
-                                                  << (precision == MatmulPrecision::Exact ? " exact" : " fast");
+                    const double tol =
+                        precision == MatmulPrecision::Exact || type == GgmlType::F32 ? 1e-5 : 2e-2;
+                    EXPECT_LE(worst, tol * scale)
+                        << ggml_type_name(type) << " k " << k << " T " << T
+                        << (precision == MatmulPrecision::Exact ? " exact" : " fast");
                 }
             }
         }
@@ -265,7 +283,8 @@ TEST(Moe, ReadsHyperParametersAsLlamaCpp) {
     EXPECT_EQ(mx->config().rope_mode, ops::RopeMode::Norm);
     EXPECT_TRUE(mx->config().expert_weights_norm);
     EXPECT_EQ(mx->config().n_ff_exp, mx->config().n_ff);
-    EXPECT_NE(mx->summary().find("8 experts (2 used) of ff 256"), std::string::npos) << mx->summary();
+    EXPECT_NE(mx->summary().find("8 experts (2 used) of ff 256"), std::string::npos)
+        << mx->summary();
 }
 
 TEST(Moe, BadFilesGetOneClearError) {
@@ -278,8 +297,10 @@ TEST(Moe, BadFilesGetOneClearError) {
     Rewrite count;
     count.set_metadata.push_back({"qwen3moe.expert_count", gguf::Value::from_u32(12)});
     std::string e = rewritten("moe-count.gguf", count);
-    EXPECT_NE(e.find("qwen3moe.expert_count = 12 disagrees with tensor 'blk.0.ffn_gate_inp.weight', which holds 16 experts"),
-              std::string::npos) << e;
+    EXPECT_NE(e.find("qwen3moe.expert_count = 12 disagrees with tensor "
+                     "'blk.0.ffn_gate_inp.weight', which holds 16 experts"),
+              std::string::npos)
+        << e;
 
     Rewrite used;
     used.set_metadata.push_back({"qwen3moe.expert_used_count", gguf::Value::from_u32(17)});
@@ -294,13 +315,17 @@ TEST(Moe, BadFilesGetOneClearError) {
     Rewrite shape;
     shape.reshape.push_back({"blk.0.ffn_down_exps.weight", {256, 128, 16}});
     e = rewritten("moe-shape.gguf", shape);
-    EXPECT_NE(e.find("'blk.0.ffn_down_exps.weight' has shape [256, 128, 16], expected [256, 256, 16]"), std::string::npos)
+    EXPECT_NE(
+        e.find("'blk.0.ffn_down_exps.weight' has shape [256, 128, 16], expected [256, 256, 16]"),
+        std::string::npos)
         << e;
 
     Rewrite experts_dim;  // the experts' dimension of a 3-D tensor disagrees
     experts_dim.reshape.push_back({"blk.1.ffn_gate_exps.weight", {256, 256, 8}});
     e = rewritten("moe-experts-dim.gguf", experts_dim);
-    EXPECT_NE(e.find("disagrees with tensor 'blk.1.ffn_gate_exps.weight', which holds 8 experts"), std::string::npos) << e;
+    EXPECT_NE(e.find("disagrees with tensor 'blk.1.ffn_gate_exps.weight', which holds 8 experts"),
+              std::string::npos)
+        << e;
 
     Rewrite no_count;
     no_count.set_metadata.push_back({"qwen3.expert_count", gguf::Value::from_u32(4)});
@@ -337,7 +362,8 @@ std::vector<int32_t> tokens(int n) {
 // logits of one prefill of the whole sequence, for each MoE family.
 TEST(Moe, ChunksAndDecodeMatchOnePrefill) {
     for (const char* preset : {"qwen3moe-test", "qwen2moe-test", "mixtral-test"}) {
-        const auto m = Model::load(write_model(moe_spec(preset), std::string(preset) + "-chunks.gguf"));
+        const auto m =
+            Model::load(write_model(moe_spec(preset), std::string(preset) + "-chunks.gguf"));
         const int n = 40, n_prompt = 25;
         const auto tk = tokens(n);
         Session one(*m, f32_options());
@@ -353,7 +379,8 @@ TEST(Moe, ChunksAndDecodeMatchOnePrefill) {
         }
         for (int t = n_prompt; t < n; ++t) {
             const auto d = s.decode(tk[static_cast<size_t>(t)]);
-            for (size_t i = 0; i < V; ++i) worst = std::max(worst, std::fabs(d[i] - all[t * V + i]));
+            for (size_t i = 0; i < V; ++i)
+                worst = std::max(worst, std::fabs(d[i] - all[t * V + i]));
         }
         EXPECT_LT(worst, 1e-4f * spread) << preset;
     }
@@ -377,7 +404,8 @@ TEST(Moe, KvecPolicyOnAMoeModel) {
     const auto p = s.prefill(tk);
     const ModelConfig& c = qwen3moe_model().config();
     EXPECT_EQ(s.kv_cache().total_entries(), int64_t{c.n_layer} * c.n_head_kv * budget);
-    for (size_t i = 0; i < before.size(); ++i) ASSERT_NEAR(p[i], before[i], 1e-4f * 10);  // the prompt's logits: before eviction
+    for (size_t i = 0; i < before.size(); ++i)
+        ASSERT_NEAR(p[i], before[i], 1e-4f * 10);  // the prompt's logits: before eviction
     s.decode(5);
     const auto d = s.decode(9);
     float change = 0;

@@ -90,7 +90,9 @@ RandomModelSpec parity_spec(const std::string& arch = "llama") {
 // with 8 experts, 2 used).
 std::vector<Case> moe_variant_cases() {
     std::vector<Case> v;
-    auto add = [&](const std::string& name, RandomModelSpec s) { v.push_back({"Variants", name, s, Kind::Logits, true}); };
+    auto add = [&](const std::string& name, RandomModelSpec s) {
+        v.push_back({"Variants", name, s, Kind::Logits, true});
+    };
     RandomModelSpec s = parity_spec("qwen3moe");
     s.head_dim = 128;
     s.n_expert = 16;
@@ -170,7 +172,8 @@ std::vector<Case> type_cases() {
     for (GgmlType t : {GgmlType::Q4_K, GgmlType::IQ4_XS}) {
         RandomModelSpec s = moe_variant_cases().front().spec;
         s.type = t;
-        v.push_back({"TensorTypes", std::string("qwen3moe_") + ggml_type_name(t), s, Kind::Logits, false});
+        v.push_back(
+            {"TensorTypes", std::string("qwen3moe_") + ggml_type_name(t), s, Kind::Logits, false});
     }
     return v;
 }
@@ -549,7 +552,8 @@ void check_case(const Case& c) {
 }
 
 // One test per group: each starts the reference once for all its cases.
-TEST(Parity, Variants) {  // llama MHA/GQA, llama3 and linear RoPE scaling, qwen2, qwen3, tied, gemma3, MoE; F32
+TEST(Parity, Variants) {  // llama MHA/GQA, llama3 and linear RoPE scaling, qwen2, qwen3, tied,
+                          // gemma3, MoE; F32
     for (const Case& c : variant_cases()) check_case(c);
 }
 

@@ -43,9 +43,12 @@ void Session::forward_moe(const int32_t* tokens, const int32_t* positions, int32
         if (!L.bq.empty()) ops::add_bias(q_.data(), L.bq.data(), T, Q);
         if (!L.bk.empty()) ops::add_bias(k_.data(), L.bk.data(), T, KV);
         if (!L.bv.empty()) ops::add_bias(v_.data(), L.bv.data(), T, KV);
-        if (!L.q_norm.empty()) ops::rms_norm(q_.data(), L.q_norm.data(), q_.data(), T * c.n_head, D, c.rms_eps);
-        if (!L.k_norm.empty()) ops::rms_norm(k_.data(), L.k_norm.data(), k_.data(), T * c.n_head_kv, D, c.rms_eps);
-        if (request_.queries > 0 && step != Step::Reconstruct) remember_prerope_queries(l, T, positions);
+        if (!L.q_norm.empty())
+            ops::rms_norm(q_.data(), L.q_norm.data(), q_.data(), T * c.n_head, D, c.rms_eps);
+        if (!L.k_norm.empty())
+            ops::rms_norm(k_.data(), L.k_norm.data(), k_.data(), T * c.n_head_kv, D, c.rms_eps);
+        if (request_.queries > 0 && step != Step::Reconstruct)
+            remember_prerope_queries(l, T, positions);
         ops::rope(q_.data(), T, c.n_head, D, positions, rope_);     // [T, n_head, D]
         ops::rope(k_.data(), T, c.n_head_kv, D, positions, rope_);  // [T, n_head_kv, D]
         attention(l, T, positions, step, final_chunk);              // att [T, Q]
@@ -53,13 +56,16 @@ void Session::forward_moe(const int32_t* tokens, const int32_t* positions, int32
         ops::add(x_.data(), proj_.data(), T * E);
         // Feed-forward block: the routed experts, then the shared expert (qwen2moe).
         ops::rms_norm(x_.data(), L.ffn_norm.data(), xn_.data(), T, E, c.rms_eps);
-        const moe::Experts experts{&L.ffn_gate_inp, &L.gate_exps, &L.up_exps, &L.down_exps, c.n_ff_exp};
+        const moe::Experts experts{&L.ffn_gate_inp, &L.gate_exps, &L.up_exps, &L.down_exps,
+                                   c.n_ff_exp};
         moe::ffn(xn_.data(), T, experts, routing, moe_, proj_.data());  // [T, E]
         ops::add(x_.data(), proj_.data(), T * E);
         if (FS > 0) {
             for (int64_t t = 0; t < T; ++t) {  // gate [T] = sigmoid(h . gate_inp_shexp)
                 float dot = 0.0f;
-                for (int64_t j = 0; j < E; ++j) dot += xn_[static_cast<size_t>(t * E + j)] * L.gate_inp_shexp[static_cast<size_t>(j)];
+                for (int64_t j = 0; j < E; ++j)
+                    dot += xn_[static_cast<size_t>(t * E + j)] *
+                           L.gate_inp_shexp[static_cast<size_t>(j)];
                 shexp_gate_[static_cast<size_t>(t)] = 1.0f / (1.0f + std::exp(-dot));
             }
             matmul(xn_.data(), T, L.gate_shexp, gate_.data());  // [T, FS]
@@ -68,7 +74,8 @@ void Session::forward_moe(const int32_t* tokens, const int32_t* positions, int32
             matmul(gate_.data(), T, L.down_shexp, proj_.data());  // [T, E]
             for (int64_t t = 0; t < T; ++t) {
                 const float g = shexp_gate_[static_cast<size_t>(t)];
-                for (int64_t j = 0; j < E; ++j) x_[static_cast<size_t>(t * E + j)] += g * proj_[static_cast<size_t>(t * E + j)];
+                for (int64_t j = 0; j < E; ++j)
+                    x_[static_cast<size_t>(t * E + j)] += g * proj_[static_cast<size_t>(t * E + j)];
             }
         }
     }
