@@ -3,13 +3,15 @@
 # files on the same tokens, and their logits are compared at every position.
 #
 #   scripts/parity-vs-llama-cpp.sh [-t THREADS] [-n TOKENS] [--out DIR] [--kvec PATH] [--if-built]
+#                                  [--only NAME,...]
 #
 # Files: random-weight models that `kvec gen-model` writes (llama, llama with a tied output,
 # llama with llama3 RoPE scaling, qwen2, qwen3, gemma3 with a sliding window of 32 in two shapes)
 # as F32 and F16, their Q4_K_M, IQ4_XS and MXFP4 by
 # `kvec quantize`, and their Q8_0, Q6_K, Q4_K_M, IQ4_XS and IQ4_NL by llama.cpp's llama-quantize
-# (from the F32 file); the
-# bundled models/kvec-tiny.gguf (F16) and its Q8_0 and Q4_K_M by llama-quantize. Tokens: TOKENS
+# (from the F32 file); the mixture-of-experts presets qwen3moe-test, qwen2moe-test and
+# mixtral-test as F16, with their Q8_0, Q4_K_M and IQ4_XS by llama-quantize (fewer cells: time);
+# the bundled models/kvec-tiny.gguf (F16) and its Q8_0 and Q4_K_M by llama-quantize. Tokens: TOKENS
 # (default 256) ids drawn with a fixed seed from the model's ordinary tokens, BOS first
 # (scripts/peer/compare_logits.py). Each run evaluates them in one batch: `kvec logits`, or
 # llama-logits (scripts/peer/llama-logits.cpp, built here against llama.cpp's library).
@@ -24,7 +26,9 @@
 # Then `kvec perplexity` and `llama-perplexity` on the bundled model, the same text and context
 # (target: within 0.1 %). Exit status 1 when an oracle cell or the perplexity misses its target,
 # llama.cpp refuses a file, or kvec refuses a type other than the documented ones
-# (expected_refusals below; docs/compatibility.md).
+# (expected_refusals below; docs/compatibility.md). --only runs just the named models (the
+# first column of the tables: llama, ..., qwen3moe, qwen2moe, mixtral, kvec-tiny) and skips the
+# perplexity comparison unless kvec-tiny is named.
 #
 # Needs: kvec built in build/release (or --kvec PATH), /usr/bin/python3 with numpy, and llama.cpp's
 # library, llama-quantize and llama-perplexity, which it builds into build/llama.cpp
@@ -34,8 +38,8 @@ set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 source "$root/scripts/llama-cpp.sh"
-kvec="$root/build/release/tools/kvec" threads=2 n_tokens=256 out="" if_built=0
-usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+kvec="$root/build/release/tools/kvec" threads=2 n_tokens=256 out="" if_built=0 only=""
+usage() { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
     case "$1" in
         -t) threads="$2"; shift 2 ;;
@@ -43,6 +47,7 @@ while [ $# -gt 0 ]; do
         --out) out="$2"; shift 2 ;;
         --kvec) kvec="$2"; shift 2 ;;
         --if-built) if_built=1; shift ;;
+        --only) only="$2"; shift 2 ;;
         -h|--help) usage 0 ;;
         *) echo "unknown argument: $1" >&2; usage 2 >&2 ;;
     esac
@@ -92,6 +97,9 @@ compare="$root/scripts/peer/compare_logits.py"
 status=0
 oracle_rows=() default_rows=()
 
+# wanted NAME: whether --only (if given) names the model.
+wanted() { [ -z "$only" ] || [[ ",$only," == *",$1,"* ]]; }
+
 # quantize SRC DST TYPE: llama.cpp's llama-quantize (F32: its dequantisation of SRC).
 quantize() { "$llama_cpp_bin/llama-quantize" --allow-requantize "$1" "$2" "$3" "$threads" >> "$log" 2>&1; }
 
@@ -135,6 +143,7 @@ variants=("llama:--arch llama" "llama-tied:--arch llama --tied" "llama-rope3:--a
           "gemma3-p6:--preset gemma3-test --vocab 4096 --seed 5")
 for v in "${variants[@]}"; do
     name="${v%%:*}" flags="${v#*:}" vshape="$shape"
+    wanted "$name" || continue
     [[ "$flags" == --preset* ]] && vshape=""
     base="$out/$name"
     echo "$name" >&2
@@ -153,14 +162,35 @@ for v in "${variants[@]}"; do
     for t in Q8_0 Q6_K Q4_K_M IQ4_XS IQ4_NL; do cell "$name" "$t" llama-quantize "$base-$t.gguf" "$base.tokens"; done
 done
 
-echo "kvec-tiny" >&2
-tiny="$root/models/kvec-tiny.gguf"
-"$python" "$compare" tokens "$tiny" "$n_tokens" 1 "$out/kvec-tiny.tokens"
-cell kvec-tiny F16 bundled "$tiny" "$out/kvec-tiny.tokens"
-for t in Q8_0 Q4_K_M; do
-    quantize "$tiny" "$out/kvec-tiny-$t.gguf" "$t"
-    cell kvec-tiny "$t" llama-quantize "$out/kvec-tiny-$t.gguf" "$out/kvec-tiny.tokens"
+# Mixture of experts: qwen3moe (16 experts, 4 used), qwen2moe (8 experts, 2 used, the shared
+# expert), mixtral (llama with 8 experts, 2 used); 2 layers, embd 256, vocabulary 4096. The F32
+# file is only llama-quantize's source.
+moe_variants=("qwen3moe:--preset qwen3moe-test" "qwen2moe:--preset qwen2moe-test" "mixtral:--preset mixtral-test")
+for v in "${moe_variants[@]}"; do
+    name="${v%%:*}" flags="${v#*:}"
+    wanted "$name" || continue
+    base="$out/$name"
+    echo "$name" >&2
+    for t in f32 f16; do
+        # shellcheck disable=SC2086  # the flags are words
+        "$kvec" gen-model $flags --seed 5 --type $t -o "$base-${t^^}.gguf" 2>> "$log"
+    done
+    for t in Q8_0 Q4_K_M IQ4_XS; do quantize "$base-F32.gguf" "$base-$t.gguf" "$t"; done
+    "$python" "$compare" tokens "$base-F32.gguf" "$n_tokens" 1 "$base.tokens"
+    cell "$name" F16 "kvec gen-model" "$base-F16.gguf" "$base.tokens"
+    for t in Q8_0 Q4_K_M IQ4_XS; do cell "$name" "$t" llama-quantize "$base-$t.gguf" "$base.tokens"; done
 done
+
+tiny="$root/models/kvec-tiny.gguf"
+if wanted kvec-tiny; then
+    echo "kvec-tiny" >&2
+    "$python" "$compare" tokens "$tiny" "$n_tokens" 1 "$out/kvec-tiny.tokens"
+    cell kvec-tiny F16 bundled "$tiny" "$out/kvec-tiny.tokens"
+    for t in Q8_0 Q4_K_M; do
+        quantize "$tiny" "$out/kvec-tiny-$t.gguf" "$t"
+        cell kvec-tiny "$t" llama-quantize "$out/kvec-tiny-$t.gguf" "$out/kvec-tiny.tokens"
+    done
+fi
 
 echo "Oracle: kvec (KVEC_MATMUL=exact) on the file against llama.cpp on its F32 dequantisation of the file"
 echo
@@ -174,6 +204,10 @@ echo "| model | type | file by | positions | kvec: max \|Δlogit\|/std | kvec: m
 echo "|---|---|---|---|---:|---:|---:|---:|---:|---:|"
 printf '%s\n' "${default_rows[@]}"
 
+if ! wanted kvec-tiny; then
+    [ "$status" = 0 ] || echo "FAILED: a target missed or a file refused (see above and $log)" >&2
+    exit "$status"
+fi
 # Perplexity of the bundled model: the same text, context and (default) batch in both; kvec also
 # with KVEC_MATMUL=exact.
 text="$root/data/text/sotu/2001_george_w_bush_r.txt"

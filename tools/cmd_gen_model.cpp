@@ -44,6 +44,10 @@ int gen_model(GenOptions& o) {
         if (given("--sliding-window")) p.sliding_window = f.sliding_window;
         if (given("--swa-pattern")) p.swa_pattern = f.swa_pattern;
         if (given("--rope-base-swa")) p.rope_base_swa = f.rope_base_swa;
+        if (given("--experts")) p.n_expert = f.n_expert;
+        if (given("--experts-used")) p.n_expert_used = f.n_expert_used;
+        if (given("--expert-ff")) p.n_ff_exp = f.n_ff_exp;
+        if (given("--shared-ff")) p.n_ff_shexp = f.n_ff_shexp;
         p.tied = p.tied || f.tied;
         p.seed = f.seed;
         p.vocab_from = f.vocab_from;
@@ -60,8 +64,14 @@ int gen_model(GenOptions& o) {
     s.type = *type;
     Timer timer;
     write_random_model(s, o.out);
-    fmt::print(stderr, "wrote {} ({} {} layers, embd {}, heads {}/{}, ff {}, type {}) in {:.1f} s\n", o.out, s.arch,
-               s.n_layer, s.n_embd, s.n_head, s.n_head_kv, s.n_ff, ggml_type_name(s.type), timer.seconds());
+    const std::string experts = s.n_expert > 0
+                                    ? fmt::format(", {} experts ({} used)", s.n_expert,
+                                                  s.n_expert_used > 0 ? s.n_expert_used : 2)
+                                    : "";
+    fmt::print(stderr,
+               "wrote {} ({} {} layers, embd {}, heads {}/{}, ff {}{}, type {}) in {:.1f} s\n",
+               o.out, s.arch, s.n_layer, s.n_embd, s.n_head, s.n_head_kv, s.n_ff, experts,
+               ggml_type_name(s.type), timer.seconds());
     return 0;
 }
 
@@ -72,8 +82,13 @@ void add_gen_model_command(CLI::App& app, Action& action) {
     CLI::App* cmd = app.add_subcommand("gen-model", "write a random-weight model (any architecture, shape and type)");
     o->cmd = cmd;
     RandomModelSpec& s = o->spec;
-    cmd->add_option("--arch", s.arch, "architecture")->check(CLI::IsMember({"llama", "qwen2", "qwen3", "gemma3"}))->capture_default_str();
-    cmd->add_option("--preset", o->preset, "a named shape: tinyllama-1.1b, gemma3-test, gemma3-4b");
+    cmd->add_option("--arch", s.arch, "architecture")
+        ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "qwen2moe"}))
+        ->capture_default_str();
+    cmd->add_option("--preset", o->preset,
+                    "a named shape: tinyllama-1.1b, gemma3-test, gemma3-4b, qwen3moe-test, "
+                    "qwen2moe-test, mixtral-test, "
+                    "qwen3-30b-a3b");
     cmd->add_option("--layers", s.n_layer, "layers")->capture_default_str();
     cmd->add_option("--embd", s.n_embd, "embedding size")->capture_default_str();
     cmd->add_option("--heads", s.n_head, "query heads")->capture_default_str();
@@ -91,6 +106,14 @@ void add_gen_model_command(CLI::App& app, Action& action) {
     cmd->add_option("--swa-pattern", s.swa_pattern, "gemma3: one global layer every N layers")->capture_default_str();
     cmd->add_option("--rope-base-swa", s.rope_base_swa, "gemma3: RoPE base of the sliding-window layers")
         ->capture_default_str();
+    cmd->add_option(
+        "--experts", s.n_expert,
+        "experts per layer (qwen3moe, qwen2moe: default 8; llama: > 0 makes a Mixtral-style MoE)");
+    cmd->add_option("--experts-used", s.n_expert_used, "experts per token (default 2)");
+    cmd->add_option("--expert-ff", s.n_ff_exp,
+                    "qwen3moe, qwen2moe: each expert's feed-forward size (default --ff)");
+    cmd->add_option("--shared-ff", s.n_ff_shexp,
+                    "qwen2moe: the shared expert's feed-forward size (default --ff)");
     cmd->add_flag("--tied", s.tied, "no output.weight: the output shares the token embedding");
     cmd->add_option("--type", o->type, "weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K..q6_K, iq4_nl, iq4_xs, mxfp4")
         ->capture_default_str();

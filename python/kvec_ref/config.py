@@ -14,6 +14,12 @@ attention.sliding_window_pattern (period n: layer l is a sliding-window layer if
 default 6; or a per-layer array), rope.freq_base_swa (default 10000; those layers rotate without
 the linear scaling), final_logit_softcapping (optional); 62-layer models scale attention by
 1 / sqrt(n_embd / n_head), all others by 1 / sqrt(head_dim).
+
+Mixture of experts (as llama.cpp reads it): qwen3moe, qwen2moe, and llama with expert_count > 0
+(Mixtral): expert_count, expert_used_count, expert_feed_forward_length (default
+feed_forward_length / expert_used_count; llama: feed_forward_length), qwen2moe's
+expert_shared_feed_forward_length (default feed_forward_length); the selected experts' weights
+are renormalised for qwen3moe and llama, not for qwen2moe.
 """
 
 from __future__ import annotations
@@ -26,8 +32,8 @@ import numpy as np
 
 from .gguf import GGUFError, GGUFReader, GGUFValue, ValueType
 
-SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
-_NEOX_ARCHS = ("qwen2", "qwen3", "gemma3")
+SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "qwen2moe")
+_NEOX_ARCHS = ("qwen2", "qwen3", "gemma3", "qwen3moe", "qwen2moe")
 
 
 # =============================================================================================
@@ -62,6 +68,12 @@ class ModelConfig:
     rope_theta_swa: float = 10000.0  # RoPE base of the sliding-window layers (no scaling)
     attn_scale: float = 0.0          # 0 -> 1 / sqrt(head_dim) (gemma3 27B: 1 / sqrt(n_embd / n_head))
     final_logit_softcap: float = 0.0  # 0: none
+    # mixture of experts (qwen3moe, qwen2moe; llama with n_expert > 0)
+    n_expert: int = 0                # 0: a dense FFN
+    n_expert_used: int = 0
+    n_ff_exp: int = 0                # 0 -> n_ff
+    n_ff_shexp: int = 0              # qwen2moe's shared expert; 0 -> n_ff (qwen2moe), none otherwise
+    expert_weights_norm: Optional[bool] = None  # None -> True except for qwen2moe
     # execution (not stored in GGUF)
     attn_chunk: int = 256           # queries per attention block (bounds the score buffer)
     attn_checkpoint: bool = True    # recompute attention blocks in backward (saves memory)
@@ -80,9 +92,22 @@ class ModelConfig:
         if self.rope_dim == 0:
             self.rope_dim = self.head_dim
         if self.qkv_bias is None:
-            self.qkv_bias = self.arch == "qwen2"
+            self.qkv_bias = self.arch in ("qwen2", "qwen2moe")
         if self.qk_norm is None:
-            self.qk_norm = self.arch in ("qwen3", "gemma3")
+            self.qk_norm = self.arch in ("qwen3", "gemma3", "qwen3moe")
+        if self.arch in ("qwen3moe", "qwen2moe") and self.n_expert <= 0:
+            raise ValueError(f"{self.arch} needs n_expert > 0")
+        if self.n_expert > 0:
+            if self.arch not in ("llama", "qwen3moe", "qwen2moe"):
+                raise ValueError(f"a {self.arch} model has no experts")
+            if not 0 < self.n_expert_used <= self.n_expert:
+                raise ValueError(f"n_expert_used {self.n_expert_used} must be in [1, n_expert = {self.n_expert}]")
+            if self.n_ff_exp == 0:
+                self.n_ff_exp = self.n_ff
+            if self.arch == "qwen2moe" and self.n_ff_shexp == 0:
+                self.n_ff_shexp = self.n_ff
+            if self.expert_weights_norm is None:
+                self.expert_weights_norm = self.arch != "qwen2moe"
         if self.attn_scale == 0.0:
             self.attn_scale = 1.0 / math.sqrt(self.head_dim)
         if self.sliding_window > 0 and self.swa_layers is None:
@@ -233,6 +258,18 @@ def config_from_gguf(reader: GGUFReader) -> ModelConfig:
         if int(key("block_count", required=True)) == 62:
             gemma["attn_scale"] = 1.0 / math.sqrt(n_embd // n_head)
 
+    moe: dict = {}
+    n_expert = int(key("expert_count", 0) or 0)
+    if arch in ("qwen3moe", "qwen2moe") or (arch == "llama" and n_expert > 0):
+        n_used = int(key("expert_used_count", required=True))
+        n_ff = int(key("feed_forward_length", 0) or 0)
+        moe = {"n_expert": n_expert, "n_expert_used": n_used,
+               "n_ff_exp": n_ff if arch == "llama" else int(key("expert_feed_forward_length", 0) or n_ff // max(n_used, 1))}
+        if arch == "qwen2moe":
+            moe["n_ff_shexp"] = int(key("expert_shared_feed_forward_length", 0) or n_ff)
+    elif n_expert > 0:
+        raise GGUFError(f"{path}: {arch}.expert_count = {n_expert}: a {arch} model has no experts")
+
     try:
         return ModelConfig(
             arch=arch,
@@ -242,7 +279,7 @@ def config_from_gguf(reader: GGUFReader) -> ModelConfig:
             n_head=n_head,
             n_head_kv=int(key("attention.head_count_kv", n_head)),
             head_dim=head_dim,
-            n_ff=int(key("feed_forward_length", required=True)),
+            n_ff=int(key("feed_forward_length", required=not moe) or moe.get("n_ff_exp", 0)),
             rope_theta=float(key("rope.freq_base", 10000.0)),
             rope_dim=int(key("rope.dimension_count", head_dim)),
             rope_scaling_type=scaling,
@@ -254,6 +291,7 @@ def config_from_gguf(reader: GGUFReader) -> ModelConfig:
             qk_norm="blk.0.attn_q_norm.weight" in reader.tensors,
             tied_output="output.weight" not in reader.tensors,
             **gemma,
+            **moe,
         )
     except ValueError as e:
         raise GGUFError(f"{path}: {e}") from None
@@ -288,6 +326,13 @@ def model_metadata(config: ModelConfig) -> dict[str, GGUFValue]:
         md[f"{a}.attention.sliding_window_pattern"] = GGUFValue(ValueType.ARRAY, np.array(config.swa_layers, dtype=bool),
                                                                ValueType.BOOL)
         md[f"{a}.rope.freq_base_swa"] = f32(config.rope_theta_swa)
+    if config.n_expert > 0:
+        md[f"{a}.expert_count"] = u32(config.n_expert)
+        md[f"{a}.expert_used_count"] = u32(config.n_expert_used)
+        if a != "llama":
+            md[f"{a}.expert_feed_forward_length"] = u32(config.n_ff_exp)
+        if config.n_ff_shexp > 0:
+            md[f"{a}.expert_shared_feed_forward_length"] = u32(config.n_ff_shexp)
     if config.gemma and config.final_logit_softcap > 0:
         md[f"{a}.final_logit_softcapping"] = f32(config.final_logit_softcap)
     return md

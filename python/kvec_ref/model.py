@@ -23,6 +23,14 @@ j with i - window < j <= i (sequence indices, = positions here) and rotate with 
 and no scaling; the GGUF's norm weights hold Gemma's (1 + w) already, so RMSNorm multiplies by
 them as they are; optional final soft-capping cap * tanh(logits / cap).
 
+Mixture of experts (llama.cpp's src/models/qwen3moe.cpp, qwen2moe.cpp, llama.cpp with experts, and
+build_moe_ffn in src/llama-graph.cpp): the FFN of every layer is `MoEFeedForward`: router logits
+x . ffn_gate_inp, p = softmax over every expert, the n_expert_used experts of largest p with p as
+weights (divided by their sum for qwen3moe and llama; not for qwen2moe), out = sum of
+weight_e * down_e(silu(gate_e(x)) * up_e(x)) over the selected experts; qwen2moe adds a shared
+expert down(silu(gate(x)) * up(x)) scaled by sigmoid(x . ffn_gate_inp_shexp). The experts' GGUF
+tensors are 3-D [n_in, n_out, n_expert] (numpy [n_expert, n_out, n_in]).
+
 Conventions relied on (sources: llama.cpp `llama_model_rope_type()` in src/llama-model.cpp,
 ggml's rope kernel `ggml_rope_cache_init` / `rope_yarn`, the GGUF spec's llama
 `tensor_data_layout` permute, and llama.cpp's converter):
@@ -289,16 +297,64 @@ class Attention(nn.Module):
 class FeedForward(nn.Module):
     """SwiGLU: down(silu(gate(x)) * up(x)); gemma3: down(gelu_tanh(gate(x)) * up(x))."""
 
-    def __init__(self, config: ModelConfig, device=None):
+    def __init__(self, config: ModelConfig, device=None, n_ff: Optional[int] = None):
         super().__init__()
         self.gelu = config.gemma
-        self.gate = nn.Linear(config.n_embd, config.n_ff, bias=False, device=device)  # ffn_gate
-        self.up = nn.Linear(config.n_embd, config.n_ff, bias=False, device=device)    # ffn_up
-        self.down = nn.Linear(config.n_ff, config.n_embd, bias=False, device=device)  # ffn_down
+        n_ff = config.n_ff if n_ff is None else n_ff
+        self.gate = nn.Linear(config.n_embd, n_ff, bias=False, device=device)  # ffn_gate
+        self.up = nn.Linear(config.n_embd, n_ff, bias=False, device=device)    # ffn_up
+        self.down = nn.Linear(n_ff, config.n_embd, bias=False, device=device)  # ffn_down
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         act = F.gelu(self.gate(x), approximate="tanh") if self.gelu else F.silu(self.gate(x))
         return self.down(act * self.up(x))
+
+
+class MoEFeedForward(nn.Module):
+    """Mixture of experts: the router picks n_expert_used of n_expert SwiGLU experts per token
+    (softmax over all, top k, optionally renormalised); qwen2moe adds a gated shared expert."""
+
+    def __init__(self, config: ModelConfig, device=None):
+        super().__init__()
+        c = config
+        self.k = c.n_expert_used
+        self.norm = bool(c.expert_weights_norm)
+        self.router = nn.Linear(c.n_embd, c.n_expert, bias=False, device=device)                    # ffn_gate_inp
+        self.gate_exps = nn.Parameter(torch.empty(c.n_expert, c.n_ff_exp, c.n_embd, device=device))  # ffn_gate_exps
+        self.up_exps = nn.Parameter(torch.empty(c.n_expert, c.n_ff_exp, c.n_embd, device=device))    # ffn_up_exps
+        self.down_exps = nn.Parameter(torch.empty(c.n_expert, c.n_embd, c.n_ff_exp, device=device))  # ffn_down_exps
+        if c.n_ff_shexp > 0:
+            self.shexp = FeedForward(c, device=device, n_ff=c.n_ff_shexp)                         # ffn_*_shexp
+            self.shexp_gate = nn.Parameter(torch.empty(c.n_embd, device=device))                  # ffn_gate_inp_shexp
+        else:
+            self.shexp = None
+            self.shexp_gate = None
+
+    def routing(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [N, n_embd] -> experts [N, k] (descending probability), weights [N, k]."""
+        probs = torch.softmax(self.router(x), dim=-1)  # [N, n_expert]
+        weights, experts = torch.topk(probs, self.k, dim=-1)
+        if self.norm:
+            weights = weights / weights.sum(dim=-1, keepdim=True).clamp_min(6.103515625e-5)
+        return experts, weights
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        xf = x.reshape(-1, shape[-1])  # [N, n_embd]
+        experts, weights = self.routing(xf)
+        out = torch.zeros_like(xf)
+        for e in range(self.gate_exps.shape[0]):
+            hit = experts == e                           # [N, k]
+            rows = hit.any(dim=-1).nonzero().squeeze(-1)  # tokens that chose expert e
+            if rows.numel() == 0:
+                continue
+            w = (weights * hit).sum(dim=-1)[rows]        # [n]
+            h = xf[rows]
+            y = (F.silu(h @ self.gate_exps[e].T) * (h @ self.up_exps[e].T)) @ self.down_exps[e].T
+            out[rows] += w[:, None] * y
+        if self.shexp is not None:
+            out = out + torch.sigmoid(xf @ self.shexp_gate)[:, None] * self.shexp(xf)
+        return out.reshape(shape)
 
 
 class Block(nn.Module):
@@ -307,7 +363,7 @@ class Block(nn.Module):
         self.attn_norm = RMSNorm(config.n_embd, config.norm_eps, device=device)
         self.attn = Attention(config, device=device)
         self.ffn_norm = RMSNorm(config.n_embd, config.norm_eps, device=device)
-        self.ffn = FeedForward(config, device=device)
+        self.ffn = MoEFeedForward(config, device=device) if config.n_expert > 0 else FeedForward(config, device=device)
         if config.gemma:
             self.attn_post_norm = RMSNorm(config.n_embd, config.norm_eps, device=device)  # post_attention_norm
             self.ffn_post_norm = RMSNorm(config.n_embd, config.norm_eps, device=device)   # post_ffw_norm
@@ -473,6 +529,15 @@ def _tensor_map(config: ModelConfig) -> dict[str, str]:
             m[b + "attn_q_norm.weight"] = p + "attn.q_norm.weight"
             m[b + "attn_k_norm.weight"] = p + "attn.k_norm.weight"
         m[b + "ffn_norm.weight"] = p + "ffn_norm.weight"
+        if config.n_expert > 0:
+            m[b + "ffn_gate_inp.weight"] = p + "ffn.router.weight"
+            for t in ("gate", "up", "down"):
+                m[b + f"ffn_{t}_exps.weight"] = p + f"ffn.{t}_exps"
+            if config.n_ff_shexp > 0:
+                m[b + "ffn_gate_inp_shexp.weight"] = p + "ffn.shexp_gate"
+                for t in ("gate", "up", "down"):
+                    m[b + f"ffn_{t}_shexp.weight"] = p + f"ffn.shexp.{t}.weight"
+            continue
         m[b + "ffn_gate.weight"] = p + "ffn.gate.weight"
         m[b + "ffn_up.weight"] = p + "ffn.up.weight"
         m[b + "ffn_down.weight"] = p + "ffn.down.weight"
@@ -486,7 +551,7 @@ def load_gguf(path: str | Path, dtype: torch.dtype = torch.float32):
     """Reads a GGUF model, dequantising every tensor. Returns (Transformer, ModelConfig, metadata)."""
     reader = GGUFReader(path)
     config = config_from_gguf(reader)
-    if config.arch in ("qwen3", "gemma3") and not config.qk_norm:
+    if config.arch in ("qwen3", "gemma3", "qwen3moe") and not config.qk_norm:
         raise GGUFError(f"{reader.path}: {config.arch} model without blk.0.attn_q_norm.weight")
     model = Transformer(config, device="meta")
     model.to_empty(device="cpu")
@@ -500,6 +565,8 @@ def load_gguf(path: str | Path, dtype: torch.dtype = torch.float32):
         for gname, pname in names.items():
             p = params[pname]
             arr = reader.tensor_f32(gname)
+            if p.dim() == 1 and arr.size == p.numel():  # e.g. ffn_gate_inp_shexp stored as [n_embd, 1]
+                arr = arr.reshape(-1)
             if tuple(arr.shape) != tuple(p.shape):
                 raise GGUFError(f"{reader.path}: tensor {gname} has numpy shape {list(arr.shape)}, "
                                 f"expected {list(p.shape)} for this configuration")
@@ -575,7 +642,7 @@ def save_gguf(model: Transformer, config: ModelConfig, path: str | Path, tokeniz
     state = model.state_dict()
     for gname, pname in _tensor_map(config).items():
         t = state[pname].detach().to(torch.float32).cpu().numpy()
-        tt = GGMLType.F32 if t.ndim == 1 else mat_type
+        tt = GGMLType.F32 if t.ndim == 1 or gname.endswith("ffn_gate_inp.weight") else mat_type
         if tt == GGMLType.Q8_0 and t.shape[-1] % TYPE_TRAITS[GGMLType.Q8_0].block_elems != 0:
             tt = GGMLType.F16
         w.add_tensor(gname, t, tt)

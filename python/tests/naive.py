@@ -24,12 +24,39 @@ def rope_vec(config, vec: torch.Tensor, pos: int) -> torch.Tensor:
     out = vec.clone()
     half = config.rope_dim // 2
     for i in range(half):
-        a_i, b_i = (i, i + half) if config.arch in ("qwen2", "qwen3") else (2 * i, 2 * i + 1)
+        a_i, b_i = (i, i + half) if config.rope_neox else (2 * i, 2 * i + 1)
         t = rope_angle(config, pos, i)
         a, b = float(vec[a_i]), float(vec[b_i])
         out[a_i] = a * math.cos(t) - b * math.sin(t)
         out[b_i] = a * math.sin(t) + b * math.cos(t)
     return out
+
+
+def naive_swiglu(sd, p, m):
+    gate = sd[p + "gate.weight"] @ m
+    up = sd[p + "up.weight"] @ m
+    return sd[p + "down.weight"] @ (gate * torch.sigmoid(gate) * up)
+
+
+def naive_moe(c, sd, p, m):
+    """One token's mixture of experts: softmax over every expert's router logit, the
+    n_expert_used largest (a full sort), their probabilities as weights (divided by their sum
+    unless qwen2moe), each expert's SwiGLU; qwen2moe adds sigmoid(m . gate) * shared expert."""
+    logits = [float(sd[p + "ffn.router.weight"][e] @ m) for e in range(c.n_expert)]
+    top = max(logits)
+    ex = [math.exp(v - top) for v in logits]
+    probs = [v / sum(ex) for v in ex]
+    chosen = sorted(range(c.n_expert), key=lambda e: -probs[e])[:c.n_expert_used]
+    total = sum(probs[e] for e in chosen) if c.arch != "qwen2moe" else 1.0
+    f = torch.zeros_like(m)
+    for e in chosen:
+        gate = sd[p + "ffn.gate_exps"][e] @ m
+        up = sd[p + "ffn.up_exps"][e] @ m
+        f = f + probs[e] / total * (sd[p + "ffn.down_exps"][e] @ (gate * torch.sigmoid(gate) * up))
+    if c.n_ff_shexp > 0:
+        g = 1.0 / (1.0 + math.exp(-float(sd[p + "ffn.shexp_gate"] @ m)))
+        f = f + g * naive_swiglu(sd, p + "ffn.shexp.", m)
+    return f
 
 
 def naive_forward(model, tokens, kv_visible=None, positions=None):
@@ -75,9 +102,7 @@ def naive_forward(model, tokens, kv_visible=None, positions=None):
             o = sd[p + "attn.wo.weight"] @ torch.cat(heads)
             hres = x[i] + o
             m = rms(hres, sd[p + "ffn_norm.weight"], c.norm_eps)
-            gate = sd[p + "ffn.gate.weight"] @ m
-            up = sd[p + "ffn.up.weight"] @ m
-            f = sd[p + "ffn.down.weight"] @ (gate * torch.sigmoid(gate) * up)
+            f = naive_moe(c, sd, p, m) if c.n_expert > 0 else naive_swiglu(sd, p + "ffn.", m)
             new_x.append(hres + f)
         x = new_x
         all_probs.append(probs)

@@ -54,6 +54,9 @@ class AgainstNaive(unittest.TestCase):
         "llama3_freqs": dict(arch="llama", rope_theta=500.0, rope_freqs=[1.0, 1.5, 3.0, 8.0]),
         "qwen2_bias": dict(arch="qwen2", rope_theta=1e6),
         "qwen3_qknorm": dict(arch="qwen3", n_head_kv=1, head_dim=16),
+        "qwen3moe": dict(arch="qwen3moe", head_dim=16, n_expert=6, n_expert_used=2, n_ff_exp=24),
+        "qwen2moe_shared": dict(arch="qwen2moe", n_expert=5, n_expert_used=3, n_ff_exp=16, n_ff_shexp=40),
+        "mixtral": dict(arch="llama", n_expert=4, n_expert_used=2),
     }
 
     def test_logits_and_probabilities(self):
@@ -260,7 +263,10 @@ class GGUFExport(unittest.TestCase):
     def test_round_trip_every_dtype(self):
         for kw in (dict(arch="llama", tied_output=True, rope_freqs=[1.0, 2.0, 4.0, 8.0]),
                    dict(arch="llama", rope_scaling_type="linear", rope_scaling_factor=2.0, rope_dim=4),
-                   dict(arch="qwen2"), dict(arch="qwen3")):
+                   dict(arch="qwen2"), dict(arch="qwen3"),
+                   dict(arch="qwen3moe", n_expert=4, n_expert_used=2, n_ff_exp=32),
+                   dict(arch="qwen2moe", n_expert=4, n_expert_used=2, n_ff_exp=32, n_ff_shexp=64),
+                   dict(arch="llama", n_expert=4, n_expert_used=2, n_ff=32)):
             m = make_model(dtype=torch.float32, **kw)
             ref = logits(m, TOKENS)
             # f32: not bit-exact because GGUF stores norm_eps as float32 (1e-5 -> 9.99999975e-6)
@@ -270,7 +276,8 @@ class GGUFExport(unittest.TestCase):
                 m2, c2, md = load_gguf(path)
                 for f in ("arch", "n_vocab", "n_embd", "n_layer", "n_head", "n_head_kv", "head_dim", "n_ff",
                           "rope_dim", "rope_scaling_type", "rope_scaling_factor", "qkv_bias", "qk_norm",
-                          "tied_output"):
+                          "tied_output", "n_expert", "n_expert_used", "n_ff_exp", "n_ff_shexp",
+                          "expert_weights_norm"):
                     self.assertEqual(getattr(c2, f), getattr(m.config, f), (kw, dtype, f))
                 self.assertAlmostEqual(c2.norm_eps, m.config.norm_eps, delta=1e-9)
                 if m.config.rope_freqs is not None:

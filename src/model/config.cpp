@@ -8,7 +8,7 @@
 
 namespace kvec {
 
-const char* supported_architectures() { return "llama, qwen2, qwen3, gemma3"; }
+const char* supported_architectures() { return "llama, qwen2, qwen3, gemma3, qwen3moe, qwen2moe"; }
 
 namespace {
 
@@ -61,6 +61,43 @@ void read_gemma3(const gguf::File& f, ModelConfig& c) {
     if (c.n_layer == 62) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_head));
 }
 
+// Mixture of experts, as llama.cpp reads it (src/llama-model.cpp, src/models/qwen3moe.cpp,
+// qwen2moe.cpp, llama.cpp): {arch}.expert_count and {arch}.expert_used_count (one number each;
+// per-layer arrays are refused); the experts' size from {arch}.expert_feed_forward_length,
+// default feed_forward_length / expert_used_count (llama: feed_forward_length); qwen2moe's shared
+// expert from {arch}.expert_shared_feed_forward_length, default feed_forward_length. The
+// routing is llama.cpp's per architecture: softmax over every expert, the top expert_used_count
+// by probability, their probabilities as weights, renormalised to sum 1 for qwen3moe and llama
+// (Mixtral), not for qwen2moe. {arch}.expert_weights_scale and expert_weights_norm are not read
+// for these architectures (llama.cpp ignores them there too).
+void read_moe_config(const gguf::File& f, ModelConfig& c) {
+    const std::string a = c.arch_name + ".";
+    c.family = Family::Moe;
+    c.n_expert = positive_int(f, a + "expert_count", 1024);
+    c.n_expert_used = positive_int(f, a + "expert_used_count", 1024);
+    if (c.n_expert_used > c.n_expert) {
+        fail("'{}': {}expert_used_count = {} is more than the {} experts ({}expert_count)",
+             f.path(), a, c.n_expert_used, c.n_expert, a);
+    }
+    if (c.arch == Arch::Llama) {
+        c.n_ff_exp = c.n_ff;
+    } else {
+        const std::string k_exp = a + "expert_feed_forward_length";
+        if (!f.has(k_exp) && c.n_ff / c.n_expert_used <= 0) {
+            fail("'{}': {} is absent and {}feed_forward_length = {} gives no expert size", f.path(),
+                 k_exp, a, c.n_ff);
+        }
+        c.n_ff_exp = f.has(k_exp) ? positive_int(f, k_exp) : c.n_ff / c.n_expert_used;
+    }
+    c.expert_weights_norm = c.arch != Arch::Qwen2Moe;
+    if (c.arch == Arch::Qwen2Moe) {
+        const std::string k_sh = a + "expert_shared_feed_forward_length";
+        if (!f.has(k_sh) && c.n_ff <= 0)
+            fail("'{}': {} and {}feed_forward_length are absent", f.path(), k_sh, a);
+        c.n_ff_shexp = f.has(k_sh) ? positive_int(f, k_sh) : c.n_ff;
+    }
+}
+
 }  // namespace
 
 ModelConfig read_model_config(const gguf::File& f) {
@@ -79,19 +116,32 @@ ModelConfig read_model_config(const gguf::File& f) {
         c.arch = Arch::Gemma3;
         c.family = Family::Gemma3;
         c.rope_mode = ops::RopeMode::Neox;
+    } else if (c.arch_name == "qwen3moe") {
+        c.arch = Arch::Qwen3Moe;
+        c.rope_mode = ops::RopeMode::Neox;
+    } else if (c.arch_name == "qwen2moe") {
+        c.arch = Arch::Qwen2Moe;
+        c.rope_mode = ops::RopeMode::Neox;
     } else {
         fail("'{}': unsupported architecture '{}' (supported: {})", f.path(), c.arch_name,
              supported_architectures());
     }
     c.name = f.get_string("general.name", "");
     const std::string a = c.arch_name + ".";
-    if (f.get_uint(a + "expert_count", 0) > 0) {
-        fail("'{}': mixture-of-experts models are not supported ({}expert_count = {})", f.path(), a,
-             f.get_uint(a + "expert_count"));
+    // Experts: llama with {arch}.expert_count > 0 (Mixtral), qwen3moe, qwen2moe.
+    const bool moe =
+        c.arch == Arch::Qwen3Moe || c.arch == Arch::Qwen2Moe ||
+        (c.arch == Arch::Llama && f.has(a + "expert_count") && f.get_uint(a + "expert_count") > 0);
+    if (!moe && f.has(a + "expert_count") && f.get_uint(a + "expert_count") > 0) {
+        fail("'{}': {}expert_count = {}: a {} model has no experts (mixture-of-experts "
+             "architectures: llama, qwen3moe, qwen2moe)", f.path(), a, f.get_uint(a + "expert_count"),
+             c.arch_name);
     }
     c.n_layer = positive_int(f, a + "block_count", 4096);
     c.n_embd = positive_int(f, a + "embedding_length");
-    c.n_ff = positive_int(f, a + "feed_forward_length");
+    // The MoE architectures need feed_forward_length only as a default for the experts' sizes.
+    c.n_ff = moe && c.arch != Arch::Llama ? optional_int(f, a + "feed_forward_length", 0)
+                                          : positive_int(f, a + "feed_forward_length");
     c.n_head = positive_int(f, a + "attention.head_count", 65536);
     c.n_head_kv = optional_int(f, a + "attention.head_count_kv", c.n_head);
     if (c.n_head % c.n_head_kv != 0) {
@@ -141,6 +191,7 @@ ModelConfig read_model_config(const gguf::File& f) {
     }
     c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     if (c.arch == Arch::Gemma3) read_gemma3(f, c);
+    if (moe) read_moe_config(f, c);
     return c;
 }
 

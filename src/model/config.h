@@ -14,13 +14,14 @@ namespace gguf {
 class File;
 }
 
-enum class Arch { Llama, Qwen2, Qwen3, Gemma3 };
+enum class Arch { Llama, Qwen2, Qwen3, Gemma3, Qwen3Moe, Qwen2Moe };
 
 // The forward pass a model runs (src/model/arch/<family>.cpp): llama, qwen2 and qwen3 share the
-// llama diagram (optional biases and Q/K norms); gemma3 has its own.
-enum class Family { Llama, Gemma3 };
+// llama diagram (optional biases and Q/K norms); gemma3 has its own; the mixture-of-experts
+// models (qwen3moe, qwen2moe, llama with experts: Mixtral) share the MoE diagram (arch/moe.cpp).
+enum class Family { Llama, Gemma3, Moe };
 
-// "llama, qwen2, qwen3, gemma3": what error messages list.
+// "llama, qwen2, qwen3, gemma3, ...": what error messages list.
 const char* supported_architectures();
 
 struct ModelConfig {
@@ -52,9 +53,20 @@ struct ModelConfig {
     std::vector<uint8_t> swa_layers;      // [n_layer] or empty
     float rope_freq_base_swa = 10000.0f;  // {arch}.rope.freq_base_swa
     float final_logit_softcap = 0.0f;     // {arch}.final_logit_softcapping (0: none)
+    // Mixture of experts (Family::Moe; read_moe_config in config.cpp): every layer's FFN is
+    // n_expert_used of n_expert SwiGLU experts of size n_ff_exp, chosen per token by a router
+    // (softmax over all experts, then the top n_expert_used; their weights renormalised to sum 1
+    // when expert_weights_norm), plus, when n_ff_shexp > 0 (qwen2moe), a shared SwiGLU expert
+    // of size n_ff_shexp scaled by sigmoid(x . ffn_gate_inp_shexp). 0 experts: a dense FFN.
+    int n_expert = 0;                     // {arch}.expert_count
+    int n_expert_used = 0;                // {arch}.expert_used_count
+    int n_ff_exp = 0;                     // {arch}.expert_feed_forward_length (llama: n_ff)
+    int n_ff_shexp = 0;                   // {arch}.expert_shared_feed_forward_length (qwen2moe)
+    bool expert_weights_norm = false;     // qwen3moe, llama: true; qwen2moe: false (as llama.cpp)
 
     bool is_swa(int layer) const { return !swa_layers.empty() && swa_layers[static_cast<size_t>(layer)] != 0; }
     bool has_swa() const { return !swa_layers.empty(); }
+    bool has_moe() const { return n_expert > 0; }
 
     int n_group() const { return n_head / n_head_kv; }  // query heads per KV head
     int q_dim() const { return n_head * head_dim; }

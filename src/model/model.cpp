@@ -46,6 +46,15 @@ public:
         return make_weight_view(name.c_str(), t->type, t->data, n_in, n_out);
     }
 
+    // A 3-D expert tensor [n_in, n_out, n_expert] as one view of n_expert * n_out rows.
+    WeightView experts(const std::string& name, int64_t n_in, int64_t n_out, int64_t n_expert) {
+        const gguf::TensorInfo* t = find(name, {n_in, n_out, n_expert}, true);
+        if (t == nullptr || t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != n_expert ||
+            t->ne[3] != 1)
+            return {};
+        return make_weight_view(name.c_str(), t->type, t->data, n_in, n_out * n_expert);
+    }
+
     std::vector<float> vector(const std::string& name, int64_t n, bool required = true) {
         const gguf::TensorInfo* t = find(name, {n}, required);
         if (t == nullptr || t->n_elements() != n) return {};
@@ -73,6 +82,37 @@ private:
     std::vector<std::string> bad_shapes_;
 };
 
+// An expert count that disagrees with a tensor gets its own message (before the shape checks):
+// dimension `dim` of tensor `name` counts the experts.
+void check_expert_count(const gguf::File& f, const ModelConfig& c, const std::string& name,
+                        int dim) {
+    const gguf::TensorInfo* t = f.find_tensor(name);
+    if (t == nullptr || t->n_dims <= dim || t->ne[static_cast<size_t>(dim)] == c.n_expert) return;
+    fail("'{}': {}.expert_count = {} disagrees with tensor '{}', which holds {} experts", f.path(),
+         c.arch_name, c.n_expert, name, t->ne[static_cast<size_t>(dim)]);
+}
+
+// The FFN of a mixture-of-experts layer (llama.cpp's tensor names and shapes): the router, the
+// experts' 3-D gate / up / down tensors, and qwen2moe's shared expert with its gate vector.
+void bind_moe_ffn(const gguf::File& f, TensorBinder& b, const ModelConfig& c, const std::string& p,
+                  LayerWeights& L) {
+    const int64_t E = c.n_embd, X = c.n_expert, FE = c.n_ff_exp, FS = c.n_ff_shexp;
+    check_expert_count(f, c, p + "ffn_gate_inp.weight", 1);
+    for (const char* t : {"ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"}) {
+        check_expert_count(f, c, p + t, 2);
+    }
+    L.ffn_gate_inp = b.matrix(p + "ffn_gate_inp.weight", E, X);
+    L.gate_exps = b.experts(p + "ffn_gate_exps.weight", E, FE, X);
+    L.up_exps = b.experts(p + "ffn_up_exps.weight", E, FE, X);
+    L.down_exps = b.experts(p + "ffn_down_exps.weight", FE, E, X);
+    if (FS > 0) {
+        L.gate_inp_shexp = b.vector(p + "ffn_gate_inp_shexp.weight", E);
+        L.gate_shexp = b.matrix(p + "ffn_gate_shexp.weight", E, FS);
+        L.up_shexp = b.matrix(p + "ffn_up_shexp.weight", E, FS);
+        L.down_shexp = b.matrix(p + "ffn_down_shexp.weight", FS, E);
+    }
+}
+
 }  // namespace
 
 Model::Model(std::unique_ptr<gguf::File> file) : file_(std::move(file)) {
@@ -95,7 +135,8 @@ Model::Model(std::unique_ptr<gguf::File> file) : file_(std::move(file)) {
     const int64_t E = c.n_embd, V = c.n_vocab, F = c.n_ff, Q = c.q_dim(), KV = c.kv_dim(), D = c.head_dim;
     w.token_embd = b.matrix("token_embd.weight", E, V);
     w.output_norm = b.vector("output_norm.weight", E);
-    if (f.find_tensor("output.weight") != nullptr) {
+    if (f.find_tensor("output.weight") != nullptr ||
+        c.arch == Arch::Qwen2Moe) {  // qwen2moe: required
         w.output = b.matrix("output.weight", E, V);
     } else {
         w.output = w.token_embd;
@@ -121,14 +162,18 @@ Model::Model(std::unique_ptr<gguf::File> file) : file_(std::move(file)) {
         L.bq = b.vector(p + "attn_q.bias", Q, biases_required);
         L.bk = b.vector(p + "attn_k.bias", KV, biases_required);
         L.bv = b.vector(p + "attn_v.bias", KV, biases_required);
-        if (c.arch == Arch::Qwen3 || c.arch == Arch::Gemma3) {
+        if (c.arch == Arch::Qwen3 || c.arch == Arch::Gemma3 || c.arch == Arch::Qwen3Moe) {
             L.q_norm = b.vector(p + "attn_q_norm.weight", D);
             L.k_norm = b.vector(p + "attn_k_norm.weight", D);
         }
         L.ffn_norm = b.vector(p + "ffn_norm.weight", E);
-        L.w_gate = b.matrix(p + "ffn_gate.weight", E, F);
-        L.w_up = b.matrix(p + "ffn_up.weight", E, F);
-        L.w_down = b.matrix(p + "ffn_down.weight", F, E);
+        if (c.has_moe()) {
+            bind_moe_ffn(f, b, c, p, L);
+        } else {
+            L.w_gate = b.matrix(p + "ffn_gate.weight", E, F);
+            L.w_up = b.matrix(p + "ffn_up.weight", E, F);
+            L.w_down = b.matrix(p + "ffn_down.weight", F, E);
+        }
         if (c.arch == Arch::Gemma3) {
             L.attn_post_norm = b.vector(p + "post_attention_norm.weight", E);
             L.ffn_post_norm = b.vector(p + "post_ffw_norm.weight", E);
@@ -179,8 +224,14 @@ std::string Model::weight_type_name() const {
 
 std::string Model::summary() const {
     const ModelConfig& c = config_;
-    return fmt::format("{} {} layers, {} embd, {}/{} heads of {}, ff {}, vocab {}, {}, {:.2f} GiB",
-                       c.arch_name, c.n_layer, c.n_embd, c.n_head, c.n_head_kv, c.head_dim, c.n_ff,
+    const std::string ff =
+        !c.has_moe() ? fmt::format("ff {}", c.n_ff)
+        : c.n_ff_shexp > 0
+            ? fmt::format("{} experts ({} used) of ff {} + shared ff {}", c.n_expert,
+                          c.n_expert_used, c.n_ff_exp, c.n_ff_shexp)
+            : fmt::format("{} experts ({} used) of ff {}", c.n_expert, c.n_expert_used, c.n_ff_exp);
+    return fmt::format("{} {} layers, {} embd, {}/{} heads of {}, {}, vocab {}, {}, {:.2f} GiB",
+                       c.arch_name, c.n_layer, c.n_embd, c.n_head, c.n_head_kv, c.head_dim, ff,
                        c.n_vocab, weight_type_name(), static_cast<double>(n_bytes()) / (1 << 30));
 }
 

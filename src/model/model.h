@@ -32,6 +32,18 @@ struct LayerWeights {
     WeightView w_up;               // [n_embd] -> [n_ff]
     WeightView w_down;             // [n_ff] -> [n_embd]
     std::vector<float> ffn_post_norm;     // [n_embd] or empty (gemma3: post_ffw_norm)
+    // Mixture of experts (ModelConfig::has_moe(); w_gate, w_up, w_down then empty). The 3-D GGUF
+    // tensors [n_in, n_out, n_expert] are held as views of n_expert * n_out rows: expert e owns
+    // rows [e * n_out, (e + 1) * n_out), a contiguous matrix (expert_matrix in moe.h).
+    WeightView ffn_gate_inp;       // router [n_embd] -> [n_expert] (ffn_gate_inp.weight)
+    WeightView gate_exps;          // n_expert x ([n_embd] -> [n_ff_exp]) (ffn_gate_exps.weight)
+    WeightView up_exps;            // n_expert x ([n_embd] -> [n_ff_exp]) (ffn_up_exps.weight)
+    WeightView down_exps;          // n_expert x ([n_ff_exp] -> [n_embd]) (ffn_down_exps.weight)
+    // The shared expert (qwen2moe; ModelConfig::n_ff_shexp > 0), else empty.
+    std::vector<float> gate_inp_shexp;  // [n_embd]: its gate is sigmoid(x . gate_inp_shexp)
+    WeightView gate_shexp;         // [n_embd] -> [n_ff_shexp]
+    WeightView up_shexp;           // [n_embd] -> [n_ff_shexp]
+    WeightView down_shexp;         // [n_ff_shexp] -> [n_embd]
 };
 
 struct ModelWeights {

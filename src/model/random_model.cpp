@@ -76,6 +76,37 @@ public:
         w_.add_tensor(name, type, {n_in, n_out}, data.data(), data.size());
     }
 
+    // n_expert matrices [n_in] x n_out rows in the spec's type, as one 3-D tensor
+    // [n_in, n_out, n_expert] (expert e: rows [e * n_out, (e + 1) * n_out)), entries ~ N(0, std).
+    void experts(const std::string& name, int64_t n_in, int64_t n_out, int64_t n_expert,
+                 float std) {
+        const GgmlType type = s_.type;
+        const size_t row_bytes = ggml_row_size(type, n_in);
+        const int64_t rows = n_out * n_expert;
+        std::vector<uint8_t> data(row_bytes * static_cast<size_t>(rows));  // [n_expert, n_out rows]
+        const uint64_t base = s_.seed * 0x9E3779B97F4A7C15ull ^ hash_name(name);
+#pragma omp parallel
+        {
+            std::vector<float> row(static_cast<size_t>(n_in));  // [n_in]
+#pragma omp for schedule(static)
+            for (int64_t r = 0; r < rows; ++r) {
+                fill_normal(row.data(), n_in,
+                            base + static_cast<uint64_t>(r) * 0xD1B54A32D192ED03ull, 0.0f, std);
+                quant::quantize_row(type, row.data(),
+                                    data.data() + static_cast<size_t>(r) * row_bytes, n_in);
+            }
+        }
+        w_.add_tensor(name, type, {n_in, n_out, n_expert}, data.data(), data.size());
+    }
+
+    // An F32 matrix [n_in] x n_out rows ~ N(0, std) (MoE routers, kept F32 in every file).
+    void matrix_f32(const std::string& name, int64_t n_in, int64_t n_out, float std) {
+        std::vector<float> m(static_cast<size_t>(n_in * n_out));  // [n_out, n_in]
+        fill_normal(m.data(), n_in * n_out, s_.seed * 0x9E3779B97F4A7C15ull ^ hash_name(name), 0.0f,
+                    std);
+        w_.add_tensor(name, GgmlType::F32, {n_in, n_out}, m.data(), m.size() * sizeof(float));
+    }
+
     // An F32 vector [n] ~ mean + N(0, std).
     void vector(const std::string& name, int64_t n, float mean, float std) {
         std::vector<float> v(static_cast<size_t>(n));
@@ -139,7 +170,72 @@ std::string default_vocab_path() {
 #endif
 }
 
-std::vector<std::string> random_model_presets() { return {"tinyllama-1.1b", "gemma3-test", "gemma3-4b"}; }
+std::vector<std::string> random_model_presets() {
+    return {"tinyllama-1.1b", "gemma3-test",  "gemma3-4b",    "qwen3moe-test",
+            "qwen2moe-test",  "mixtral-test", "qwen3-30b-a3b"};
+}
+
+namespace {
+
+// Mixture-of-experts shapes: small ones for tests (2 layers, embd 256, vocabulary 4096) and
+// Qwen3-30B-A3B as its converter writes it (48 layers, embd 2048, 32/4 heads of 128, 128 experts
+// of ff 768, 8 used; the full vocabulary of the vocabulary file, not Qwen's 151936 tokens).
+bool moe_preset(std::string_view name, RandomModelSpec& s) {
+    if (name == "qwen3-30b-a3b") {
+        s.arch = "qwen3moe";
+        s.name = "qwen3-30b-a3b-random";
+        s.n_layer = 48;
+        s.n_embd = 2048;
+        s.n_head = 32;
+        s.n_head_kv = 4;
+        s.head_dim = 128;
+        s.n_ff = 6144;
+        s.n_expert = 128;
+        s.n_expert_used = 8;
+        s.n_ff_exp = 768;
+        s.n_vocab = 0;
+        s.n_ctx = 40960;
+        s.rope_base = 1000000.0f;
+        s.rms_eps = 1e-6f;
+        return true;
+    }
+    if (name != "qwen3moe-test" && name != "qwen2moe-test" && name != "mixtral-test") return false;
+    s.name = std::string(name) + "-random";
+    s.n_layer = 2;
+    s.n_embd = 256;
+    s.n_head = 4;
+    s.n_head_kv = 2;
+    s.n_vocab = 4096;
+    s.n_ctx = 4096;
+    if (name == "qwen3moe-test") {  // 16 experts, 4 used, Q/K norms, head size 128 (q_dim != embd)
+        s.arch = "qwen3moe";
+        s.head_dim = 128;
+        s.n_ff = 512;
+        s.n_expert = 16;
+        s.n_expert_used = 4;
+        s.n_ff_exp = 256;
+        s.rope_base = 1000000.0f;
+        s.rms_eps = 1e-6f;
+    } else if (name == "qwen2moe-test") {  // 8 experts, 2 used, not renormalised, shared expert
+        s.arch = "qwen2moe";
+        s.n_ff = 512;
+        s.n_expert = 8;
+        s.n_expert_used = 2;
+        s.n_ff_exp = 256;
+        s.n_ff_shexp = 512;
+        s.rope_base = 1000000.0f;
+        s.rms_eps = 1e-6f;
+    } else {  // Mixtral's routing: 8 experts, 2 used, each of feed_forward_length
+        s.arch = "llama";
+        s.n_ff = 256;
+        s.n_expert = 8;
+        s.n_expert_used = 2;
+        s.rope_base = 1000000.0f;
+    }
+    return true;
+}
+
+}  // namespace
 
 RandomModelSpec random_model_preset(std::string_view name) {
     RandomModelSpec s;
@@ -183,6 +279,7 @@ RandomModelSpec random_model_preset(std::string_view name) {
         s.rope_base_swa = 10000.0f;
         return s;
     }
+    if (moe_preset(name, s)) return s;
     fail("unknown preset '{}' (known: {})", name, fmt::join(random_model_presets(), ", "));
 }
 
@@ -208,12 +305,57 @@ std::vector<float> llama3_rope_factors(int n_rot, float freq_base, float factor)
     return out;
 }
 
+namespace {
+
+// Checks and completes the expert settings; true for a mixture-of-experts model.
+bool check_moe_spec(RandomModelSpec& s) {
+    const bool qwen_moe = s.arch == "qwen3moe" || s.arch == "qwen2moe";
+    if (!qwen_moe && s.arch != "llama") {
+        if (s.n_expert != 0 || s.n_expert_used != 0 || s.n_ff_exp != 0 || s.n_ff_shexp != 0) {
+            fail("--experts, --experts-used, --expert-ff and --shared-ff are for qwen3moe, "
+                 "qwen2moe and llama (architecture {})", s.arch);
+        }
+        return false;
+    }
+    if (s.arch == "llama" && s.n_expert == 0) {
+        if (s.n_expert_used != 0 || s.n_ff_exp != 0 || s.n_ff_shexp != 0) {
+            fail("--experts-used, --expert-ff and --shared-ff need --experts for a llama model");
+        }
+        return false;
+    }
+    if (s.n_ff_shexp != 0 && s.arch != "qwen2moe")
+        fail("--shared-ff is for qwen2moe only (architecture {})", s.arch);
+    if (s.arch == "llama" && s.n_ff_exp != 0 && s.n_ff_exp != s.n_ff) {
+        fail("llama experts have the size of --ff ({}), as llama.cpp reads them; --expert-ff {} "
+             "differs", s.n_ff, s.n_ff_exp);
+    }
+    if (s.arch == "qwen2moe" && s.tied)
+        fail("qwen2moe needs output.weight (llama.cpp refuses it without): drop --tied");
+    if (s.n_expert == 0) s.n_expert = 8;
+    if (s.n_expert_used == 0) s.n_expert_used = std::min(2, s.n_expert);
+    if (s.n_ff_exp == 0) s.n_ff_exp = s.n_ff;
+    if (s.n_ff_shexp == 0 && s.arch == "qwen2moe") s.n_ff_shexp = s.n_ff;
+    if (s.n_expert < 0 || s.n_expert > 1024)
+        fail("--experts must be between 1 and 1024, got {}", s.n_expert);
+    if (s.n_expert_used < 1 || s.n_expert_used > s.n_expert) {
+        fail("--experts-used must be between 1 and --experts ({}), got {}", s.n_expert,
+             s.n_expert_used);
+    }
+    if (s.n_ff_exp < 0 || s.n_ff_shexp < 0) fail("--expert-ff and --shared-ff must be positive");
+    return true;
+}
+
+}  // namespace
+
 void write_random_model(const RandomModelSpec& spec, const std::string& path) {
     RandomModelSpec s = spec;
-    if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "gemma3") {
-        fail("unknown architecture '{}' (supported: llama, qwen2, qwen3, gemma3)", s.arch);
+    if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "gemma3" &&
+        s.arch != "qwen3moe" && s.arch != "qwen2moe") {
+        fail("unknown architecture '{}' (supported: llama, qwen2, qwen3, gemma3, qwen3moe, "
+             "qwen2moe)", s.arch);
     }
     const bool gemma3 = s.arch == "gemma3";
+    const bool moe = check_moe_spec(s);
     if (!gemma3 && s.sliding_window != 0) fail("--sliding-window is for gemma3 only (architecture {})", s.arch);
     if (s.sliding_window < 0 || s.swa_pattern < 0) {
         fail("--sliding-window ({}) and --swa-pattern ({}) must not be negative", s.sliding_window, s.swa_pattern);
@@ -249,7 +391,11 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
 
     const int64_t E = s.n_embd, F = s.n_ff, D = s.head_dim, Q = int64_t{s.n_head} * D, KV = int64_t{s.n_head_kv} * D;
     const GgmlTypeTraits& tt = ggml_type_traits(s.type);
-    for (auto [what, n] : {std::pair<const char*, int64_t>{"--embd", E}, {"--ff", F}, {"heads x head size", Q}}) {
+    const int64_t X = moe ? s.n_expert : 0, FE = s.n_ff_exp, FS = s.n_ff_shexp;
+    for (auto [what, n] : {std::pair<const char*, int64_t>{"--embd", E},
+                           {moe ? "--expert-ff" : "--ff", moe ? FE : F},
+                           {"heads x head size", Q},
+                           {"--shared-ff", FS > 0 ? FS : E}}) {
         if (n % tt.block_size != 0) {
             fail("type {} needs rows that are multiples of {} elements, but {} is {}", tt.name,
                  tt.block_size, what, n);
@@ -268,7 +414,7 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
     w.set_u32(a + "feed_forward_length", static_cast<uint32_t>(F));
     w.set_u32(a + "attention.head_count", static_cast<uint32_t>(s.n_head));
     w.set_u32(a + "attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
-    if (D * s.n_head != E || s.arch == "qwen3" || gemma3) {
+    if (D * s.n_head != E || s.arch == "qwen3" || s.arch == "qwen3moe" || gemma3) {
         w.set_u32(a + "attention.key_length", static_cast<uint32_t>(D));
         w.set_u32(a + "attention.value_length", static_cast<uint32_t>(D));
     }
@@ -278,6 +424,13 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
     if (s.rope_scaling == "linear") {
         w.set_string(a + "rope.scaling.type", "linear");
         w.set_f32(a + "rope.scaling.factor", s.rope_factor);
+    }
+    if (moe) {  // as llama.cpp's converter writes them
+        w.set_u32(a + "expert_count", static_cast<uint32_t>(X));
+        w.set_u32(a + "expert_used_count", static_cast<uint32_t>(s.n_expert_used));
+        if (s.arch != "llama")
+            w.set_u32(a + "expert_feed_forward_length", static_cast<uint32_t>(FE));
+        if (FS > 0) w.set_u32(a + "expert_shared_feed_forward_length", static_cast<uint32_t>(FS));
     }
     if (gemma3 && s.sliding_window > 0) {
         w.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(s.sliding_window));
@@ -311,8 +464,18 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
         for (int l = 0; l < s.n_layer && total != UINT64_MAX; ++l) {
             add(E, Q + 2 * KV, true);
             add(Q, E, true);
-            add(E, 2 * F, true);
-            add(F, E, true);
+            if (moe) {
+                add(E, 2 * FE * X, true);
+                add(FE, E * X, true);
+                add(E * X + E, 1, false);  // router (F32), shared expert gate
+                if (FS > 0) {
+                    add(E, 2 * FS, true);
+                    add(FS, E, true);
+                }
+            } else {
+                add(E, 2 * F, true);
+                add(F, E, true);
+            }
             add(6 * E + Q + 2 * KV + 2 * D, 1, false);
         }
         const size_t available = available_memory_bytes();
@@ -341,12 +504,12 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
         b.matrix(p + "attn_q.weight", E, Q, g_e);
         b.matrix(p + "attn_k.weight", E, KV, g_e);
         b.matrix(p + "attn_v.weight", E, KV, g_e);
-        if (s.arch == "qwen2") {
+        if (s.arch == "qwen2" || s.arch == "qwen2moe") {
             b.vector(p + "attn_q.bias", Q, 0.0f, 0.5f);
             b.vector(p + "attn_k.bias", KV, 0.0f, 0.5f);
             b.vector(p + "attn_v.bias", KV, 0.0f, 0.5f);
         }
-        if (s.arch == "qwen3" || gemma3) {
+        if (s.arch == "qwen3" || s.arch == "qwen3moe" || gemma3) {
             b.vector(p + "attn_q_norm.weight", D, 1.0f, 0.1f);
             b.vector(p + "attn_k_norm.weight", D, 1.0f, 0.1f);
         }
@@ -361,6 +524,22 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
         }
         b.matrix(p + "attn_output.weight", Q, E, 1.0f / std::sqrt(static_cast<float>(Q)));
         b.vector(p + "ffn_norm.weight", E, 1.0f, 0.1f);
+        if (moe) {
+            // The router's logits have a standard deviation of about 1: distinct, varied choices.
+            b.matrix_f32(p + "ffn_gate_inp.weight", E, X, g_e);
+            b.experts(p + "ffn_gate_exps.weight", E, FE, X, g_e);
+            b.experts(p + "ffn_down_exps.weight", FE, E, X,
+                      1.0f / std::sqrt(static_cast<float>(FE)));
+            b.experts(p + "ffn_up_exps.weight", E, FE, X, g_e);
+            if (FS > 0) {
+                b.vector(p + "ffn_gate_inp_shexp.weight", E, 0.0f, g_e);
+                b.matrix(p + "ffn_gate_shexp.weight", E, FS, g_e);
+                b.matrix(p + "ffn_down_shexp.weight", FS, E,
+                         1.0f / std::sqrt(static_cast<float>(FS)));
+                b.matrix(p + "ffn_up_shexp.weight", E, FS, g_e);
+            }
+            continue;
+        }
         b.matrix(p + "ffn_gate.weight", E, F, g_e);
         b.matrix(p + "ffn_up.weight", E, F, g_e);
         b.matrix(p + "ffn_down.weight", F, E, 1.0f / std::sqrt(static_cast<float>(F)));

@@ -20,7 +20,7 @@
 namespace kvec {
 
 struct RandomModelSpec {
-    std::string arch = "llama";  // llama | qwen2 | qwen3 | gemma3
+    std::string arch = "llama";  // llama | qwen2 | qwen3 | gemma3 | qwen3moe | qwen2moe
     std::string name;            // general.name ("" -> "kvec-random-<arch>")
     int n_layer = 2;
     int n_embd = 256;
@@ -40,6 +40,15 @@ struct RandomModelSpec {
     int sliding_window = 0;
     int swa_pattern = 6;
     float rope_base_swa = 10000.0f;
+    // Mixture of experts (qwen3moe, qwen2moe; llama with n_expert > 0: Mixtral): n_expert experts
+    // (qwen*moe: 0 -> 8) of which n_expert_used (0 -> 2) run per token, each a SwiGLU of size
+    // n_ff_exp (0 -> n_ff; llama: always n_ff, as llama.cpp reads it); qwen2moe's shared expert
+    // of size n_ff_shexp (0 -> n_ff). The routers are F32, as llama.cpp's converter and
+    // llama-quantize keep them; the experts' 3-D tensors take `type`.
+    int n_expert = 0;
+    int n_expert_used = 0;
+    int n_ff_exp = 0;
+    int n_ff_shexp = 0;
     GgmlType type = GgmlType::F32;  // type of every weight matrix (vectors stay F32)
     uint64_t seed = 1;
     // Vocabulary GGUF whose tokenizer.* keys are copied; "" = default_vocab_path(); "none" = none.
@@ -49,7 +58,9 @@ struct RandomModelSpec {
 // data/tokenizer-vectors/ggml-vocab-llama-spm.gguf of the source tree.
 std::string default_vocab_path();
 
-// Named shapes: "tinyllama-1.1b", "gemma3-test" (small, window 32), "gemma3-4b". Throws kvec::Error listing the known names.
+// Named shapes: "tinyllama-1.1b", "gemma3-test" (small, window 32), "gemma3-4b", "qwen3moe-test",
+// "qwen2moe-test", "mixtral-test" (small MoE shapes), "qwen3-30b-a3b" (full size). Throws kvec::Error
+// listing the known names.
 RandomModelSpec random_model_preset(std::string_view name);
 std::vector<std::string> random_model_presets();
 

@@ -119,8 +119,10 @@ Session::Session(const Model& model, const SessionOptions& options)
     v_.resize(sz(B * c.kv_dim()));
     att_.resize(sz(B * c.q_dim()));
     proj_.resize(sz(B * c.n_embd));
-    gate_.resize(sz(B * c.n_ff));
-    up_.resize(sz(B * c.n_ff));
+    const int64_t F = c.has_moe() ? c.n_ff_shexp : c.n_ff;  // MoE: the shared expert's (or none)
+    gate_.resize(sz(B * F));
+    up_.resize(sz(B * F));
+    if (c.n_ff_shexp > 0) shexp_gate_.resize(sz(B));
     logits_.resize(sz(c.n_vocab));
     const auto H = sz(c.n_head_kv);
     keys_f_.resize(H);
@@ -423,6 +425,9 @@ void Session::forward_step(const int32_t* tokens, const int32_t* positions, int3
     switch (c.family) {  // x [T, E] = the family's layers over the embedded tokens
         case Family::Llama: forward_llama(tokens, positions, T, step, final_chunk); break;
         case Family::Gemma3: forward_gemma3(tokens, positions, T, step, final_chunk); break;
+        case Family::Moe:
+            forward_moe(tokens, positions, T, step, final_chunk);
+            break;
     }
     for (size_t b = 0; b < sequences.size(); ++b) {
         Session& s = *sequences[b];

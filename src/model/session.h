@@ -2,7 +2,8 @@
 // eviction hook.
 //
 //   x = the family's layers over the embedded tokens     [T, n_embd]
-//       (src/model/arch/llama.cpp: llama, qwen2, qwen3; src/model/arch/gemma3.cpp: gemma3),
+//       (src/model/arch/llama.cpp: llama, qwen2, qwen3; src/model/arch/gemma3.cpp: gemma3;
+//       src/model/arch/moe.cpp: qwen3moe, qwen2moe, llama with experts),
 //       each calling the shared attention over the budgeted cache:
 //         append k, v to the cache; a = attention over each KV head's entries (GQA; causal
 //         inside the chunk; sliding-window layers: only the last window positions)  [T, q_dim]
@@ -39,6 +40,7 @@
 #include "kvcache/eviction.h"
 #include "kvcache/kv_cache.h"
 #include "model/model.h"
+#include "model/moe.h"
 #include "model/reconstruction.h"
 #include "tensor/attention.h"
 #include "tensor/ops.h"
@@ -189,6 +191,7 @@ private:
     // tokens and runs every layer, leaving the final residual stream in x_ [T, n_embd].
     void forward_llama(const int32_t* tokens, const int32_t* positions, int32_t T, Step step, bool final_chunk);
     void forward_gemma3(const int32_t* tokens, const int32_t* positions, int32_t T, Step step, bool final_chunk);
+    void forward_moe(const int32_t* tokens, const int32_t* positions, int32_t T, Step step, bool final_chunk);
     // The attention over the budgeted cache (shared by every family): appends the layer's keys
     // k_ and values v_, attends with q_ into att_, runs the eviction hook. Sliding-window layers
     // (ModelConfig::is_swa) mask by position and are left alone by eviction policies. In a
@@ -272,8 +275,10 @@ private:
     std::vector<float> v_;        // [n_batch, kv_dim]
     std::vector<float> att_;      // [n_batch, q_dim] attention output
     std::vector<float> proj_;     // [n_batch, n_embd] output projections
-    std::vector<float> gate_;     // [n_batch, n_ff]
-    std::vector<float> up_;       // [n_batch, n_ff]
+    std::vector<float> gate_;     // [n_batch, n_ff] (MoE: [n_batch, n_ff_shexp], the shared expert)
+    std::vector<float> up_;       // [n_batch, n_ff] (MoE: [n_batch, n_ff_shexp])
+    moe::Scratch moe_;            // the routed experts' buffers (MoE)
+    std::vector<float> shexp_gate_;  // [n_batch] the shared expert's gate (qwen2moe)
     std::vector<float> logits_;   // [n_vocab] last-token logits
     std::vector<float> all_logits_;  // [tokens, n_vocab] when asked for every token; [B, n_vocab] batched decode
 

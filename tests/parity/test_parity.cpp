@@ -85,6 +85,34 @@ RandomModelSpec parity_spec(const std::string& arch = "llama") {
     return s;
 }
 
+// Mixture of experts: qwen3moe (16 experts, 4 used, renormalised weights, Q/K norms), qwen2moe
+// (8 experts, 2 used, weights as they are, Q/K/V biases, the gated shared expert), Mixtral (llama
+// with 8 experts, 2 used).
+std::vector<Case> moe_variant_cases() {
+    std::vector<Case> v;
+    auto add = [&](const std::string& name, RandomModelSpec s) {
+        v.push_back({"Variants", name, s, Kind::Logits, true});
+    };
+    RandomModelSpec s = parity_spec("qwen3moe");
+    s.head_dim = 128;
+    s.n_expert = 16;
+    s.n_expert_used = 4;
+    s.n_ff_exp = 256;
+    add("qwen3moe", s);
+    s = parity_spec("qwen2moe");
+    s.n_expert = 8;
+    s.n_expert_used = 2;
+    s.n_ff_exp = 256;
+    s.n_ff_shexp = 512;
+    add("qwen2moe_shared", s);
+    s = parity_spec();
+    s.n_expert = 8;
+    s.n_expert_used = 2;
+    s.n_ff = 256;
+    add("mixtral", s);
+    return v;
+}
+
 std::vector<Case> variant_cases() {
     std::vector<Case> v;
     auto add = [&](const std::string& name, RandomModelSpec s) { v.push_back({"Variants", name, s, Kind::Logits, true}); };
@@ -121,6 +149,7 @@ std::vector<Case> variant_cases() {
     s.rope_factor = 8.0f;
     s.rms_eps = 1e-6f;
     add("gemma3_swa", s);
+    for (Case& c : moe_variant_cases()) v.push_back(c);
     return v;
 }
 
@@ -138,6 +167,13 @@ std::vector<Case> type_cases() {
         RandomModelSpec s = parity_spec();
         s.type = t;
         v.push_back({"TensorTypes", std::string("type_") + ggml_type_name(t), s, Kind::Logits, false});
+    }
+    // Quantised experts (3-D tensors) through the reference's own dequantiser.
+    for (GgmlType t : {GgmlType::Q4_K, GgmlType::IQ4_XS}) {
+        RandomModelSpec s = moe_variant_cases().front().spec;
+        s.type = t;
+        v.push_back(
+            {"TensorTypes", std::string("qwen3moe_") + ggml_type_name(t), s, Kind::Logits, false});
     }
     return v;
 }
@@ -516,7 +552,8 @@ void check_case(const Case& c) {
 }
 
 // One test per group: each starts the reference once for all its cases.
-TEST(Parity, Variants) {  // llama MHA/GQA, llama3 and linear RoPE scaling, qwen2, qwen3, tied, gemma3; F32
+TEST(Parity, Variants) {  // llama MHA/GQA, llama3 and linear RoPE scaling, qwen2, qwen3, tied,
+                          // gemma3, MoE; F32
     for (const Case& c : variant_cases()) check_case(c);
 }
 

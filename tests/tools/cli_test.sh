@@ -87,6 +87,20 @@ expect 1 "gen-model: unknown preset" -- "$KVEC" gen-model --preset nope -o "$DIR
 expect 0 "gen-model qwen3 with tied output" -- "$KVEC" gen-model --arch qwen3 --layers 1 --embd 128 --heads 2 --kv-heads 1 --head-dim 64 --ff 256 --vocab 300 --tied --type q8_0 -o "$DIR/q3.gguf"
 expect 0 "run qwen3" -- "$KVEC" run -m "$DIR/q3.gguf" -p "Hi" -n 3 --temp 0
 
+# Mixture of experts: gen-model writes a qwen3moe model kvec runs; a file whose expert count
+# disagrees with its tensors, or that lacks an expert tensor, gets one error line and exit 1.
+CRAFT="/usr/bin/python3 $(cd "$(dirname "$0")" && pwd)/craft_gguf.py"
+expect 0 "gen-model qwen3moe" -- "$KVEC" gen-model --arch qwen3moe --experts 4 --experts-used 2 --expert-ff 128 --layers 1 --embd 128 --heads 2 --kv-heads 1 --head-dim 64 --ff 256 --vocab 300 --type q8_0 -o "$DIR/moe.gguf"
+expect 0 "run qwen3moe" -- "$KVEC" run -m "$DIR/moe.gguf" -p "Hi" -n 3 --temp 0
+$CRAFT "$DIR/moe.gguf" "$DIR/moe-count.gguf" --set qwen3moe.expert_count=6:u32
+expect 1 "qwen3moe: expert count disagrees with the tensors" -- "$KVEC" run -m "$DIR/moe-count.gguf" -p "Hi" -n 1
+contains err "error: '$DIR/moe-count.gguf': qwen3moe.expert_count = 6 disagrees with tensor 'blk.0.ffn_gate_inp.weight', which holds 4 experts" "expert count error"
+[ "$(wc -l < "$DIR/err")" -eq 1 ] || fail "expert count error: not one line"
+$CRAFT "$DIR/moe.gguf" "$DIR/moe-drop.gguf" --drop-tensor blk.0.ffn_down_exps.weight
+expect 1 "qwen3moe: missing expert tensor" -- "$KVEC" run -m "$DIR/moe-drop.gguf" -p "Hi" -n 1
+contains err "is missing 1 tensor: blk.0.ffn_down_exps.weight" "missing expert tensor error"
+expect 1 "gen-model: experts on qwen3" -- "$KVEC" gen-model --arch qwen3 --experts 4 --vocab 300 -o "$DIR/x.gguf"
+
 if [ "$failures" -ne 0 ]; then
     echo "$failures check(s) failed"
     exit 1

@@ -2,6 +2,7 @@
 """Writes a copy of a GGUF file with changes, for the tests of bad input (reliability_test.sh).
 
     craft_gguf.py SRC DST [--set KEY=VALUE:TYPE]... [--drop KEY]... [--nan-tensor NAME]
+                  [--drop-tensor NAME]...
 
 TYPE: f32, u32, i32, str. VALUE for f32 may be nan or inf. --nan-tensor stores NaN in the first
 element of an F32 tensor; --nan-score makes a tokenizer score NaN. Uses the independent reader/writer of python/kvec_ref.
@@ -26,6 +27,7 @@ def main() -> None:
     ap.add_argument("--drop", action="append", default=[])
     ap.add_argument("--nan-tensor", action="append", default=[])
     ap.add_argument("--nan-score", action="store_true", help="NaN as the score of token 5")
+    ap.add_argument("--drop-tensor", action="append", default=[], help="leave this tensor out")
     a = ap.parse_args()
     r = GGUFReader(a.src)
     w = GGUFWriter(a.dst, alignment=r.alignment)
@@ -44,6 +46,8 @@ def main() -> None:
         parsed = float(value) if vt == ValueType.FLOAT32 else int(value) if vt != ValueType.STRING else value
         w.add(key, parsed, vt)
     for name, info in r.tensors.items():
+        if name in a.drop_tensor:
+            continue
         data = np.array(r.tensor_bytes(name), dtype=np.uint8)
         if name in a.nan_tensor:
             data[:4] = np.frombuffer(np.float32(np.nan).tobytes(), dtype=np.uint8)
