@@ -3,12 +3,16 @@
 # files on the same tokens, and their logits are compared at every position.
 #
 #   scripts/parity-vs-llama-cpp.sh [-t THREADS] [-n TOKENS] [--out DIR] [--kvec PATH] [--if-built]
+#                                  [--only NAME,...]
+#
+# --only: just these models of the tables (e.g. gemma2,phi3; kvec-tiny adds the perplexity).
 #
 # Files: random-weight models that `kvec gen-model` writes (llama, llama with a tied output,
 # llama with llama3 RoPE scaling, qwen2, qwen3, gemma3 with a sliding window of 32 in two shapes)
 # as F32 and F16, their Q4_K_M, IQ4_XS and MXFP4 by
 # `kvec quantize`, and their Q8_0, Q6_K, Q4_K_M, IQ4_XS and IQ4_NL by llama.cpp's llama-quantize
-# (from the F32 file); the
+# (from the F32 file); gemma2 and phi3 (the gemma2-test and phi3-test presets) as F16 and their
+# Q8_0, Q4_K_M and IQ4_XS by llama-quantize; the
 # bundled models/kvec-tiny.gguf (F16) and its Q8_0 and Q4_K_M by llama-quantize. Tokens: TOKENS
 # (default 256) ids drawn with a fixed seed from the model's ordinary tokens, BOS first
 # (scripts/peer/compare_logits.py). Each run evaluates them in one batch: `kvec logits`, or
@@ -34,8 +38,10 @@ set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 source "$root/scripts/llama-cpp.sh"
-kvec="$root/build/release/tools/kvec" threads=2 n_tokens=256 out="" if_built=0
-usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+kvec="$root/build/release/tools/kvec" threads=2 n_tokens=256 out="" if_built=0 only=""
+usage() { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+# want NAME: whether --only (if given) names the model.
+want() { [ -z "$only" ] || [[ ",$only," == *",$1,"* ]]; }
 while [ $# -gt 0 ]; do
     case "$1" in
         -t) threads="$2"; shift 2 ;;
@@ -43,6 +49,7 @@ while [ $# -gt 0 ]; do
         --out) out="$2"; shift 2 ;;
         --kvec) kvec="$2"; shift 2 ;;
         --if-built) if_built=1; shift ;;
+        --only) only="$2"; shift 2 ;;
         -h|--help) usage 0 ;;
         *) echo "unknown argument: $1" >&2; usage 2 >&2 ;;
     esac
@@ -135,6 +142,7 @@ variants=("llama:--arch llama" "llama-tied:--arch llama --tied" "llama-rope3:--a
           "gemma3-p6:--preset gemma3-test --vocab 4096 --seed 5")
 for v in "${variants[@]}"; do
     name="${v%%:*}" flags="${v#*:}" vshape="$shape"
+    want "$name" || continue
     [[ "$flags" == --preset* ]] && vshape=""
     base="$out/$name"
     echo "$name" >&2
@@ -153,14 +161,36 @@ for v in "${variants[@]}"; do
     for t in Q8_0 Q6_K Q4_K_M IQ4_XS IQ4_NL; do cell "$name" "$t" llama-quantize "$base-$t.gguf" "$base.tokens"; done
 done
 
-echo "kvec-tiny" >&2
-tiny="$root/models/kvec-tiny.gguf"
-"$python" "$compare" tokens "$tiny" "$n_tokens" 1 "$out/kvec-tiny.tokens"
-cell kvec-tiny F16 bundled "$tiny" "$out/kvec-tiny.tokens"
-for t in Q8_0 Q4_K_M; do
-    quantize "$tiny" "$out/kvec-tiny-$t.gguf" "$t"
-    cell kvec-tiny "$t" llama-quantize "$out/kvec-tiny-$t.gguf" "$out/kvec-tiny.tokens"
+# gemma2 (gemma2-test: layer 0 sliding-window with window 32, layer 1 global, attention logits
+# capped at 2 and the output's at 5 so that tanh acts) and phi3 (phi3-test: fused attn_qkv and
+# ffn_up, 48 of 64 dimensions rotated, LongRoPE with an original context of 128 (the 256-token
+# runs use the long factors) and its attention factor, a window key llama.cpp ignores): the
+# table's types only, to keep the run short: F16 and llama-quantize's Q8_0, Q4_K_M, IQ4_XS.
+small_variants=("gemma2:--preset gemma2-test --seed 5" "phi3:--preset phi3-test --seed 5")
+for v in "${small_variants[@]}"; do
+    name="${v%%:*}" flags="${v#*:}" base="$out/${v%%:*}"
+    want "$name" || continue
+    echo "$name" >&2
+    for t in f32 f16; do
+        # shellcheck disable=SC2086  # the flags are words
+        "$kvec" gen-model $flags --type $t -o "$base-${t^^}.gguf" 2>> "$log"
+    done
+    for t in Q8_0 Q4_K_M IQ4_XS; do quantize "$base-F32.gguf" "$base-$t.gguf" "$t"; done
+    "$python" "$compare" tokens "$base-F32.gguf" "$n_tokens" 1 "$base.tokens"
+    cell "$name" F16 "kvec gen-model" "$base-F16.gguf" "$base.tokens"
+    for t in Q8_0 Q4_K_M IQ4_XS; do cell "$name" "$t" llama-quantize "$base-$t.gguf" "$base.tokens"; done
 done
+
+tiny="$root/models/kvec-tiny.gguf"
+if want kvec-tiny; then
+    echo "kvec-tiny" >&2
+    "$python" "$compare" tokens "$tiny" "$n_tokens" 1 "$out/kvec-tiny.tokens"
+    cell kvec-tiny F16 bundled "$tiny" "$out/kvec-tiny.tokens"
+    for t in Q8_0 Q4_K_M; do
+        quantize "$tiny" "$out/kvec-tiny-$t.gguf" "$t"
+        cell kvec-tiny "$t" llama-quantize "$out/kvec-tiny-$t.gguf" "$out/kvec-tiny.tokens"
+    done
+fi
 
 echo "Oracle: kvec (KVEC_MATMUL=exact) on the file against llama.cpp on its F32 dequantisation of the file"
 echo
@@ -174,6 +204,10 @@ echo "| model | type | file by | positions | kvec: max \|Δlogit\|/std | kvec: m
 echo "|---|---|---|---|---:|---:|---:|---:|---:|---:|"
 printf '%s\n' "${default_rows[@]}"
 
+if ! want kvec-tiny; then
+    [ "$status" = 0 ] || echo "FAILED: a target missed or a file refused (see above and $log)" >&2
+    exit "$status"
+fi
 # Perplexity of the bundled model: the same text, context and (default) batch in both; kvec also
 # with KVEC_MATMUL=exact.
 text="$root/data/text/sotu/2001_george_w_bush_r.txt"

@@ -44,6 +44,11 @@ int gen_model(GenOptions& o) {
         if (given("--sliding-window")) p.sliding_window = f.sliding_window;
         if (given("--swa-pattern")) p.swa_pattern = f.swa_pattern;
         if (given("--rope-base-swa")) p.rope_base_swa = f.rope_base_swa;
+        if (given("--attn-softcap")) p.attn_softcap = f.attn_softcap;
+        if (given("--final-softcap")) p.final_softcap = f.final_softcap;
+        if (given("--rope-dims")) p.n_rot = f.n_rot;
+        if (given("--rope-orig-ctx")) p.n_ctx_orig = f.n_ctx_orig;
+        if (given("--separate-qkv")) p.fused_qkv = f.fused_qkv;
         p.tied = p.tied || f.tied;
         p.seed = f.seed;
         p.vocab_from = f.vocab_from;
@@ -72,8 +77,8 @@ void add_gen_model_command(CLI::App& app, Action& action) {
     CLI::App* cmd = app.add_subcommand("gen-model", "write a random-weight model (any architecture, shape and type)");
     o->cmd = cmd;
     RandomModelSpec& s = o->spec;
-    cmd->add_option("--arch", s.arch, "architecture")->check(CLI::IsMember({"llama", "qwen2", "qwen3", "gemma3"}))->capture_default_str();
-    cmd->add_option("--preset", o->preset, "a named shape: tinyllama-1.1b, gemma3-test, gemma3-4b");
+    cmd->add_option("--arch", s.arch, "architecture")->check(CLI::IsMember({"llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3"}))->capture_default_str();
+    cmd->add_option("--preset", o->preset, "a named shape: tinyllama-1.1b, gemma3-test, gemma3-4b, gemma2-test, phi3-test, phi4-mini");
     cmd->add_option("--layers", s.n_layer, "layers")->capture_default_str();
     cmd->add_option("--embd", s.n_embd, "embedding size")->capture_default_str();
     cmd->add_option("--heads", s.n_head, "query heads")->capture_default_str();
@@ -87,11 +92,21 @@ void add_gen_model_command(CLI::App& app, Action& action) {
         ->check(CLI::IsMember({"none", "linear", "llama3"}))
         ->capture_default_str();
     cmd->add_option("--rope-factor", s.rope_factor, "RoPE scaling factor (default: 4 linear, 8 llama3)");
-    cmd->add_option("--sliding-window", s.sliding_window, "gemma3: sliding-window size (0: every layer global)");
+    cmd->add_option("--sliding-window", s.sliding_window,
+                    "gemma3: sliding-window size (0: every layer global); gemma2: its window (0: 4096); phi3: the "
+                    "key written (llama.cpp switches it off)");
     cmd->add_option("--swa-pattern", s.swa_pattern, "gemma3: one global layer every N layers")->capture_default_str();
     cmd->add_option("--rope-base-swa", s.rope_base_swa, "gemma3: RoPE base of the sliding-window layers")
         ->capture_default_str();
-    cmd->add_flag("--tied", s.tied, "no output.weight: the output shares the token embedding");
+    cmd->add_option("--attn-softcap", s.attn_softcap, "gemma2: attention logit soft-capping")->capture_default_str();
+    cmd->add_option("--final-softcap", s.final_softcap, "gemma2: final logit soft-capping")->capture_default_str();
+    cmd->add_option("--rope-dims", s.n_rot, "rotated dimensions per head (default: the head size)");
+    cmd->add_option("--rope-orig-ctx", s.n_ctx_orig,
+                    "phi3: LongRoPE's original context (writes rope_factors_long/short and the attention factor; "
+                    "0: no LongRoPE)");
+    cmd->add_flag_function("--separate-qkv", [o](int64_t) { o->spec.fused_qkv = false; },
+                  "phi3: attn_q/k/v.weight instead of the fused attn_qkv.weight");
+    cmd->add_flag("--tied", s.tied, "no output.weight: the output shares the token embedding (gemma2: always)");
     cmd->add_option("--type", o->type, "weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K..q6_K, iq4_nl, iq4_xs, mxfp4")
         ->capture_default_str();
     cmd->add_option("--vocab-from", s.vocab_from, "GGUF file whose tokenizer is copied (default: the llama-spm vocabulary)");
