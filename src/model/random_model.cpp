@@ -178,7 +178,7 @@ RandomModelSpec gemma2_preset() {
 RandomModelSpec phi3_preset(bool full) {
     RandomModelSpec s;
     s.arch = "phi3";
-    s.name = full ? "phi4-mini-random" : "phi3-test-random";
+    s.name = full ? "phi4-mini-random" : "phi-test-random";  // not "phi3": see write_random_model
     s.n_layer = full ? 32 : 2;
     s.n_embd = full ? 3072 : 256;
     s.n_head = full ? 24 : 4;
@@ -342,7 +342,10 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
     gguf::Writer w;
     const std::string a = s.arch + ".";
     w.set_string("general.architecture", s.arch);
-    w.set_string("general.name", s.name.empty() ? "kvec-random-" + s.arch : s.name);
+    // llama.cpp's vocabulary loader gives a model whose general.name contains "phi3" or "phi-3"
+    // Phi-3's token attributes and then needs the token <|endoftext|>, which the default
+    // llama-spm vocabulary lacks: the default name of a phi3 model avoids those words.
+    w.set_string("general.name", !s.name.empty() ? s.name : phi3 ? "kvec-random-phi" : "kvec-random-" + s.arch);
     w.set_u32("general.file_type", static_cast<uint32_t>(file_type_of(s.type)));
     if (tt.quantized) w.set_u32("general.quantization_version", 2);
     w.set_u32(a + "context_length", static_cast<uint32_t>(s.n_ctx));
