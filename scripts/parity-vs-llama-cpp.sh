@@ -9,9 +9,10 @@
 # llama with llama3 RoPE scaling, qwen2, qwen3, gemma3 with a sliding window of 32 in two shapes)
 # as F32 and F16, their Q4_K_M, IQ4_XS and MXFP4 by
 # `kvec quantize`, and their Q8_0, Q6_K, Q4_K_M, IQ4_XS and IQ4_NL by llama.cpp's llama-quantize
-# (from the F32 file); the mixture-of-experts presets qwen3moe-test, qwen2moe-test and
-# mixtral-test as F16, with their Q8_0, Q4_K_M and IQ4_XS by llama-quantize (fewer cells: time);
-# the bundled models/kvec-tiny.gguf (F16) and its Q8_0 and Q4_K_M by llama-quantize. Tokens: TOKENS
+# (from the F32 file); gemma2 and phi3 (the gemma2-test and phi3-test presets) and the
+# mixture-of-experts presets qwen3moe-test, qwen2moe-test and mixtral-test as F16, with their Q8_0,
+# Q4_K_M and IQ4_XS by llama-quantize (fewer cells: time); the
+# bundled models/kvec-tiny.gguf (F16) and its Q8_0 and Q4_K_M by llama-quantize. Tokens: TOKENS
 # (default 256) ids drawn with a fixed seed from the model's ordinary tokens, BOS first
 # (scripts/peer/compare_logits.py). Each run evaluates them in one batch: `kvec logits`, or
 # llama-logits (scripts/peer/llama-logits.cpp, built here against llama.cpp's library).
@@ -162,14 +163,19 @@ for v in "${variants[@]}"; do
     for t in Q8_0 Q6_K Q4_K_M IQ4_XS IQ4_NL; do cell "$name" "$t" llama-quantize "$base-$t.gguf" "$base.tokens"; done
 done
 
-# Mixture of experts: qwen3moe (16 experts, 4 used), qwen2moe (8 experts, 2 used, the shared
-# expert), mixtral (llama with 8 experts, 2 used); 2 layers, embd 256, vocabulary 4096. The F32
-# file is only llama-quantize's source.
-moe_variants=("qwen3moe:--preset qwen3moe-test" "qwen2moe:--preset qwen2moe-test" "mixtral:--preset mixtral-test")
-for v in "${moe_variants[@]}"; do
-    name="${v%%:*}" flags="${v#*:}"
+# gemma2 (gemma2-test: layer 0 sliding-window with window 32, layer 1 global, attention logits
+# capped at 2 and the output's at 5 so that tanh acts) and phi3 (phi3-test: fused attn_qkv and
+# ffn_up, 48 of 64 dimensions rotated, LongRoPE with an original context of 128 (the 256-token
+# runs use the long factors) and its attention factor, a window key llama.cpp ignores); mixture of
+# experts: qwen3moe (16 experts, 4 used), qwen2moe (8 experts, 2 used, the shared expert), mixtral
+# (llama with 8 experts, 2 used); 2 layers, embd 256, vocabulary 4096. The table's types only, to
+# keep the run short: F16 and llama-quantize's Q8_0, Q4_K_M, IQ4_XS (the F32 file is only
+# llama-quantize's source).
+small_variants=("gemma2:--preset gemma2-test" "phi3:--preset phi3-test" "qwen3moe:--preset qwen3moe-test"
+                "qwen2moe:--preset qwen2moe-test" "mixtral:--preset mixtral-test")
+for v in "${small_variants[@]}"; do
+    name="${v%%:*}" flags="${v#*:}" base="$out/${v%%:*}"
     wanted "$name" || continue
-    base="$out/$name"
     echo "$name" >&2
     for t in f32 f16; do
         # shellcheck disable=SC2086  # the flags are words

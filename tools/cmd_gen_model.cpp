@@ -48,6 +48,11 @@ int gen_model(GenOptions& o) {
         if (given("--experts-used")) p.n_expert_used = f.n_expert_used;
         if (given("--expert-ff")) p.n_ff_exp = f.n_ff_exp;
         if (given("--shared-ff")) p.n_ff_shexp = f.n_ff_shexp;
+        if (given("--attn-softcap")) p.attn_softcap = f.attn_softcap;
+        if (given("--final-softcap")) p.final_softcap = f.final_softcap;
+        if (given("--rope-dims")) p.n_rot = f.n_rot;
+        if (given("--rope-orig-ctx")) p.n_ctx_orig = f.n_ctx_orig;
+        if (given("--separate-qkv")) p.fused_qkv = f.fused_qkv;
         p.tied = p.tied || f.tied;
         p.seed = f.seed;
         p.vocab_from = f.vocab_from;
@@ -83,12 +88,11 @@ void add_gen_model_command(CLI::App& app, Action& action) {
     o->cmd = cmd;
     RandomModelSpec& s = o->spec;
     cmd->add_option("--arch", s.arch, "architecture")
-        ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "qwen2moe"}))
+        ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3", "qwen3moe", "qwen2moe"}))
         ->capture_default_str();
     cmd->add_option("--preset", o->preset,
-                    "a named shape: tinyllama-1.1b, gemma3-test, gemma3-4b, qwen3moe-test, "
-                    "qwen2moe-test, mixtral-test, "
-                    "qwen3-30b-a3b");
+                    "a named shape: tinyllama-1.1b, gemma3-test, gemma3-4b, gemma2-test, phi3-test, phi4-mini, "
+                    "qwen3moe-test, qwen2moe-test, mixtral-test, qwen3-30b-a3b");
     cmd->add_option("--layers", s.n_layer, "layers")->capture_default_str();
     cmd->add_option("--embd", s.n_embd, "embedding size")->capture_default_str();
     cmd->add_option("--heads", s.n_head, "query heads")->capture_default_str();
@@ -102,7 +106,9 @@ void add_gen_model_command(CLI::App& app, Action& action) {
         ->check(CLI::IsMember({"none", "linear", "llama3"}))
         ->capture_default_str();
     cmd->add_option("--rope-factor", s.rope_factor, "RoPE scaling factor (default: 4 linear, 8 llama3)");
-    cmd->add_option("--sliding-window", s.sliding_window, "gemma3: sliding-window size (0: every layer global)");
+    cmd->add_option("--sliding-window", s.sliding_window,
+                    "gemma3: sliding-window size (0: every layer global); gemma2: its window (0: 4096); phi3: the "
+                    "key written (llama.cpp switches it off)");
     cmd->add_option("--swa-pattern", s.swa_pattern, "gemma3: one global layer every N layers")->capture_default_str();
     cmd->add_option("--rope-base-swa", s.rope_base_swa, "gemma3: RoPE base of the sliding-window layers")
         ->capture_default_str();
@@ -114,7 +120,15 @@ void add_gen_model_command(CLI::App& app, Action& action) {
                     "qwen3moe, qwen2moe: each expert's feed-forward size (default --ff)");
     cmd->add_option("--shared-ff", s.n_ff_shexp,
                     "qwen2moe: the shared expert's feed-forward size (default --ff)");
-    cmd->add_flag("--tied", s.tied, "no output.weight: the output shares the token embedding");
+    cmd->add_option("--attn-softcap", s.attn_softcap, "gemma2: attention logit soft-capping")->capture_default_str();
+    cmd->add_option("--final-softcap", s.final_softcap, "gemma2: final logit soft-capping")->capture_default_str();
+    cmd->add_option("--rope-dims", s.n_rot, "rotated dimensions per head (default: the head size)");
+    cmd->add_option("--rope-orig-ctx", s.n_ctx_orig,
+                    "phi3: LongRoPE's original context (writes rope_factors_long/short and the attention factor; "
+                    "0: no LongRoPE)");
+    cmd->add_flag_function("--separate-qkv", [o](int64_t) { o->spec.fused_qkv = false; },
+                  "phi3: attn_q/k/v.weight instead of the fused attn_qkv.weight");
+    cmd->add_flag("--tied", s.tied, "no output.weight: the output shares the token embedding (gemma2: always)");
     cmd->add_option("--type", o->type, "weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K..q6_K, iq4_nl, iq4_xs, mxfp4")
         ->capture_default_str();
     cmd->add_option("--vocab-from", s.vocab_from, "GGUF file whose tokenizer is copied (default: the llama-spm vocabulary)");

@@ -20,6 +20,19 @@ Mixture of experts (as llama.cpp reads it): qwen3moe, qwen2moe, and llama with e
 feed_forward_length / expert_used_count; llama: feed_forward_length), qwen2moe's
 expert_shared_feed_forward_length (default feed_forward_length); the selected experts' weights
 are renormalised for qwen3moe and llama, not for qwen2moe.
+
+gemma2 (as llama.cpp reads it): attention.sliding_window (default 4096) on the layers of
+attention.sliding_window_pattern (default period 2: the even layers), which rotate with
+rope.freq_base_swa (default rope.freq_base) and the global scaling; attn_logit_softcapping
+(default 50) and final_logit_softcapping (default 30), both always applied; 46-layer models scale
+attention by 1 / sqrt(n_embd / n_head).
+
+phi3 (as llama.cpp reads it): attention.sliding_window is ignored (llama.cpp switches Phi's
+sliding window off); LongRoPE: the tensors rope_factors_long / rope_factors_short (divisors
+[rope_dim / 2]), the long ones when the context exceeds rope.scaling.original_context_length
+(default context_length), and rope.scaling.attn_factor multiplying the rotated elements of q and
+k (ggml's mscale; read for every architecture). The context the reference runs with is
+`n_ctx` (default context_length; the C++ side uses its session's context).
 """
 
 from __future__ import annotations
@@ -32,8 +45,8 @@ import numpy as np
 
 from .gguf import GGUFError, GGUFReader, GGUFValue, ValueType
 
-SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "qwen2moe")
-_NEOX_ARCHS = ("qwen2", "qwen3", "gemma3", "qwen3moe", "qwen2moe")
+SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3", "qwen3moe", "qwen2moe")
+_NEOX_ARCHS = ("qwen2", "qwen3", "gemma3", "gemma2", "phi3", "qwen3moe", "qwen2moe")
 
 
 # =============================================================================================
@@ -74,6 +87,15 @@ class ModelConfig:
     n_ff_exp: int = 0                # 0 -> n_ff
     n_ff_shexp: int = 0              # qwen2moe's shared expert; 0 -> n_ff (qwen2moe), none otherwise
     expert_weights_norm: Optional[bool] = None  # None -> True except for qwen2moe
+    # gemma2
+    attn_softcap: float = 0.0        # attention logits cap * tanh(s / cap) before the softmax; 0: none
+    rope_scale_swa: float = 1.0      # frequency scale of the sliding-window layers (gemma2: the global one)
+    # phi3 (LongRoPE)
+    rope_long: Optional[list] = None   # rope_dim / 2 divisors used when n_ctx > n_ctx_orig
+    rope_short: Optional[list] = None  # ... otherwise
+    n_ctx_orig: int = 0              # 0 -> context_length
+    rope_attn_factor: float = 1.0    # rope.scaling.attn_factor
+    n_ctx: int = 0                   # context the model runs with; 0 -> context_length
     # execution (not stored in GGUF)
     attn_chunk: int = 256           # queries per attention block (bounds the score buffer)
     attn_checkpoint: bool = True    # recompute attention blocks in backward (saves memory)
@@ -110,8 +132,13 @@ class ModelConfig:
                 self.expert_weights_norm = self.arch != "qwen2moe"
         if self.attn_scale == 0.0:
             self.attn_scale = 1.0 / math.sqrt(self.head_dim)
+        if self.n_ctx_orig == 0:
+            self.n_ctx_orig = self.context_length
+        if self.n_ctx == 0:
+            self.n_ctx = self.context_length
         if self.sliding_window > 0 and self.swa_layers is None:
-            self.swa_layers = [l % 6 < 5 for l in range(self.n_layer)]
+            period = 2 if self.arch == "gemma2" else 6
+            self.swa_layers = [l % period < period - 1 for l in range(self.n_layer)]
         if self.sliding_window <= 0:
             self.swa_layers = None
         if self.swa_layers is not None:
@@ -147,7 +174,16 @@ class ModelConfig:
 
     @property
     def gemma(self) -> bool:
-        return self.arch == "gemma3"
+        """gemma3 and gemma2: embedding scaled by sqrt(n_embd), post-norms, GELU-tanh FFN."""
+        return self.arch in ("gemma3", "gemma2")
+
+    @property
+    def rope_factors(self) -> Optional[list]:
+        """Per-frequency divisors of the global layers: rope_freqs, else LongRoPE's long factors
+        when n_ctx > n_ctx_orig, else its short ones (llama.cpp's get_rope_factors)."""
+        if self.rope_freqs is not None:
+            return self.rope_freqs
+        return self.rope_long if self.n_ctx > self.n_ctx_orig else self.rope_short
 
     def is_swa(self, layer: int) -> bool:
         return self.swa_layers is not None and self.swa_layers[layer]
@@ -234,6 +270,8 @@ def config_from_gguf(reader: GGUFReader) -> ModelConfig:
         scaling, factor = "linear", float(key("rope.scale_linear"))
     if scaling == "linear" and factor == 0.0:
         factor = 1.0
+    if scaling == "longrope" and arch == "phi3":  # LongRoPE: the factor tensors, no frequency scale
+        scaling = "none"
     if scaling not in ("none", "linear"):
         raise GGUFError(f"{path}: rope scaling type '{scaling}' is not supported (none, linear)")
 
@@ -242,6 +280,28 @@ def config_from_gguf(reader: GGUFReader) -> ModelConfig:
         rope_freqs = reader.tensor_f32("rope_freqs.weight").reshape(-1).astype(np.float64).tolist()
 
     gemma: dict = {}
+    if arch == "gemma2":
+        n_layer = int(key("block_count", required=True))
+        gemma["sliding_window"] = int(key("attention.sliding_window", 4096))
+        pat = md.get("gemma2.attention.sliding_window_pattern")
+        if isinstance(pat, np.ndarray):
+            gemma["swa_layers"] = [bool(x) for x in pat.reshape(-1)]
+        else:
+            n = 2 if pat is None else int(pat)
+            gemma["swa_layers"] = [n == 0 or l % n < n - 1 for l in range(n_layer)]
+        gemma["rope_theta_swa"] = float(key("rope.freq_base_swa", key("rope.freq_base", 10000.0)))
+        gemma["rope_scale_swa"] = (1.0 / factor) if scaling == "linear" and factor else 1.0
+        gemma["attn_softcap"] = float(key("attn_logit_softcapping", 50.0))
+        gemma["final_logit_softcap"] = float(key("final_logit_softcapping", 30.0))
+        if n_layer == 46:
+            gemma["attn_scale"] = 1.0 / math.sqrt(n_embd // n_head)
+    if arch == "phi3":
+        for name, field in (("rope_factors_long.weight", "rope_long"), ("rope_factors_short.weight", "rope_short")):
+            if name in reader.tensors:
+                gemma[field] = reader.tensor_f32(name).reshape(-1).astype(np.float64).tolist()
+    if key("rope.scaling.original_context_length") is not None:
+        gemma["n_ctx_orig"] = int(key("rope.scaling.original_context_length"))
+    gemma["rope_attn_factor"] = float(key("rope.scaling.attn_factor", 1.0))
     if arch == "gemma3":
         window = int(key("attention.sliding_window", 0) or 0)
         gemma["sliding_window"] = window
@@ -287,7 +347,7 @@ def config_from_gguf(reader: GGUFReader) -> ModelConfig:
             rope_freqs=rope_freqs,
             norm_eps=float(key("attention.layer_norm_rms_epsilon", required=True)),
             context_length=int(key("context_length", 2048)),
-            qkv_bias="blk.0.attn_q.bias" in reader.tensors,
+            qkv_bias="blk.0.attn_q.bias" in reader.tensors or "blk.0.attn_qkv.bias" in reader.tensors,
             qk_norm="blk.0.attn_q_norm.weight" in reader.tensors,
             tied_output="output.weight" not in reader.tensors,
             **gemma,
@@ -335,6 +395,8 @@ def model_metadata(config: ModelConfig) -> dict[str, GGUFValue]:
             md[f"{a}.expert_shared_feed_forward_length"] = u32(config.n_ff_shexp)
     if config.gemma and config.final_logit_softcap > 0:
         md[f"{a}.final_logit_softcapping"] = f32(config.final_logit_softcap)
+    if config.arch == "gemma2":
+        md[f"{a}.attn_logit_softcapping"] = f32(config.attn_softcap)
     return md
 
 

@@ -31,6 +31,14 @@ weight_e * down_e(silu(gate_e(x)) * up_e(x)) over the selected experts; qwen2moe
 expert down(silu(gate(x)) * up(x)) scaled by sigmoid(x . ffn_gate_inp_shexp). The experts' GGUF
 tensors are 3-D [n_in, n_out, n_expert] (numpy [n_expert, n_out, n_in]).
 
+gemma2 (src/models/gemma2.cpp): gemma3's layer without the q / k norms, attention logits
+soft-capped (config.attn_softcap) before the softmax, the even layers sliding-window (rotating
+with rope_theta_swa and the global scaling), final soft-capping always.
+
+phi3 (src/models/phi3.cpp): the llama layer with NEOX RoPE; attn_qkv.weight and ffn_up.weight
+(gate rows first) are split when loaded (_fused_parts); LongRoPE divisors (config.rope_factors)
+and the attention factor (cos and sin times config.rope_attn_factor); no sliding window.
+
 Conventions relied on (sources: llama.cpp `llama_model_rope_type()` in src/llama-model.cpp,
 ggml's rope kernel `ggml_rope_cache_init` / `rope_yarn`, the GGUF spec's llama
 `tensor_data_layout` permute, and llama.cpp's converter):
@@ -94,22 +102,25 @@ class RMSNorm(nn.Module):
 
 def rope_inv_freq(config: ModelConfig, swa: bool = False) -> torch.Tensor:
     """Angle per unit position of each rotated pair, float64 [rope_dim / 2]:
-    freq_scale * base^(-2i / rope_dim) / rope_freqs[i] (sliding-window layers: rope_theta_swa,
-    no scaling)."""
+    freq_scale * base^(-2i / rope_dim) / factors[i] (factors: rope_freqs or LongRoPE's,
+    config.rope_factors); sliding-window layers: rope_theta_swa, scale rope_scale_swa, no
+    factors."""
     i = torch.arange(config.rope_dim // 2, dtype=torch.float64)
     if swa:
-        return config.rope_theta_swa ** (-2.0 * i / config.rope_dim)
+        return config.rope_theta_swa ** (-2.0 * i / config.rope_dim) * config.rope_scale_swa
     inv = config.rope_theta ** (-2.0 * i / config.rope_dim) * config.freq_scale
-    if config.rope_freqs is not None:
-        inv = inv / torch.tensor(config.rope_freqs, dtype=torch.float64)
+    if config.rope_factors is not None:
+        inv = inv / torch.tensor(config.rope_factors, dtype=torch.float64)
     return inv
 
 
 def rope_cos_sin(config: ModelConfig, positions: torch.Tensor, dtype: torch.dtype,
                  swa: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """positions [B, T] (int) -> cos, sin [B, 1, T, rope_dim / 2] (angles in float64, then cast)."""
+    """positions [B, T] (int) -> cos, sin [B, 1, T, rope_dim / 2] (angles in float64, then cast),
+    both times rope_attn_factor (ggml's mscale), so that the rotated elements carry it."""
     ang = positions.to(torch.float64)[..., None] * rope_inv_freq(config, swa).to(positions.device)  # [B, T, rd/2]
-    return torch.cos(ang)[:, None].to(dtype), torch.sin(ang)[:, None].to(dtype)
+    m = config.rope_attn_factor
+    return (m * torch.cos(ang))[:, None].to(dtype), (m * torch.sin(ang))[:, None].to(dtype)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, neox: bool) -> torch.Tensor:
@@ -174,20 +185,22 @@ class AttnStats:
 def attention_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: int,
                    visible: Optional[torch.Tensor], chunk: int, checkpoint: bool,
                    stats: Optional[AttnStats] = None, scale: Optional[float] = None,
-                   window: int = 0) -> torch.Tensor:
+                   window: int = 0, softcap: float = 0.0) -> torch.Tensor:
     """Causal grouped-query attention, computed in blocks of `chunk` queries.
 
     q [B, H_kv, G, T, D] (query t has sequence index q_start + t); k, v [B, H_kv, S, D] with
     S = q_start + T (keys of sequence indices 0 .. S - 1).
     visible: optional int [H_kv, S]: key j is visible to query i iff j <= i < visible[h, j].
     scale: logit scale (default 1 / sqrt(D)); window > 0: key j is visible to query i only if
-    i - j < window (sliding-window layers).
+    i - j < window (sliding-window layers); softcap > 0: scaled logits s become
+    softcap * tanh(s / softcap) before the mask and the softmax (gemma2).
     Returns [B, H_kv, G, T, D]. The score buffer of one block is [B * H_kv, G * chunk, S'] where
     S' = keys up to the block's last query; the G query heads of a KV head share one matmul
     against that head's keys, so K and V are never repeated per query head.
     """
     B, Hkv, G, T, D = q.shape
-    if q.is_cuda and visible is None and stats is None and q_start == 0 and window == 0 and scale is None:
+    if (q.is_cuda and visible is None and stats is None and q_start == 0 and window == 0 and scale is None
+            and softcap == 0.0):
         return causal_sdpa(q, k, v)
     scale = 1.0 / math.sqrt(D) if scale is None else scale
     outs = []
@@ -211,9 +224,13 @@ def attention_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: i
             bias = bias[None, :, None].expand(B, Hkv, G, tc, n_keys).reshape(B * Hkv, G * tc, n_keys)
 
         def block(qc: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, bias=bias, t0=t0, tc=tc, n_keys=n_keys) -> torch.Tensor:
-            # scores = bias + scale * q k^T, one batched GEMM per block
-            scores = torch.baddbmm(bias.to(qc.dtype), qc.reshape(B * Hkv, G * tc, D),
-                                   kc.reshape(B * Hkv, n_keys, D).transpose(1, 2), beta=1.0, alpha=scale)
+            # scores = bias + scale * q k^T, one batched GEMM per block (soft-capped: the cap first)
+            if softcap > 0.0:
+                s = torch.bmm(qc.reshape(B * Hkv, G * tc, D), kc.reshape(B * Hkv, n_keys, D).transpose(1, 2)) * scale
+                scores = softcap * torch.tanh(s / softcap) + bias.to(qc.dtype)
+            else:
+                scores = torch.baddbmm(bias.to(qc.dtype), qc.reshape(B * Hkv, G * tc, D),
+                                       kc.reshape(B * Hkv, n_keys, D).transpose(1, 2), beta=1.0, alpha=scale)
             if scores.dtype in (torch.float16, torch.bfloat16):
                 scores = scores.float()
             probs = torch.softmax(scores, dim=-1)  # [B*H_kv, G*tc, S']
@@ -289,7 +306,8 @@ class Attention(nn.Module):
         if v.dtype != q.dtype:
             v = v.to(q.dtype)
         o = attention_core(q, k, v, q_start, visible, c.attn_chunk, c.attn_checkpoint and self.training, stats,
-                           scale=c.attn_scale, window=c.sliding_window if c.is_swa(layer) else 0)
+                           scale=c.attn_scale, window=c.sliding_window if c.is_swa(layer) else 0,
+                           softcap=c.attn_softcap)
         o = o.permute(0, 3, 1, 2, 4).reshape(B, T, c.n_head * c.head_dim)  # heads concatenated in order
         return self.wo(o)
 
@@ -547,6 +565,25 @@ def _tensor_map(config: ModelConfig) -> dict[str, str]:
     return m
 
 
+def _fused_parts(config: ModelConfig, reader: GGUFReader) -> dict[str, tuple[str, int, int]]:
+    """phi3's fused tensors as llama.cpp reads them: separate name -> (fused name, first row, rows).
+    attn_qkv.weight / .bias hold Q, K, V (when present; else attn_q/k/v are separate); ffn_up.weight
+    holds 2 n_ff rows, the gate's first (ggml_swiglu's split)."""
+    out: dict[str, tuple[str, int, int]] = {}
+    if config.arch != "phi3":
+        return out
+    Q, KV, Fd = config.n_head * config.head_dim, config.n_head_kv * config.head_dim, config.n_ff
+    for i in range(config.n_layer):
+        b = f"blk.{i}."
+        for kind in ("weight", "bias"):
+            if b + f"attn_qkv.{kind}" in reader.tensors:
+                for g, first, n in (("q", 0, Q), ("k", Q, KV), ("v", Q + KV, KV)):
+                    out[b + f"attn_{g}.{kind}"] = (b + f"attn_qkv.{kind}", first, n)
+        out[b + "ffn_gate.weight"] = (b + "ffn_up.weight", 0, Fd)
+        out[b + "ffn_up.weight"] = (b + "ffn_up.weight", Fd, Fd)
+    return out
+
+
 def load_gguf(path: str | Path, dtype: torch.dtype = torch.float32):
     """Reads a GGUF model, dequantising every tensor. Returns (Transformer, ModelConfig, metadata)."""
     reader = GGUFReader(path)
@@ -557,21 +594,29 @@ def load_gguf(path: str | Path, dtype: torch.dtype = torch.float32):
     model.to_empty(device="cpu")
     params = dict(model.named_parameters())
     names = _tensor_map(config)
-    missing = [g for g in names if g not in reader.tensors]
+    fused = _fused_parts(config, reader)
+    missing = [g for g in names if g not in reader.tensors and g not in fused]
+
+    def read(gname: str) -> np.ndarray:
+        if gname not in fused:
+            return reader.tensor_f32(gname)
+        src, first, n = fused[gname]
+        return reader.tensor_f32(src)[first:first + n]
     if missing:
         raise GGUFError(f"{reader.path}: missing tensors: {', '.join(missing[:8])}"
                         + (f" and {len(missing) - 8} more" if len(missing) > 8 else ""))
     with torch.no_grad():
         for gname, pname in names.items():
             p = params[pname]
-            arr = reader.tensor_f32(gname)
+            arr = read(gname)
             if p.dim() == 1 and arr.size == p.numel():  # e.g. ffn_gate_inp_shexp stored as [n_embd, 1]
                 arr = arr.reshape(-1)
             if tuple(arr.shape) != tuple(p.shape):
                 raise GGUFError(f"{reader.path}: tensor {gname} has numpy shape {list(arr.shape)}, "
                                 f"expected {list(p.shape)} for this configuration")
             p.copy_(torch.from_numpy(arr))
-    known = set(names) | {"rope_freqs.weight"}
+    known = set(names) | {"rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight"}
+    known |= {src for src, _, _ in fused.values()}
     model.unused_tensors = [n for n in reader.tensors if n not in known]
     if model.unused_tensors:
         warnings.warn(f"{reader.path}: ignored tensors: {', '.join(model.unused_tensors[:8])}")
@@ -621,6 +666,8 @@ def save_gguf(model: Transformer, config: ModelConfig, path: str | Path, tokeniz
     """
     if dtype not in _SAVE_TYPES:
         raise ValueError(f"dtype must be one of {', '.join(_SAVE_TYPES)}, got '{dtype}'")
+    if config.arch == "phi3":  # its fused tensors and LongRoPE factors are read, not written here
+        raise ValueError("save_gguf does not write phi3 files (kvec gen-model --arch phi3 does)")
     mat_type, file_type = _SAVE_TYPES[dtype]
     w = GGUFWriter(path)
     md = model_metadata(config)

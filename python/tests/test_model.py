@@ -118,6 +118,29 @@ class Invariances(unittest.TestCase):
             self.assertEqual(cache.length, 9)
             torch.testing.assert_close(torch.cat(parts), full, rtol=1e-5, atol=1e-5)
 
+    def test_gemma2_and_phi3_prefixes_and_cache(self):
+        """gemma2's soft-capped attention logits are masked after the cap (a future key would
+        otherwise get cap * tanh(-inf) = -cap), its sliding window acts through the cache; phi3's
+        LongRoPE attention factor and factors apply the same at every chunk."""
+        kws = (dict(arch="gemma2", sliding_window=3, attn_softcap=0.7, final_logit_softcap=2.0, head_dim=16),
+               dict(arch="phi3", rope_dim=4, rope_long=[1.0, 6.0], rope_short=[1.0, 1.5], n_ctx_orig=8,
+                    rope_attn_factor=1.3))
+        for kw in kws:
+            m = make_model(dtype=torch.float32, **kw)
+            toks = torch.tensor([TOKENS])
+            full = m(toks)[0]
+            for t in (1, 4, 7):
+                torch.testing.assert_close(m(toks[:, :t])[0], full[:t], rtol=1e-5, atol=1e-5)
+            cache = KVCache(m.config.n_layer)
+            parts = [m(toks[:, a:b], cache=cache)[0] for a, b in ((0, 4), (4, 5), (5, 9))]
+            torch.testing.assert_close(torch.cat(parts), full, rtol=1e-5, atol=1e-5)
+        self.assertTrue(all(abs(x) <= 2.0 for x in make_model(dtype=torch.float32, **kws[0])(toks)[0].flatten()))
+        c = ModelConfig(arch="phi3", n_embd=32, n_head=4, rope_dim=4, rope_long=[1.0, 6.0], rope_short=[1.0, 1.5],
+                        n_ctx_orig=8, context_length=16)
+        self.assertEqual(c.rope_factors, [1.0, 6.0])   # n_ctx 16 > 8: long
+        c.n_ctx = 8
+        self.assertEqual(c.rope_factors, [1.0, 1.5])   # not above the original context: short
+
     def test_chunk_size_does_not_matter(self):
         a = make_model(attn_chunk=1)
         b = make_model(attn_chunk=1000)

@@ -261,7 +261,7 @@ void for_each_policy_cache(Session& session, std::span<const int32_t> prompt,
                            const std::vector<PolicyChoice>& policies, const std::vector<Combo>& combos,
                            const std::vector<size_t>& which, bool share_prefill, int64_t coverage_window,
                            const std::function<void(const PreparedCache&)>& use, SweepStats* stats) {
-    const ops::RopeParams rope = rope_params(session.model());
+    const ops::RopeParams rope = rope_params(session.model(), session.n_ctx());
     SweepStats local;
     SweepStats& st = stats != nullptr ? *stats : local;
     // Group the shareable combinations by observation window (window-less ones join any).

@@ -8,7 +8,7 @@
 
 namespace kvec {
 
-const char* supported_architectures() { return "llama, qwen2, qwen3, gemma3, qwen3moe, qwen2moe"; }
+const char* supported_architectures() { return "llama, qwen2, qwen3, gemma3, gemma2, phi3, qwen3moe, qwen2moe"; }
 
 namespace {
 
@@ -27,6 +27,33 @@ int optional_int(const gguf::File& f, const std::string& key, int fallback) {
     return f.has(key) ? positive_int(f, key) : fallback;
 }
 
+// The sliding-window layers (as llama.cpp's load_swa_pattern): {arch}.attention.sliding_window_pattern
+// as a per-layer array, or a period n (layer l slides iff n == 0 or l % n < n - 1; default
+// `period`).
+void read_swa_layers(const gguf::File& f, ModelConfig& c, int64_t period) {
+    const std::string k_pattern = c.arch_name + ".attention.sliding_window_pattern";
+    c.swa_layers.assign(static_cast<size_t>(c.n_layer), 0);
+    const gguf::Value* pattern = f.find(k_pattern);
+    if (pattern != nullptr && pattern->type == gguf::ValueType::ARRAY) {
+        if (pattern->ints.size() != static_cast<size_t>(c.n_layer)) {
+            fail("'{}': {} holds {} values for {} layers", f.path(), k_pattern, pattern->array_size(), c.n_layer);
+        }
+        for (int l = 0; l < c.n_layer; ++l) c.swa_layers[static_cast<size_t>(l)] = pattern->ints[static_cast<size_t>(l)] != 0;
+    } else {
+        const auto n = static_cast<int64_t>(pattern != nullptr ? f.get_uint(k_pattern) : static_cast<uint64_t>(period));
+        for (int l = 0; l < c.n_layer; ++l) c.swa_layers[static_cast<size_t>(l)] = n == 0 || l % n < n - 1;
+    }
+}
+
+// {arch}.KEY as a finite float >= 0 (> 0 when `positive`), or `fallback` when absent.
+float read_nonnegative(const gguf::File& f, const std::string& key, double fallback, bool positive = false) {
+    const auto v = static_cast<float>(f.get_float(key, fallback));
+    if (!std::isfinite(v) || v < 0.0f || (positive && v == 0.0f)) {
+        fail("'{}': {} = {} must be a finite number {} 0", f.path(), key, v, positive ? ">" : ">=");
+    }
+    return v;
+}
+
 // Gemma 3 (as llama.cpp reads it): sliding-window layers when gemma3.attention.sliding_window > 0,
 // every layer but each 6th (il % 6 < 5) unless gemma3.attention.sliding_window_pattern gives the
 // period or a per-layer array; their RoPE base from gemma3.rope.freq_base_swa (default 10000);
@@ -36,28 +63,13 @@ void read_gemma3(const gguf::File& f, ModelConfig& c) {
     const std::string k_window = a + "attention.sliding_window";
     c.sliding_window = f.has(k_window) ? static_cast<int>(std::min<uint64_t>(f.get_uint(k_window), 1u << 30)) : 0;
     if (c.sliding_window > 0) {
-        const std::string k_pattern = a + "attention.sliding_window_pattern";
-        c.swa_layers.assign(static_cast<size_t>(c.n_layer), 0);
-        const gguf::Value* pattern = f.find(k_pattern);
-        if (pattern != nullptr && pattern->type == gguf::ValueType::ARRAY) {
-            if (pattern->ints.size() != static_cast<size_t>(c.n_layer)) {
-                fail("'{}': {} holds {} values for {} layers", f.path(), k_pattern, pattern->array_size(),
-                     c.n_layer);
-            }
-            for (int l = 0; l < c.n_layer; ++l) c.swa_layers[static_cast<size_t>(l)] = pattern->ints[static_cast<size_t>(l)] != 0;
-        } else {
-            const auto n = static_cast<int64_t>(pattern != nullptr ? f.get_uint(k_pattern) : 6);
-            for (int l = 0; l < c.n_layer; ++l) c.swa_layers[static_cast<size_t>(l)] = n == 0 || l % n < n - 1;
-        }
+        read_swa_layers(f, c, 6);
         c.rope_freq_base_swa = static_cast<float>(f.get_float(a + "rope.freq_base_swa", 10000.0));
         if (!(c.rope_freq_base_swa > 1.0f) || !std::isfinite(c.rope_freq_base_swa)) {
             fail("'{}': {}rope.freq_base_swa = {} must be a finite number > 1", f.path(), a, c.rope_freq_base_swa);
         }
     }
-    c.final_logit_softcap = static_cast<float>(f.get_float(a + "final_logit_softcapping", 0.0));
-    if (!(c.final_logit_softcap >= 0.0f) || !std::isfinite(c.final_logit_softcap)) {
-        fail("'{}': {}final_logit_softcapping = {} must be a finite number >= 0", f.path(), a, c.final_logit_softcap);
-    }
+    c.final_logit_softcap = read_nonnegative(f, a + "final_logit_softcapping", 0.0);
     if (c.n_layer == 62) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_head));
 }
 
@@ -98,6 +110,29 @@ void read_moe_config(const gguf::File& f, ModelConfig& c) {
     }
 }
 
+// Gemma 2 (as llama.cpp reads it): every layer with il % 2 == 0 slides (pattern period 2 unless
+// gemma2.attention.sliding_window_pattern says otherwise), window gemma2.attention.sliding_window
+// (default 4096); those layers rotate with the global base and scaling unless
+// gemma2.rope.freq_base_swa is given; attention logits soft-capped at
+// gemma2.attn_logit_softcapping (default 50), the output's at gemma2.final_logit_softcapping
+// (default 30): llama.cpp applies both always; the 46-layer (27B) shape scales attention by
+// 1/sqrt(n_embd / n_head) (query_pre_attn_scalar), the others by 1/sqrt(head_dim).
+void read_gemma2(const gguf::File& f, ModelConfig& c) {
+    const std::string a = c.arch_name + ".";
+    const std::string k_window = a + "attention.sliding_window";
+    c.sliding_window = f.has(k_window) ? static_cast<int>(std::min<uint64_t>(f.get_uint(k_window), 1u << 30)) : 4096;
+    if (c.sliding_window <= 0) fail("'{}': {} = 0 (gemma2 needs a window)", f.path(), k_window);
+    read_swa_layers(f, c, 2);
+    c.rope_freq_base_swa = static_cast<float>(f.get_float(a + "rope.freq_base_swa", c.rope_freq_base));
+    if (!(c.rope_freq_base_swa > 1.0f) || !std::isfinite(c.rope_freq_base_swa)) {
+        fail("'{}': {}rope.freq_base_swa = {} must be a finite number > 1", f.path(), a, c.rope_freq_base_swa);
+    }
+    c.rope_freq_scale_swa = c.rope_freq_scale;
+    c.attn_logit_softcap = read_nonnegative(f, a + "attn_logit_softcapping", 50.0, true);
+    c.final_logit_softcap = read_nonnegative(f, a + "final_logit_softcapping", 30.0, true);
+    if (c.n_layer == 46) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_head));
+}
+
 }  // namespace
 
 ModelConfig read_model_config(const gguf::File& f) {
@@ -121,6 +156,15 @@ ModelConfig read_model_config(const gguf::File& f) {
         c.rope_mode = ops::RopeMode::Neox;
     } else if (c.arch_name == "qwen2moe") {
         c.arch = Arch::Qwen2Moe;
+        c.rope_mode = ops::RopeMode::Neox;
+    } else if (c.arch_name == "gemma2") {
+        c.arch = Arch::Gemma2;
+        c.family = Family::Gemma2;
+        c.rope_mode = ops::RopeMode::Neox;
+    } else if (c.arch_name == "phi3") {
+        // phi3.attention.sliding_window is read by llama.cpp and then switched off ("Phi SWA is
+        // currently disabled"): every layer attends globally here too.
+        c.arch = Arch::Phi3;
         c.rope_mode = ops::RopeMode::Neox;
     } else {
         fail("'{}': unsupported architecture '{}' (supported: {})", f.path(), c.arch_name,
@@ -185,13 +229,19 @@ ModelConfig read_model_config(const gguf::File& f) {
             fail("'{}': linear RoPE scaling needs a finite {}rope.scaling.factor > 0, got {}", f.path(), a, factor);
         }
         c.rope_freq_scale = static_cast<float>(1.0 / factor);
+    } else if (c.rope_scaling == "longrope" && c.arch == Arch::Phi3) {
+        c.rope_scaling = "none";  // LongRoPE: the rope_factors_long/short tensors (no frequency scale)
     } else if (c.rope_scaling != "none") {
         fail("'{}': RoPE scaling type '{}' is not supported (supported: none, linear, and llama3-style "
              "rope_freqs.weight)", f.path(), c.rope_scaling);
     }
+    const std::string k_orig = a + "rope.scaling.original_context_length";
+    c.n_ctx_orig = f.has(k_orig) ? positive_int(f, k_orig, 1 << 30) : c.n_ctx_train;
+    c.rope_attn_factor = read_nonnegative(f, a + "rope.scaling.attn_factor", 1.0, true);
     c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     if (c.arch == Arch::Gemma3) read_gemma3(f, c);
     if (moe) read_moe_config(f, c);
+    if (c.arch == Arch::Gemma2) read_gemma2(f, c);
     return c;
 }
 

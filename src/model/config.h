@@ -14,12 +14,13 @@ namespace gguf {
 class File;
 }
 
-enum class Arch { Llama, Qwen2, Qwen3, Gemma3, Qwen3Moe, Qwen2Moe };
+enum class Arch { Llama, Qwen2, Qwen3, Gemma3, Qwen3Moe, Qwen2Moe, Gemma2, Phi3 };
 
-// The forward pass a model runs (src/model/arch/<family>.cpp): llama, qwen2 and qwen3 share the
-// llama diagram (optional biases and Q/K norms); gemma3 has its own; the mixture-of-experts
-// models (qwen3moe, qwen2moe, llama with experts: Mixtral) share the MoE diagram (arch/moe.cpp).
-enum class Family { Llama, Gemma3, Moe };
+// The forward pass a model runs (src/model/arch/<family>.cpp): llama, qwen2, qwen3 and phi3 share
+// the llama diagram (optional biases and Q/K norms; phi3's fused projections are split into row
+// ranges when loaded); gemma3 and gemma2 have their own; the mixture-of-experts models (qwen3moe,
+// qwen2moe, llama with experts: Mixtral) share the MoE diagram (arch/moe.cpp).
+enum class Family { Llama, Gemma3, Moe, Gemma2 };
 
 // "llama, qwen2, qwen3, gemma3, ...": what error messages list.
 const char* supported_architectures();
@@ -63,6 +64,14 @@ struct ModelConfig {
     int n_ff_exp = 0;                     // {arch}.expert_feed_forward_length (llama: n_ff)
     int n_ff_shexp = 0;                   // {arch}.expert_shared_feed_forward_length (qwen2moe)
     bool expert_weights_norm = false;     // qwen3moe, llama: true; qwen2moe: false (as llama.cpp)
+    float rope_freq_scale_swa = 1.0f;     // sliding-window layers' RoPE scale (gemma3: 1; gemma2: rope_freq_scale)
+    // gemma2: attention logits soft-capped before the softmax, s = cap * tanh(s / cap) (0: none).
+    float attn_logit_softcap = 0.0f;      // {arch}.attn_logit_softcapping
+    // LongRoPE (phi3): rope_factors_long.weight when the session's context exceeds n_ctx_orig,
+    // else rope_factors_short.weight (as llama.cpp chooses); the rotated elements of q and k are
+    // multiplied by rope_attn_factor (ggml's mscale; any architecture, as llama.cpp reads it).
+    int n_ctx_orig = 0;                   // {arch}.rope.scaling.original_context_length (default n_ctx_train)
+    float rope_attn_factor = 1.0f;        // {arch}.rope.scaling.attn_factor
 
     bool is_swa(int layer) const { return !swa_layers.empty() && swa_layers[static_cast<size_t>(layer)] != 0; }
     bool has_swa() const { return !swa_layers.empty(); }

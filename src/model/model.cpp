@@ -113,6 +113,24 @@ void bind_moe_ffn(const gguf::File& f, TensorBinder& b, const ModelConfig& c, co
     }
 }
 
+// Rows [first, first + n) of w, as a view of their own (a fused projection's part).
+WeightView row_range(const WeightView& w, int64_t first, int64_t n) {
+    if (w.empty()) return {};
+    WeightView v = w;
+    v.data = w.row(first);
+    v.n_out = n;
+    return v;
+}
+
+// A per-frequency divisor table: every value a finite number > 0.
+void check_rope_factors(const gguf::File& f, const char* name, const std::vector<float>& factors) {
+    for (float x : factors) {
+        if (!(x > 0.0f) || !std::isfinite(x)) {
+            fail("'{}': {} holds the factor {} (each must be a finite number > 0)", f.path(), name, x);
+        }
+    }
+}
+
 }  // namespace
 
 Model::Model(std::unique_ptr<gguf::File> file) : file_(std::move(file)) {
@@ -135,33 +153,57 @@ Model::Model(std::unique_ptr<gguf::File> file) : file_(std::move(file)) {
     const int64_t E = c.n_embd, V = c.n_vocab, F = c.n_ff, Q = c.q_dim(), KV = c.kv_dim(), D = c.head_dim;
     w.token_embd = b.matrix("token_embd.weight", E, V);
     w.output_norm = b.vector("output_norm.weight", E);
-    if (f.find_tensor("output.weight") != nullptr ||
-        c.arch == Arch::Qwen2Moe) {  // qwen2moe: required
+    if (c.arch == Arch::Gemma2 && f.find_tensor("output.weight") != nullptr) {
+        // llama.cpp's gemma2 reads token_embd.weight as the output and refuses a file with more
+        // tensors than it reads.
+        fail("'{}': gemma2 ties the output to token_embd.weight, but the file holds an output.weight (llama.cpp "
+             "refuses such a file too)", f.path());
+    }
+    if (f.find_tensor("output.weight") != nullptr || c.arch == Arch::Qwen2Moe) {  // qwen2moe: required
         w.output = b.matrix("output.weight", E, V);
     } else {
         w.output = w.token_embd;
         w.tied_output = true;
     }
     if (f.find_tensor("rope_freqs.weight") != nullptr) w.rope_freqs = b.vector("rope_freqs.weight", c.n_rot / 2);
-    for (float x : w.rope_freqs) {
-        if (!(x > 0.0f) || !std::isfinite(x)) {
-            fail("'{}': rope_freqs.weight holds the factor {} (each must be a finite number > 0)", f.path(), x);
-        }
+    check_rope_factors(f, "rope_freqs.weight", w.rope_freqs);
+    if (c.arch == Arch::Phi3) {
+        w.rope_long = b.vector("rope_factors_long.weight", c.n_rot / 2, false);
+        w.rope_short = b.vector("rope_factors_short.weight", c.n_rot / 2, false);
+        check_rope_factors(f, "rope_factors_long.weight", w.rope_long);
+        check_rope_factors(f, "rope_factors_short.weight", w.rope_short);
     }
 
     const bool biases_required = c.arch == Arch::Qwen2;
+    // phi3 and gemma2 (llama.cpp's create_tensor_qkv): attn_qkv.weight when present (with an
+    // optional attn_qkv.bias, else optional separate biases), else attn_q/k/v.weight.
+    const bool fused_qkv_allowed = c.arch == Arch::Phi3 || c.arch == Arch::Gemma2;
+    const bool gemma = c.arch == Arch::Gemma3 || c.arch == Arch::Gemma2;
     w.layers.resize(static_cast<size_t>(c.n_layer));
     for (int l = 0; l < c.n_layer; ++l) {
         LayerWeights& L = w.layers[static_cast<size_t>(l)];
         const std::string p = fmt::format("blk.{}.", l);
         L.attn_norm = b.vector(p + "attn_norm.weight", E);
-        L.wq = b.matrix(p + "attn_q.weight", E, Q);
-        L.wk = b.matrix(p + "attn_k.weight", E, KV);
-        L.wv = b.matrix(p + "attn_v.weight", E, KV);
+        if (fused_qkv_allowed && f.find_tensor(p + "attn_qkv.weight") != nullptr) {
+            const WeightView qkv = b.matrix(p + "attn_qkv.weight", E, Q + 2 * KV);  // [E] -> [Q + 2 KV]
+            L.wq = row_range(qkv, 0, Q);
+            L.wk = row_range(qkv, Q, KV);
+            L.wv = row_range(qkv, Q + KV, KV);
+            const std::vector<float> bqkv = b.vector(p + "attn_qkv.bias", Q + 2 * KV, false);  // [Q + 2 KV]
+            if (!bqkv.empty()) {
+                L.bq.assign(bqkv.begin(), bqkv.begin() + Q);
+                L.bk.assign(bqkv.begin() + Q, bqkv.begin() + Q + KV);
+                L.bv.assign(bqkv.begin() + Q + KV, bqkv.end());
+            }
+        } else {
+            L.wq = b.matrix(p + "attn_q.weight", E, Q);
+            L.wk = b.matrix(p + "attn_k.weight", E, KV);
+            L.wv = b.matrix(p + "attn_v.weight", E, KV);
+        }
         L.wo = b.matrix(p + "attn_output.weight", Q, E);
-        L.bq = b.vector(p + "attn_q.bias", Q, biases_required);
-        L.bk = b.vector(p + "attn_k.bias", KV, biases_required);
-        L.bv = b.vector(p + "attn_v.bias", KV, biases_required);
+        if (L.bq.empty()) L.bq = b.vector(p + "attn_q.bias", Q, biases_required);
+        if (L.bk.empty()) L.bk = b.vector(p + "attn_k.bias", KV, biases_required);
+        if (L.bv.empty()) L.bv = b.vector(p + "attn_v.bias", KV, biases_required);
         if (c.arch == Arch::Qwen3 || c.arch == Arch::Gemma3 || c.arch == Arch::Qwen3Moe) {
             L.q_norm = b.vector(p + "attn_q_norm.weight", D);
             L.k_norm = b.vector(p + "attn_k_norm.weight", D);
@@ -169,12 +211,17 @@ Model::Model(std::unique_ptr<gguf::File> file) : file_(std::move(file)) {
         L.ffn_norm = b.vector(p + "ffn_norm.weight", E);
         if (c.has_moe()) {
             bind_moe_ffn(f, b, c, p, L);
+        } else if (c.arch == Arch::Phi3) {  // ffn_up.weight holds the gate rows, then the up rows
+            const WeightView gate_up = b.matrix(p + "ffn_up.weight", E, 2 * F);  // [E] -> [2 F]
+            L.w_gate = row_range(gate_up, 0, F);
+            L.w_up = row_range(gate_up, F, F);
+            L.w_down = b.matrix(p + "ffn_down.weight", F, E);
         } else {
             L.w_gate = b.matrix(p + "ffn_gate.weight", E, F);
             L.w_up = b.matrix(p + "ffn_up.weight", E, F);
             L.w_down = b.matrix(p + "ffn_down.weight", F, E);
         }
-        if (c.arch == Arch::Gemma3) {
+        if (gemma) {
             L.attn_post_norm = b.vector(p + "post_attention_norm.weight", E);
             L.ffn_post_norm = b.vector(p + "post_ffw_norm.weight", E);
         }

@@ -18,20 +18,24 @@
 
 namespace kvec {
 
+// phi3 / gemma2 files may hold Q, K and V fused in one attn_qkv.weight [n_embd] -> [q_dim + 2
+// kv_dim] (and phi3 the gate and up projections in one ffn_up.weight [n_embd] -> [2 n_ff], gate
+// first, as llama.cpp's swiglu splits it): wq, wk, wv (w_gate, w_up) are then views of its row
+// ranges, so every family's forward pass reads separate projections.
 struct LayerWeights {
     std::vector<float> attn_norm;  // [n_embd]
     WeightView wq;                 // [n_embd] -> [n_head * head_dim]
     WeightView wk;                 // [n_embd] -> [n_head_kv * head_dim]
     WeightView wv;                 // [n_embd] -> [n_head_kv * head_dim]
     WeightView wo;                 // [n_head * head_dim] -> [n_embd]
-    std::vector<float> bq, bk, bv;        // [q_dim], [kv_dim], [kv_dim] or empty (qwen2: present)
+    std::vector<float> bq, bk, bv;        // [q_dim], [kv_dim], [kv_dim] or empty (qwen2: present; phi3, gemma2: optional)
     std::vector<float> q_norm, k_norm;    // [head_dim] or empty (qwen3, gemma3: present)
-    std::vector<float> attn_post_norm;    // [n_embd] or empty (gemma3: post_attention_norm)
+    std::vector<float> attn_post_norm;    // [n_embd] or empty (gemma3, gemma2: post_attention_norm)
     std::vector<float> ffn_norm;   // [n_embd]
     WeightView w_gate;             // [n_embd] -> [n_ff]
     WeightView w_up;               // [n_embd] -> [n_ff]
     WeightView w_down;             // [n_ff] -> [n_embd]
-    std::vector<float> ffn_post_norm;     // [n_embd] or empty (gemma3: post_ffw_norm)
+    std::vector<float> ffn_post_norm;     // [n_embd] or empty (gemma3, gemma2: post_ffw_norm)
     // Mixture of experts (ModelConfig::has_moe(); w_gate, w_up, w_down then empty). The 3-D GGUF
     // tensors [n_in, n_out, n_expert] are held as views of n_expert * n_out rows: expert e owns
     // rows [e * n_out, (e + 1) * n_out), a contiguous matrix (expert_matrix in moe.h).
@@ -52,6 +56,9 @@ struct ModelWeights {
     WeightView output;               // [n_embd] -> [n_vocab]; = token_embd when tied
     bool tied_output = false;        // output.weight absent
     std::vector<float> rope_freqs;   // [n_rot / 2] per-frequency divisors, or empty
+    // LongRoPE (phi3): rope_factors_long.weight / rope_factors_short.weight, [n_rot / 2] divisors
+    // each, or empty; rope_params() picks one by the session's context (ModelConfig::n_ctx_orig).
+    std::vector<float> rope_long, rope_short;
     std::vector<LayerWeights> layers;
 };
 

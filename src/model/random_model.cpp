@@ -171,8 +171,8 @@ std::string default_vocab_path() {
 }
 
 std::vector<std::string> random_model_presets() {
-    return {"tinyllama-1.1b", "gemma3-test",  "gemma3-4b",    "qwen3moe-test",
-            "qwen2moe-test",  "mixtral-test", "qwen3-30b-a3b"};
+    return {"tinyllama-1.1b", "gemma3-test", "gemma3-4b", "gemma2-test", "phi3-test", "phi4-mini",
+            "qwen3moe-test", "qwen2moe-test", "mixtral-test", "qwen3-30b-a3b"};
 }
 
 namespace {
@@ -235,6 +235,57 @@ bool moe_preset(std::string_view name, RandomModelSpec& s) {
     return true;
 }
 
+// gemma2-test: 2 layers (0 sliding-window, 1 global, as llama.cpp's default pattern), window 32
+// (shorter than the test sequences), head size 128 (q_dim != n_embd), tied output. The caps are
+// lower than Gemma 2's 50 / 30 so that they act on a random model's logits (attention logits of
+// std ~1, output logits of std ~3): tanh visibly bends them.
+RandomModelSpec gemma2_preset() {
+    RandomModelSpec s;
+    s.arch = "gemma2";
+    s.name = "gemma2-test-random";
+    s.n_layer = 2;
+    s.n_embd = 256;
+    s.n_head = 4;
+    s.n_head_kv = 2;
+    s.head_dim = 128;
+    s.n_ff = 512;
+    s.n_vocab = 4096;
+    s.n_ctx = 4096;
+    s.rms_eps = 1e-6f;
+    s.tied = true;
+    s.sliding_window = 32;
+    s.attn_softcap = 2.0f;
+    s.final_softcap = 5.0f;
+    return s;
+}
+
+// Phi-3 as its converter writes it: attn_qkv and ffn_up fused, LongRoPE factors with the
+// attention factor, a sliding_window key. phi3-test: partial rotary (48 of 64, Phi-4-mini's
+// share), an original context of 128, so that a context of 256 uses the long factors, GQA,
+// separate output, window key 64 (off, as in llama.cpp). phi4-mini: Phi-4-mini-instruct's shape
+// (32 layers, 3072 embd, 24/8 heads of 128 rotating 96, ff 8192, original context 4096 of
+// 131072, tied output, window key 0) with the vocabulary file's 32000 tokens.
+RandomModelSpec phi3_preset(bool full) {
+    RandomModelSpec s;
+    s.arch = "phi3";
+    s.name = full ? "phi4-mini-random" : "phi-test-random";  // not "phi3": see write_random_model
+    s.n_layer = full ? 32 : 2;
+    s.n_embd = full ? 3072 : 256;
+    s.n_head = full ? 24 : 4;
+    s.n_head_kv = full ? 8 : 2;
+    s.head_dim = full ? 128 : 64;
+    s.n_rot = full ? 96 : 48;
+    s.n_ff = full ? 8192 : 512;
+    s.n_vocab = full ? 0 : 4096;
+    s.n_ctx = full ? 131072 : 4096;
+    s.n_ctx_orig = full ? 4096 : 128;
+    s.rope_base = 10000.0f;
+    s.rms_eps = 1e-5f;
+    s.tied = full;
+    s.sliding_window = full ? 0 : 64;
+    return s;
+}
+
 }  // namespace
 
 RandomModelSpec random_model_preset(std::string_view name) {
@@ -279,6 +330,8 @@ RandomModelSpec random_model_preset(std::string_view name) {
         s.rope_base_swa = 10000.0f;
         return s;
     }
+    if (name == "gemma2-test") return gemma2_preset();
+    if (name == "phi3-test" || name == "phi4-mini") return phi3_preset(name == "phi4-mini");
     if (moe_preset(name, s)) return s;
     fail("unknown preset '{}' (known: {})", name, fmt::join(random_model_presets(), ", "));
 }
@@ -301,6 +354,15 @@ std::vector<float> llama3_rope_factors(int n_rot, float freq_base, float factor)
             f = 1.0 / ((1.0 - smooth) / factor + smooth);
         }
         out.push_back(static_cast<float>(f));
+    }
+    return out;
+}
+
+std::vector<float> longrope_factors(int n_rot, float top) {
+    std::vector<float> out;
+    const int half = n_rot / 2;
+    for (int i = 0; i < half; ++i) {
+        out.push_back(static_cast<float>(std::pow(static_cast<double>(top), half > 1 ? double(i) / (half - 1) : 0.0)));
     }
     return out;
 }
@@ -349,14 +411,24 @@ bool check_moe_spec(RandomModelSpec& s) {
 
 void write_random_model(const RandomModelSpec& spec, const std::string& path) {
     RandomModelSpec s = spec;
-    if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "gemma3" &&
-        s.arch != "qwen3moe" && s.arch != "qwen2moe") {
-        fail("unknown architecture '{}' (supported: llama, qwen2, qwen3, gemma3, qwen3moe, "
-             "qwen2moe)", s.arch);
+    if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "gemma3" && s.arch != "gemma2" &&
+        s.arch != "phi3" && s.arch != "qwen3moe" && s.arch != "qwen2moe") {
+        fail("unknown architecture '{}' (supported: llama, qwen2, qwen3, gemma3, gemma2, phi3, qwen3moe, qwen2moe)",
+             s.arch);
     }
-    const bool gemma3 = s.arch == "gemma3";
     const bool moe = check_moe_spec(s);
-    if (!gemma3 && s.sliding_window != 0) fail("--sliding-window is for gemma3 only (architecture {})", s.arch);
+    const bool gemma3 = s.arch == "gemma3", gemma2 = s.arch == "gemma2", phi3 = s.arch == "phi3";
+    const bool gemma = gemma3 || gemma2;
+    if (!gemma && !phi3 && s.sliding_window != 0) {
+        fail("--sliding-window is for gemma3, gemma2 and phi3 only (architecture {})", s.arch);
+    }
+    if (gemma2) s.tied = true;  // llama.cpp's gemma2 reads no output.weight
+    if (!(s.attn_softcap > 0.0f) || !(s.final_softcap > 0.0f) || !std::isfinite(s.attn_softcap) ||
+        !std::isfinite(s.final_softcap)) {
+        fail("--attn-softcap ({}) and --final-softcap ({}) must be finite numbers > 0", s.attn_softcap, s.final_softcap);
+    }
+    if (!phi3 && (s.n_ctx_orig != 0 || !s.fused_qkv)) fail("LongRoPE and separate/fused projections are for phi3 only");
+    if (s.n_ctx_orig < 0) fail("--rope-orig-ctx must not be negative, got {}", s.n_ctx_orig);
     if (s.sliding_window < 0 || s.swa_pattern < 0) {
         fail("--sliding-window ({}) and --swa-pattern ({}) must not be negative", s.sliding_window, s.swa_pattern);
     }
@@ -378,6 +450,10 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
         s.head_dim = s.n_embd / s.n_head;
     }
     if (s.head_dim <= 0 || s.head_dim % 2 != 0) fail("head size {} must be positive and even", s.head_dim);
+    if (s.n_rot == 0) s.n_rot = s.head_dim;
+    if (s.n_rot < 0 || s.n_rot % 2 != 0 || s.n_rot > s.head_dim) {
+        fail("--rope-dims {} must be even and at most the head size {}", s.n_rot, s.head_dim);
+    }
     if (s.rope_scaling != "none" && s.rope_scaling != "linear" && s.rope_scaling != "llama3") {
         fail("unknown RoPE scaling '{}' (supported: none, linear, llama3)", s.rope_scaling);
     }
@@ -405,7 +481,10 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
     gguf::Writer w;
     const std::string a = s.arch + ".";
     w.set_string("general.architecture", s.arch);
-    w.set_string("general.name", s.name.empty() ? "kvec-random-" + s.arch : s.name);
+    // llama.cpp's vocabulary loader gives a model whose general.name contains "phi3" or "phi-3"
+    // Phi-3's token attributes and then needs the token <|endoftext|>, which the default
+    // llama-spm vocabulary lacks: the default name of a phi3 model avoids those words.
+    w.set_string("general.name", !s.name.empty() ? s.name : phi3 ? "kvec-random-phi" : "kvec-random-" + s.arch);
     w.set_u32("general.file_type", static_cast<uint32_t>(file_type_of(s.type)));
     if (tt.quantized) w.set_u32("general.quantization_version", 2);
     w.set_u32(a + "context_length", static_cast<uint32_t>(s.n_ctx));
@@ -414,12 +493,12 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
     w.set_u32(a + "feed_forward_length", static_cast<uint32_t>(F));
     w.set_u32(a + "attention.head_count", static_cast<uint32_t>(s.n_head));
     w.set_u32(a + "attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
-    if (D * s.n_head != E || s.arch == "qwen3" || s.arch == "qwen3moe" || gemma3) {
+    if (D * s.n_head != E || s.arch == "qwen3" || s.arch == "qwen3moe" || gemma) {
         w.set_u32(a + "attention.key_length", static_cast<uint32_t>(D));
         w.set_u32(a + "attention.value_length", static_cast<uint32_t>(D));
     }
     w.set_f32(a + "rope.freq_base", s.rope_base);
-    w.set_u32(a + "rope.dimension_count", static_cast<uint32_t>(D));
+    w.set_u32(a + "rope.dimension_count", static_cast<uint32_t>(s.n_rot));
     w.set_f32(a + "attention.layer_norm_rms_epsilon", s.rms_eps);
     if (s.rope_scaling == "linear") {
         w.set_string(a + "rope.scaling.type", "linear");
@@ -436,6 +515,21 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
         w.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(s.sliding_window));
         if (s.swa_pattern != 6) w.set_u32(a + "attention.sliding_window_pattern", static_cast<uint32_t>(s.swa_pattern));
         if (s.rope_base_swa != 10000.0f) w.set_f32(a + "rope.freq_base_swa", s.rope_base_swa);
+    }
+    if (gemma2) {  // as the converter writes them (no pattern key: llama.cpp's default of 2)
+        w.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(s.sliding_window > 0 ? s.sliding_window : 4096));
+        w.set_f32(a + "attn_logit_softcapping", s.attn_softcap);
+        w.set_f32(a + "final_logit_softcapping", s.final_softcap);
+    }
+    if (phi3) {
+        w.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(s.sliding_window));
+        if (s.n_ctx_orig > 0) {
+            // The converter's LongRoPE attention factor: sqrt(1 + ln(scale) / ln(original context)).
+            const double scale = static_cast<double>(s.n_ctx) / s.n_ctx_orig;
+            const double attn = scale > 1.0 ? std::sqrt(1.0 + std::log(scale) / std::log(double(s.n_ctx_orig))) : 1.0;
+            w.set_u32(a + "rope.scaling.original_context_length", static_cast<uint32_t>(s.n_ctx_orig));
+            w.set_f32(a + "rope.scaling.attn_factor", static_cast<float>(attn));
+        }
     }
 
     if (s.n_vocab < 0) fail("--vocab must be positive, got {}", s.n_vocab);
@@ -494,16 +588,27 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
     b.vector("output_norm.weight", E, 1.0f, 0.1f);
     if (!s.tied) b.matrix("output.weight", E, n_vocab, 3.0f / std::sqrt(static_cast<float>(E)));
     if (s.rope_scaling == "llama3") {
-        const std::vector<float> f = llama3_rope_factors(static_cast<int>(D), s.rope_base, s.rope_factor);
+        const std::vector<float> f = llama3_rope_factors(s.n_rot, s.rope_base, s.rope_factor);
         w.add_tensor("rope_freqs.weight", GgmlType::F32, {static_cast<int64_t>(f.size())}, f.data(), f.size() * sizeof(float));
+    }
+    if (phi3 && s.n_ctx_orig > 0) {
+        const std::vector<float> lf = longrope_factors(s.n_rot, 24.0f), sf = longrope_factors(s.n_rot, 1.5f);
+        w.add_tensor("rope_factors_long.weight", GgmlType::F32, {static_cast<int64_t>(lf.size())}, lf.data(),
+                     lf.size() * sizeof(float));
+        w.add_tensor("rope_factors_short.weight", GgmlType::F32, {static_cast<int64_t>(sf.size())}, sf.data(),
+                     sf.size() * sizeof(float));
     }
     const float g_e = 1.0f / std::sqrt(static_cast<float>(E));
     for (int l = 0; l < s.n_layer; ++l) {
         const std::string p = fmt::format("blk.{}.", l);
         b.vector(p + "attn_norm.weight", E, 1.0f, 0.1f);
-        b.matrix(p + "attn_q.weight", E, Q, g_e);
-        b.matrix(p + "attn_k.weight", E, KV, g_e);
-        b.matrix(p + "attn_v.weight", E, KV, g_e);
+        if (phi3 && s.fused_qkv) {
+            b.matrix(p + "attn_qkv.weight", E, Q + 2 * KV, g_e);
+        } else {
+            b.matrix(p + "attn_q.weight", E, Q, g_e);
+            b.matrix(p + "attn_k.weight", E, KV, g_e);
+            b.matrix(p + "attn_v.weight", E, KV, g_e);
+        }
         if (s.arch == "qwen2" || s.arch == "qwen2moe") {
             b.vector(p + "attn_q.bias", Q, 0.0f, 0.5f);
             b.vector(p + "attn_k.bias", KV, 0.0f, 0.5f);
@@ -513,7 +618,7 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
             b.vector(p + "attn_q_norm.weight", D, 1.0f, 0.1f);
             b.vector(p + "attn_k_norm.weight", D, 1.0f, 0.1f);
         }
-        if (gemma3) {
+        if (gemma) {
             // Gemma's 1 + w as the converter stores it, near 8: the layers' outputs must
             // outweigh the embedding, which the forward pass scales by sqrt(n_embd), or the tied
             // output predicts the input token with certainty (near 1: max probability 1.000 on
@@ -540,8 +645,12 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
             }
             continue;
         }
-        b.matrix(p + "ffn_gate.weight", E, F, g_e);
-        b.matrix(p + "ffn_up.weight", E, F, g_e);
+        if (phi3) {
+            b.matrix(p + "ffn_up.weight", E, 2 * F, g_e);  // gate rows, then up rows
+        } else {
+            b.matrix(p + "ffn_gate.weight", E, F, g_e);
+            b.matrix(p + "ffn_up.weight", E, F, g_e);
+        }
         b.matrix(p + "ffn_down.weight", F, E, 1.0f / std::sqrt(static_cast<float>(F)));
     }
     w.write(path);

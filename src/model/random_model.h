@@ -20,7 +20,7 @@
 namespace kvec {
 
 struct RandomModelSpec {
-    std::string arch = "llama";  // llama | qwen2 | qwen3 | gemma3 | qwen3moe | qwen2moe
+    std::string arch = "llama";  // llama | qwen2 | qwen3 | gemma3 | gemma2 | phi3 | qwen3moe | qwen2moe
     std::string name;            // general.name ("" -> "kvec-random-<arch>")
     int n_layer = 2;
     int n_embd = 256;
@@ -49,6 +49,19 @@ struct RandomModelSpec {
     int n_expert_used = 0;
     int n_ff_exp = 0;
     int n_ff_shexp = 0;
+    // gemma2: attention and final logit soft-capping (attn_logit_softcapping,
+    // final_logit_softcapping; Gemma 2 uses 50 and 30); its sliding window (sliding_window above,
+    // 0: 4096) covers every other layer (il % 2 == 0), as llama.cpp reads it.
+    float attn_softcap = 50.0f;
+    float final_softcap = 30.0f;
+    // phi3: rotated dimensions (0: head_dim; Phi-4-mini rotates 96 of 128), LongRoPE factors
+    // (rope_factors_long/short.weight, and rope.scaling.attn_factor as the converter computes it)
+    // with original context n_ctx_orig (0: none), Q/K/V fused in attn_qkv.weight (or separate,
+    // which llama.cpp also reads); gate and up are always fused in ffn_up.weight [2 n_ff rows].
+    // sliding_window is written as Phi-3's converter writes it (llama.cpp switches it off).
+    int n_rot = 0;
+    int n_ctx_orig = 0;
+    bool fused_qkv = true;
     GgmlType type = GgmlType::F32;  // type of every weight matrix (vectors stay F32)
     uint64_t seed = 1;
     // Vocabulary GGUF whose tokenizer.* keys are copied; "" = default_vocab_path(); "none" = none.
@@ -58,9 +71,10 @@ struct RandomModelSpec {
 // data/tokenizer-vectors/ggml-vocab-llama-spm.gguf of the source tree.
 std::string default_vocab_path();
 
-// Named shapes: "tinyllama-1.1b", "gemma3-test" (small, window 32), "gemma3-4b", "qwen3moe-test",
-// "qwen2moe-test", "mixtral-test" (small MoE shapes), "qwen3-30b-a3b" (full size). Throws kvec::Error
-// listing the known names.
+// Named shapes: "tinyllama-1.1b", "gemma3-test" (small, window 32), "gemma3-4b", "gemma2-test"
+// (small, window 32, soft-capping that acts), "phi3-test" (small, LongRoPE, partial rotary),
+// "phi4-mini", "qwen3moe-test", "qwen2moe-test", "mixtral-test" (small MoE shapes),
+// "qwen3-30b-a3b" (full size). Throws kvec::Error listing the known names.
 RandomModelSpec random_model_preset(std::string_view name);
 std::vector<std::string> random_model_presets();
 
@@ -71,5 +85,9 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path);
 // [n_rot / 2], for scaling factor `factor`, low/high frequency factors 1 and 4 and an original
 // context of 8192.
 std::vector<float> llama3_rope_factors(int n_rot, float freq_base, float factor);
+
+// Synthetic LongRoPE divisors [n_rot / 2] (Phi-3's are fitted; these have their shape): 1 for the
+// highest frequency rising geometrically to `top` for the lowest.
+std::vector<float> longrope_factors(int n_rot, float top);
 
 }  // namespace kvec

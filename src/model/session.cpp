@@ -64,14 +64,21 @@ double sum_f32(const float* x, int32_t n) {
 
 }  // namespace
 
-ops::RopeParams rope_params(const Model& model) {
+ops::RopeParams rope_params(const Model& model, int32_t n_ctx) {
     const ModelConfig& c = model.config();
+    const ModelWeights& w = model.weights();
     ops::RopeParams rope;
     rope.mode = c.rope_mode;
     rope.n_rot = c.n_rot;
     rope.freq_base = c.rope_freq_base;
     rope.freq_scale = c.rope_freq_scale;
-    const auto& factors = model.weights().rope_freqs;
+    rope.attn_factor = c.rope_attn_factor;
+    if (n_ctx <= 0) n_ctx = c.n_ctx_train;
+    // llama.cpp (llama_model::get_rope_factors): rope_freqs, else LongRoPE's long factors past the
+    // original context, else its short ones (either may be absent: no factors).
+    const std::vector<float>& factors = !w.rope_freqs.empty() ? w.rope_freqs
+                                        : n_ctx > c.n_ctx_orig ? w.rope_long
+                                                               : w.rope_short;
     rope.freq_factors = factors.empty() ? nullptr : factors.data();
     return rope;
 }
@@ -87,8 +94,10 @@ RopeInfo rope_info(const ops::RopeParams& rope) {
 }
 
 void rerotate_keys(float* keys, int32_t n, int head_dim, const int32_t* from, const int32_t* to,
-                   const ops::RopeParams& rope) {
+                   const ops::RopeParams& rope_at) {
     KVEC_CHECK(n >= 0 && head_dim > 0);
+    ops::RopeParams rope = rope_at;
+    rope.attn_factor = 1.0f;  // a pure rotation: the keys hold their attention factor already
     int32_t i = 0;
     while (i < n) {
         const int64_t delta = int64_t{to[i]} - from[i];
@@ -130,11 +139,11 @@ Session::Session(const Model& model, const SessionOptions& options)
     last_row_.resize(H);
     colsum_.resize(H);
     values_f_.resize(H);
-    rope_ = rope_params(model);
+    rope_ = rope_params(model, options_.n_ctx);
     rope_info_ = rope_info(rope_);
     rope_swa_ = rope_;
     rope_swa_.freq_base = c.rope_freq_base_swa;
-    rope_swa_.freq_scale = 1.0f;
+    rope_swa_.freq_scale = c.rope_freq_scale_swa;
 }
 
 void Session::set_evictor(Evictor* evictor) {
@@ -428,6 +437,7 @@ void Session::forward_step(const int32_t* tokens, const int32_t* positions, int3
         case Family::Moe:
             forward_moe(tokens, positions, T, step, final_chunk);
             break;
+        case Family::Gemma2: forward_gemma2(tokens, positions, T, step, final_chunk); break;
     }
     for (size_t b = 0; b < sequences.size(); ++b) {
         Session& s = *sequences[b];
@@ -440,8 +450,8 @@ void Session::forward_step(const int32_t* tokens, const int32_t* positions, int3
     ops::rms_norm(x_.data() + (T - rows) * E, W.output_norm.data(), xn_.data(), rows, E, c.rms_eps);
     matmul(xn_.data(), rows, W.output, out);  // [rows, V]
     if (c.final_logit_softcap > 0.0f) {
-        const float cap = c.final_logit_softcap, inv = 1.0f / cap;
-        for (int64_t i = 0; i < rows * V; ++i) out[i] = cap * std::tanh(out[i] * inv);
+#pragma omp parallel for schedule(static) if (rows > 1)
+        for (int64_t r = 0; r < rows; ++r) ops::softcap(out + r * V, V, 1.0f, c.final_logit_softcap);
     }
 }
 
@@ -568,7 +578,7 @@ void Session::window_from_recent_queries(int layer) {
                 const auto vis = static_cast<int32_t>(std::upper_bound(pos, pos + n_h, rpos[sz(r)]) - pos);
                 if (vis == 0) continue;
                 const float* qr = ring.data() + int64_t{r} * Q + int64_t{h * G + g0} * D;  // [ng, D]
-                attention_probs(qr, ng, D, kv, vis, scale, s.data(), n_max);
+                attention_probs(qr, ng, D, kv, vis, scale, s.data(), n_max, c.attn_logit_softcap);
                 for (int g = 0; g < ng; ++g) {
                     float* win = window_[sz(h)].data() + int64_t{g0 + g} * n_h;  // [n_h]
                     const float* row = s.data() + int64_t{g} * n_max;           // [vis]
@@ -664,7 +674,7 @@ void Session::attention_sequence(int layer, int32_t T, const int32_t* positions,
                 const int64_t q0 = t0 * Q + int64_t{h * G + g0} * D;  // query heads h * G + g0 .. + ng
                 // Position t0 + dt sees n_old + t0 + dt + 1 entries (causal in the chunk).
                 kvec::attention_causal(q_.data() + q0, {Q, D}, np, ng, kv, n_old + t0 + 1, scale, s, n_max,
-                                       att_.data() + q0, {Q, D});
+                                       att_.data() + q0, {Q, D}, c.attn_logit_softcap);
                 for (int32_t dt = 0; dt < np; ++dt) {
                     const int32_t t = t0 + dt;
                     const int32_t vis = n_old + t + 1;
@@ -746,7 +756,7 @@ void Session::attention_sliding(int layer, int32_t T, const int32_t* positions) 
                 const int32_t n = start_of(t0 + np - 1) == first ? np : 1;
                 const int64_t q0 = t0 * Q + int64_t{h * G + g0} * D;  // query heads h * G + g0 .. + ng
                 kvec::attention_causal(q_.data() + q0, {Q, D}, n, ng, from(first), n_old + t0 + 1 - first, scale,
-                                       s, n_max, att_.data() + q0, {Q, D});
+                                       s, n_max, att_.data() + q0, {Q, D}, c.attn_logit_softcap);
                 t0 += n;
             }
         }

@@ -2,13 +2,15 @@
 // eviction hook.
 //
 //   x = the family's layers over the embedded tokens     [T, n_embd]
-//       (src/model/arch/llama.cpp: llama, qwen2, qwen3; src/model/arch/gemma3.cpp: gemma3;
-//       src/model/arch/moe.cpp: qwen3moe, qwen2moe, llama with experts),
+//       (src/model/arch/llama.cpp: llama, qwen2, qwen3, phi3; src/model/arch/gemma3.cpp: gemma3;
+//       src/model/arch/gemma2.cpp: gemma2; src/model/arch/moe.cpp: qwen3moe, qwen2moe, llama with
+//       experts),
 //       each calling the shared attention over the budgeted cache:
 //         append k, v to the cache; a = attention over each KV head's entries (GQA; causal
 //         inside the chunk; sliding-window layers: only the last window positions)  [T, q_dim]
 //         [eviction hook: the policy sees the layer, the layer is compacted; not for
 //          sliding-window layers, whose cache keeps exactly their window]
+//         (gemma2: the attention logits soft-capped before the softmax)
 //   logits = rms_norm(x) . W_out (optional soft-capping)   [T or 1, n_vocab]
 //
 // The family is chosen once per forward step (a switch on ModelConfig::family), not per layer
@@ -47,9 +49,11 @@
 
 namespace kvec {
 
-// RoPE parameters of a model (mode, rotated dimensions, base, linear scaling, frequency factors).
-// The factors pointer refers to the model's weights.
-ops::RopeParams rope_params(const Model& model);
+// RoPE parameters of a model (mode, rotated dimensions, base, linear scaling, frequency factors,
+// LongRoPE's attention factor) for a session of context n_ctx (0: the model's n_ctx_train), which
+// chooses LongRoPE's long factors when n_ctx > ModelConfig::n_ctx_orig and the short ones
+// otherwise, as llama.cpp does. The factors pointer refers to the model's weights.
+ops::RopeParams rope_params(const Model& model, int32_t n_ctx = 0);
 // The same as an eviction policy's view sees it (LayerView::rope).
 RopeInfo rope_info(const ops::RopeParams& rope);
 
@@ -192,6 +196,7 @@ private:
     void forward_llama(const int32_t* tokens, const int32_t* positions, int32_t T, Step step, bool final_chunk);
     void forward_gemma3(const int32_t* tokens, const int32_t* positions, int32_t T, Step step, bool final_chunk);
     void forward_moe(const int32_t* tokens, const int32_t* positions, int32_t T, Step step, bool final_chunk);
+    void forward_gemma2(const int32_t* tokens, const int32_t* positions, int32_t T, Step step, bool final_chunk);
     // The attention over the budgeted cache (shared by every family): appends the layer's keys
     // k_ and values v_, attends with q_ into att_, runs the eviction hook. Sliding-window layers
     // (ModelConfig::is_swa) mask by position and are left alone by eviction policies. In a

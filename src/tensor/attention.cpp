@@ -300,8 +300,9 @@ void check_args(int64_t n_pos, int64_t nq, const KvHeadData& kv, int32_t n_vis, 
 }  // namespace
 
 void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq, const KvHeadData& kv, int32_t n_vis,
-                      float scale, float* p, int64_t ldp, float* out, RowLayout out_at) {
+                      float scale, float* p, int64_t ldp, float* out, RowLayout out_at, float softcap) {
     check_args(n_pos, nq, kv, n_vis, ldp, out != nullptr);
+    KVEC_CHECK(softcap >= 0.0f);
     const BlockKernels k = block_kernels(kv);
     const int64_t D = kv.head_dim;
     const size_t key_row = ggml_row_size(kv.key_type, D), value_row = ggml_row_size(kv.value_type, D);
@@ -347,7 +348,11 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
     for (int64_t t = 0; t < n_pos; ++t) {
         for (int64_t i = 0; i < nq; ++i) {
             float* row = p_row(t, i);  // [vis(t)]
-            for (int32_t j = 0; j < vis(t); ++j) row[j] *= scale;
+            if (softcap > 0.0f) {
+                ops::softcap(row, vis(t), scale, softcap);
+            } else {
+                for (int32_t j = 0; j < vis(t); ++j) row[j] *= scale;
+            }
             ops::softmax(row, vis(t));
         }
     }
@@ -381,13 +386,13 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
 }
 
 void attention_probs(const float* q, int64_t nq, int64_t ldq, const KvHeadData& kv, int32_t n_vis, float scale,
-                     float* p, int64_t ldp) {
-    attention_causal(q, {0, ldq}, 1, nq, kv, n_vis, scale, p, ldp, nullptr, {});
+                     float* p, int64_t ldp, float softcap) {
+    attention_causal(q, {0, ldq}, 1, nq, kv, n_vis, scale, p, ldp, nullptr, {}, softcap);
 }
 
 void attention(const float* q, int64_t nq, int64_t ldq, const KvHeadData& kv, int32_t n_vis, float scale, float* p,
-               int64_t ldp, float* out, int64_t ldo) {
-    attention_causal(q, {0, ldq}, 1, nq, kv, n_vis, scale, p, ldp, out, {0, ldo});
+               int64_t ldp, float* out, int64_t ldo, float softcap) {
+    attention_causal(q, {0, ldq}, 1, nq, kv, n_vis, scale, p, ldp, out, {0, ldo}, softcap);
 }
 
 }  // namespace kvec

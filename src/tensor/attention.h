@@ -2,8 +2,12 @@
 // (keys and values each F32, F16, BF16 or a block-quantised KV type, kv_cache.h; no float copy of
 // the cache):
 //
-//   p[i, j]  = softmax over j < n_vis of  scale * (q_i . k_j)      i < nq query rows
+//   p[i, j]  = softmax over j < n_vis of  s_ij = scale * (q_i . k_j)      i < nq query rows
 //   out[i]   = sum over j < n_vis of  p[i, j] * v_j
+//
+// With softcap > 0 (gemma2's attention logit soft-capping) the scores are soft-capped before the
+// softmax: s_ij = softcap * tanh(scale * (q_i . k_j) / softcap) (ops::softcap); 0: off, and the
+// scaling loop is the only work.
 //
 // The probability rows p are returned to the caller (the engine derives the eviction policies'
 // observations from them: column sums, window means, last rows).
@@ -57,15 +61,15 @@ struct RowLayout {
 //        < n_vis + t written; ldp >= n_vis + n_pos - 1)
 //   out: rows as laid out by out_at, head_dim each (nullptr: probabilities only)
 void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq, const KvHeadData& kv, int32_t n_vis,
-                      float scale, float* p, int64_t ldp, float* out, RowLayout out_at);
+                      float scale, float* p, int64_t ldp, float* out, RowLayout out_at, float softcap = 0.0f);
 
 // One query position: p [nq, ldp] (columns < n_vis written) = the probability rows above for the
 // query rows q [nq, head_dim] (rows ldq apart); n_vis >= 1 entries of kv are visible to every row.
 void attention_probs(const float* q, int64_t nq, int64_t ldq, const KvHeadData& kv, int32_t n_vis, float scale,
-                     float* p, int64_t ldp);
+                     float* p, int64_t ldp, float softcap = 0.0f);
 
 // attention_probs, then out [nq, head_dim] (rows ldo apart) = the weighted sums of the values.
 void attention(const float* q, int64_t nq, int64_t ldq, const KvHeadData& kv, int32_t n_vis, float scale,
-               float* p, int64_t ldp, float* out, int64_t ldo);
+               float* p, int64_t ldp, float* out, int64_t ldo, float softcap = 0.0f);
 
 }  // namespace kvec

@@ -96,6 +96,10 @@ void swiglu_avx2(const float* gate, const float* up, float* out, int64_t n);
 // out = gelu_tanh(gate) * up as gate * sigmoid(2 sqrt(2/pi) (gate + 0.044715 gate^3)) * up (the
 // tanh form rewritten), with the vectorised exp of swiglu_avx2.
 void geglu_avx2(const float* gate, const float* up, float* out, int64_t n);
+// Soft-capping in place: x[i] = cap * tanh(scale * x[i] / cap) (cap > 0), tanh(y) as
+// 1 - 2 / (exp(2y) + 1) with the vectorised exp of swiglu_avx2 (absolute error ~1e-7 cap); the
+// baseline-ISA version is ops::softcap's own loop.
+void softcap_avx2(float* x, int64_t n, float scale, float cap);
 
 // Sum of p[0..n): a streaming read with four 256-bit loads in flight (bandwidth measurement).
 uint64_t stream_sum_avx2(const uint64_t* p, int64_t n);

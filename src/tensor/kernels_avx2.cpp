@@ -855,6 +855,19 @@ void geglu_avx2(const float* gate, const float* up, float* out, int64_t n) {
     }
 }
 
+void softcap_avx2(float* x, int64_t n, float scale, float cap) {
+    const float k = 2.0f * scale / cap;  // exp's argument 2y = 2 scale x / cap
+    const __m256 one = _mm256_set1_ps(1.0f), two = _mm256_set1_ps(2.0f), k8 = _mm256_set1_ps(k),
+                 cap8 = _mm256_set1_ps(cap);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 e = exp8(_mm256_mul_ps(k8, _mm256_loadu_ps(x + i)));
+        const __m256 t = _mm256_sub_ps(one, _mm256_div_ps(two, _mm256_add_ps(e, one)));  // tanh(y)
+        _mm256_storeu_ps(x + i, _mm256_mul_ps(cap8, t));
+    }
+    for (; i < n; ++i) x[i] = cap * std::tanh(scale * x[i] / cap);
+}
+
 uint64_t stream_sum_avx2(const uint64_t* p, int64_t n) {
     __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
     int64_t i = 0;
@@ -1090,6 +1103,7 @@ void swiglu_avx2(const float*, const float*, float*, int64_t) {
 void geglu_avx2(const float*, const float*, float*, int64_t) {
     fail("AVX2 kernel called in a build without AVX2 support");
 }
+void softcap_avx2(float*, int64_t, float, float) { fail("AVX2 kernel called in a build without AVX2 support"); }
 void tile_prepacked_avx2(const float*, int64_t, const float*, int64_t, int64_t, int64_t, float*, int64_t) {
     fail("AVX2 kernel called in a build without AVX2 support");
 }

@@ -70,8 +70,8 @@ void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const i
         for (int64_t t = 0; t < n_tokens; ++t) {
             for (int64_t i = 0; i < half; ++i) {
                 const double theta = static_cast<double>(positions[t]) * inv_freq[static_cast<size_t>(i)];
-                cs[static_cast<size_t>(i)] = static_cast<float>(std::cos(theta));
-                cs[static_cast<size_t>(half + i)] = static_cast<float>(std::sin(theta));
+                cs[static_cast<size_t>(i)] = static_cast<float>(p.attn_factor * std::cos(theta));
+                cs[static_cast<size_t>(half + i)] = static_cast<float>(p.attn_factor * std::sin(theta));
             }
             const float* c = cs.data();
             const float* s = cs.data() + half;
@@ -128,6 +128,15 @@ void geglu(const float* gate, const float* up, float* out, int64_t n) {
         const float g = gate[i];
         out[i] = g / (1.0f + std::exp(kC * g * (1.0f + 0.044715f * g * g))) * up[i];
     }
+}
+
+void softcap(float* x, int64_t n, float scale, float cap) {
+    if (active_cpu_kernel() == CpuKernel::Avx2) {
+        kernels::softcap_avx2(x, n, scale, cap);
+        return;
+    }
+    const float k = scale / cap;
+    for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(k * x[i]);
 }
 
 void softmax(float* x, int64_t n) {

@@ -19,7 +19,9 @@ void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t d, fl
 // For pair i < n_rot/2 at position p the angle is
 //   theta = freq_scale * p * freq_base^(-2i/n_rot) / freq_factors[i]
 // (freq_scale = 1/factor for linear scaling; freq_factors from `rope_freqs.weight` for
-// llama3-style scaling, or null). Elements at or past n_rot are left unchanged.
+// llama3-style scaling, or LongRoPE's long/short factors, or null). Each rotated pair is also
+// multiplied by attn_factor (ggml's mscale: LongRoPE's attention factor; 1 otherwise). Elements
+// at or past n_rot are left unchanged.
 enum class RopeMode { Norm, Neox };
 
 struct RopeParams {
@@ -28,6 +30,7 @@ struct RopeParams {
     float freq_base = 10000.0f;
     float freq_scale = 1.0f;
     const float* freq_factors = nullptr;  // [n_rot / 2] or null
+    float attn_factor = 1.0f;             // scale of the rotated elements
 };
 
 void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
@@ -42,6 +45,10 @@ void geglu(const float* gate, const float* up, float* out, int64_t n);
 
 // In place: x[n] = exp(x - max) / sum. n >= 1.
 void softmax(float* x, int64_t n);
+
+// Soft-capping in place (gemma2's attention and final logits): x[n] = cap * tanh(scale * x / cap),
+// cap > 0. One thread (called per attention row, inside the callers' parallel regions).
+void softcap(float* x, int64_t n, float scale, float cap);
 
 // y[n, d] += b[d]
 void add_bias(float* y, const float* b, int64_t n, int64_t d);

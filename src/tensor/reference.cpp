@@ -33,8 +33,9 @@ void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const i
                 const int64_t a = p.mode == ops::RopeMode::Norm ? 2 * i : i;
                 const int64_t b = p.mode == ops::RopeMode::Norm ? 2 * i + 1 : i + half;
                 const double xa = v[a], xb = v[b];
-                v[a] = static_cast<float>(xa * std::cos(theta) - xb * std::sin(theta));
-                v[b] = static_cast<float>(xa * std::sin(theta) + xb * std::cos(theta));
+                const double m = p.attn_factor;
+                v[a] = static_cast<float>(m * (xa * std::cos(theta) - xb * std::sin(theta)));
+                v[b] = static_cast<float>(m * (xa * std::sin(theta) + xb * std::cos(theta)));
             }
         }
     }
@@ -53,6 +54,10 @@ void geglu(const float* gate, const float* up, float* out, int64_t n) {
         const double g = gate[i];
         out[i] = static_cast<float>(0.5 * g * (1.0 + std::tanh(c * (g + 0.044715 * g * g * g))) * up[i]);
     }
+}
+
+void softcap(float* x, int64_t n, float scale, float cap) {
+    for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(cap * std::tanh(static_cast<double>(scale) * x[i] / cap));
 }
 
 void softmax(float* x, int64_t n) {
@@ -80,7 +85,7 @@ void matmul(const float* x, int64_t n, const WeightView& w, float* y) {
 }
 
 void attention(const float* q, int64_t nq, int64_t ldq, const KvHeadData& kv, int32_t n_vis, float scale,
-               float* p, int64_t ldp, float* out, int64_t ldo) {
+               float* p, int64_t ldp, float* out, int64_t ldo, float softcap) {
     const int64_t D = kv.head_dim;
     // The visible entries decoded one row at a time (quant::dequantize_row, the scalar reference of
     // every type's block layout): keys and values [n_vis, D].
@@ -124,6 +129,7 @@ void attention(const float* q, int64_t nq, int64_t ldq, const KvHeadData& kv, in
             double dot = 0.0;
             for (int64_t e = 0; e < D; ++e) dot += static_cast<double>(qi[e]) * at(keys, j, e);
             s[static_cast<size_t>(j)] = dot * scale;
+            if (softcap > 0.0f) s[static_cast<size_t>(j)] = softcap * std::tanh(s[static_cast<size_t>(j)] / softcap);
             mx = std::max(mx, s[static_cast<size_t>(j)]);
         }
         double sum = 0.0;

@@ -64,6 +64,7 @@ inline std::string write_model(const RandomModelSpec& spec, const std::string& n
 struct Rewrite {
     std::function<bool(const std::string&)> drop_tensor = [](const std::string&) { return false; };
     std::vector<std::pair<std::string, gguf::Value>> set_metadata;
+    std::function<bool(const std::string&)> drop_key = [](const std::string&) { return false; };
     // Replaces a tensor by an F32 tensor of the given dims (zeros).
     std::vector<std::pair<std::string, std::vector<int64_t>>> reshape;
 };
@@ -71,7 +72,9 @@ struct Rewrite {
 inline void rewrite_gguf(const std::string& in, const std::string& out, const Rewrite& r) {
     auto f = gguf::File::open(in);
     gguf::Writer w;
-    for (const auto& [k, v] : f->metadata()) w.set(k, v);
+    for (const auto& [k, v] : f->metadata()) {
+        if (!r.drop_key(k)) w.set(k, v);
+    }
     for (const auto& [k, v] : r.set_metadata) w.set(k, v);
     for (const auto& t : f->tensors()) {
         if (r.drop_tensor(t.name)) continue;

@@ -150,6 +150,27 @@ std::vector<Case> variant_cases() {
     s.rms_eps = 1e-6f;
     add("gemma3_swa", s);
     for (Case& c : moe_variant_cases()) v.push_back(c);
+    // Gemma 2: layer 0 sliding-window (window 8), layer 1 global; attention logits capped at 1.5
+    // and the output's at 4, so that tanh bends both (random logits of std ~1 and ~3).
+    s = parity_spec("gemma2");
+    s.head_dim = 128;
+    s.sliding_window = 8;
+    s.attn_softcap = 1.5f;
+    s.final_softcap = 4.0f;
+    s.rms_eps = 1e-6f;
+    add("gemma2_softcap", s);
+    // Phi-3: fused attn_qkv and ffn_up, partial rotary (48 of 64), LongRoPE with its attention
+    // factor: the context (512, the file's) exceeds the original 128 -> the long factors; with an
+    // original context of 512 -> the short ones. Separate Q/K/V (which llama.cpp also reads).
+    s = parity_spec("phi3");
+    s.head_dim = 64;
+    s.n_rot = 48;
+    s.n_ctx_orig = 128;
+    s.sliding_window = 16;  // written, and ignored as llama.cpp ignores it
+    add("phi3_longrope_long", s);
+    s.n_ctx_orig = 512;
+    s.fused_qkv = false;
+    add("phi3_longrope_short_separate_qkv", s);
     return v;
 }
 
@@ -553,7 +574,7 @@ void check_case(const Case& c) {
 
 // One test per group: each starts the reference once for all its cases.
 TEST(Parity, Variants) {  // llama MHA/GQA, llama3 and linear RoPE scaling, qwen2, qwen3, tied,
-                          // gemma3, MoE; F32
+                          // gemma3, gemma2, phi3, MoE; F32
     for (const Case& c : variant_cases()) check_case(c);
 }
 

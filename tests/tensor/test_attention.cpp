@@ -182,13 +182,14 @@ INSTANTIATE_TEST_SUITE_P(CacheTypes, AttentionTypes, ::testing::Values(GgmlType:
 // attention_causal over a block of positions: position t, with n_vis + t entries, against
 // ref::attention of that position alone; the query and output rows at strides like the engine's
 // (positions ld_pos apart, heads ld_row apart), sentinels past every row's visible entries.
-void check_causal(TypePair type, int nq, int d, int n_pos, int32_t n_vis, uint32_t seed) {
+void check_causal(TypePair type, int nq, int d, int n_pos, int32_t n_vis, uint32_t seed, float softcap = 0.0f,
+                  float q_std = 1.5f) {
     std::mt19937 rng(seed);
     const int32_t n = n_vis + n_pos - 1;
     const Cache c = make_cache(type.k, type.v, n, d, rng);
     const RowLayout q_at{int64_t{nq} * (d + 1) + 5, d + 1}, o_at{int64_t{nq} * (d + 2) + 3, d + 2};
     const int64_t ldp = n + 3;
-    std::normal_distribution<float> dist(0.0f, 1.5f);
+    std::normal_distribution<float> dist(0.0f, q_std);
     std::vector<float> q(static_cast<size_t>(n_pos * q_at.ld_pos));  // [n_pos, ld_pos]
     for (float& x : q) x = dist(rng);
     const float scale = 1.0f / std::sqrt(static_cast<float>(d));
@@ -198,16 +199,16 @@ void check_causal(TypePair type, int nq, int d, int n_pos, int32_t n_vis, uint32
         use(k);
         std::vector<float> p(static_cast<size_t>(n_pos * nq * ldp), kSentinel);   // [n_pos * nq, ldp]
         std::vector<float> o(static_cast<size_t>(n_pos * o_at.ld_pos), kSentinel);  // [n_pos, ld_pos]
-        attention_causal(q.data(), q_at, n_pos, nq, c.view, n_vis, scale, p.data(), ldp, o.data(), o_at);
+        attention_causal(q.data(), q_at, n_pos, nq, c.view, n_vis, scale, p.data(), ldp, o.data(), o_at, softcap);
         std::vector<float> p_only(p.size(), kSentinel);
-        attention_causal(q.data(), q_at, n_pos, nq, c.view, n_vis, scale, p_only.data(), ldp, nullptr, {});
+        attention_causal(q.data(), q_at, n_pos, nq, c.view, n_vis, scale, p_only.data(), ldp, nullptr, {}, softcap);
         ASSERT_EQ(p_only, p) << "probabilities only differ from attention_causal's";
         for (int t = 0; t < n_pos; ++t) {
             const int32_t vis = n_vis + t;
             std::vector<float> p_ref(static_cast<size_t>(nq * vis)), o_ref(static_cast<size_t>(nq * d));
             ref::attention(q.data() + t * q_at.ld_pos, nq, q_at.ld_row, c.view, vis, scale, p_ref.data(), vis,
-                           o_ref.data(), d);
-            const std::string where = k.name() + " " + pair_name(type) +
+                           o_ref.data(), d, softcap);
+            const std::string where = k.name() + " " + pair_name(type) + " softcap=" + std::to_string(softcap) +
                                       " nq=" + std::to_string(nq) + " d=" + std::to_string(d) + " n_pos=" +
                                       std::to_string(n_pos) + " n_vis=" + std::to_string(n_vis) + " t=" +
                                       std::to_string(t);
@@ -248,6 +249,31 @@ TEST_P(AttentionTypes, CausalBlocksOfPositionsMatchTheReferencePerPosition) {
     std::mt19937 rng(7);
     std::uniform_int_distribution<int> nq(1, 9), d(1, 100), n_pos(1, 20), n_vis(1, 400);
     for (int r = 0; r < 12; ++r) check_causal({type, type}, nq(rng), d(rng), n_pos(rng), n_vis(rng), seed++);
+}
+
+// Soft-capped scores (gemma2: cap * tanh(scale q.k / cap) before the softmax): every kernel, the
+// float and the int8 score paths, against the reference, with queries large enough that the cap
+// saturates (scaled scores up to ~10 against caps of 1, 5 and 50); the cap changes the
+// probabilities (checked against the uncapped reference).
+TEST(SoftCappedAttention, EveryKernelMatchesReference) {
+    uint32_t seed = 300;
+    for (const float cap : {1.0f, 5.0f, 50.0f}) {
+        for (const GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0}) {
+            check_causal({t, t}, 4, 64, 9, 120, seed++, cap, 6.0f);
+            check_causal({t, t}, 2, 96, 1, 300, seed++, cap, 6.0f);
+        }
+    }
+    std::mt19937 rng(9);
+    const Cache c = make_cache(GgmlType::F32, GgmlType::F32, 50, 64, rng);
+    std::normal_distribution<float> dist(0.0f, 6.0f);
+    std::vector<float> q(64);
+    for (float& x : q) x = dist(rng);
+    std::vector<float> capped(50), plain(50), o(64);
+    attention(q.data(), 1, 64, c.view, 50, 0.125f, capped.data(), 50, o.data(), 64, 1.0f);
+    attention(q.data(), 1, 64, c.view, 50, 0.125f, plain.data(), 50, o.data(), 64);
+    float diff = 0.0f;
+    for (int j = 0; j < 50; ++j) diff = std::max(diff, std::fabs(capped[j] - plain[j]));
+    EXPECT_GT(diff, 0.05f) << "a cap of 1 did not change the probabilities";
 }
 
 // BF16 and block-quantised caches (keys and values alike, and mixed): head sizes of whole 32-element

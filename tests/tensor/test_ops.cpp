@@ -104,6 +104,19 @@ TEST(Ops, RopeMatchesReferenceAllModes) {
                             EXPECT_EQ(x[k], x0[k]);
                         }
                 for (int64_t i = 0; i < n_heads * head_dim; ++i) EXPECT_EQ(x[i], x0[i]);
+                // LongRoPE's attention factor scales the rotated elements only (ggml's mscale).
+                p.attn_factor = 1.19f;
+                auto y = x0, yr = x0;
+                ops::rope(y.data(), n_tokens, n_heads, head_dim, pos.data(), p);
+                ref::rope(yr.data(), n_tokens, n_heads, head_dim, pos.data(), p);
+                expect_close(y, yr, 3e-5f);
+                for (int64_t t = 0; t < n_tokens; ++t)
+                    for (int64_t h = 0; h < n_heads; ++h)
+                        for (int64_t i = 0; i < head_dim; ++i) {
+                            const int64_t k = (t * n_heads + h) * head_dim + i;
+                            if (i >= n_rot) EXPECT_EQ(y[k], x0[k]);
+                            else EXPECT_NEAR(y[k], 1.19f * x[k], 1e-5f);
+                        }
             }
         }
     }
@@ -173,6 +186,35 @@ TEST(Ops, GegluMatchesReference) {
     EXPECT_NEAR(y[1], 0.841192f, 1e-5f);
     EXPECT_NEAR(y[2], 2 * -0.158808f, 1e-5f);
     EXPECT_NEAR(y[3], 0.0f, 1e-12f);
+}
+
+// Soft-capping (gemma2): every CPU kernel against the double reference, arguments from 0 to far
+// past saturation (exp overflowing included), tails shorter than 8, caps 1 and 50.
+TEST(Ops, SoftcapMatchesReference) {
+    for (CpuKernel k : {CpuKernel::Generic, CpuKernel::Avx2}) {
+        if (!cpu_kernel_supported(k)) continue;
+        set_cpu_kernel(k);
+        for (const float cap : {1.0f, 50.0f}) {
+            for (int64_t n : {1, 7, 13, 1000}) {
+                auto x = random_vec(n, 41, 3.0f * cap);
+                x[0] = 0.0f;
+                if (n > 3) x[1] = 1e30f, x[2] = -1e30f, x[3] = 1e-20f;
+                auto xr = x;
+                ops::softcap(x.data(), n, 0.7f, cap);
+                ref::softcap(xr.data(), n, 0.7f, cap);
+                for (int64_t i = 0; i < n; ++i) {
+                    ASSERT_TRUE(std::isfinite(x[i]));
+                    ASSERT_NEAR(x[i], xr[i], 4e-7f * cap) << n << " " << i << " cap " << cap;
+                }
+            }
+        }
+    }
+    set_cpu_kernel(cpu_kernel_supported(CpuKernel::Avx2) ? CpuKernel::Avx2 : CpuKernel::Generic);
+    float y[3] = {0.0f, 100.0f, -2.0f};
+    ops::softcap(y, 3, 1.0f, 30.0f);
+    EXPECT_EQ(y[0], 0.0f);
+    EXPECT_NEAR(y[1], 30.0f * std::tanh(100.0f / 30.0f), 1e-5f);
+    EXPECT_NEAR(y[2], 30.0f * std::tanh(-2.0f / 30.0f), 1e-5f);
 }
 
 TEST(Ops, SwigluAndSoftmaxMatchReference) {

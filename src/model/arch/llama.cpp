@@ -1,17 +1,20 @@
-// The llama family's forward pass (GGUF `llama`, `qwen2`, `qwen3`):
+// The llama family's forward pass (GGUF `llama`, `qwen2`, `qwen3`, `phi3`):
 //
 //   x = embed(tokens)                                              [T, n_embd]
 //   for each layer:
 //     h = rms_norm(x) * attn_norm
 //     q, k, v = h . Wq, h . Wk, h . Wv   (+ biases: qwen2)           [T, q_dim], [T, kv_dim] x 2
 //     q, k = rms_norm(q) * q_norm, rms_norm(k) * k_norm per head   (qwen3)
-//     q, k = RoPE(q, k)                  (llama: adjacent pairs; qwen: halves)
+//     q, k = RoPE(q, k)                  (llama: adjacent pairs; qwen, phi3: halves; phi3: LongRoPE
+//                                         factors and attention factor, Session::rope_)
 //     a = attention over the budgeted cache (Session::attention)   [T, q_dim]
 //     x += a . Wo
 //     h = rms_norm(x) * ffn_norm
 //     x += (silu(h . W_gate) * (h . W_up)) . W_down                 (SwiGLU)
 //
-// The output head (final norm, output matrix) is shared (Session::forward).
+// phi3 is this diagram: its fused attn_qkv.weight and ffn_up.weight (gate rows, then up rows)
+// are read as the row ranges Wq, Wk, Wv and W_gate, W_up (model.h), and its sliding window is off
+// as in llama.cpp. The output head (final norm, output matrix) is shared (Session::forward).
 #include "model/session.h"
 #include "tensor/matmul.h"
 #include "tensor/ops.h"

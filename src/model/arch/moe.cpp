@@ -47,8 +47,7 @@ void Session::forward_moe(const int32_t* tokens, const int32_t* positions, int32
             ops::rms_norm(q_.data(), L.q_norm.data(), q_.data(), T * c.n_head, D, c.rms_eps);
         if (!L.k_norm.empty())
             ops::rms_norm(k_.data(), L.k_norm.data(), k_.data(), T * c.n_head_kv, D, c.rms_eps);
-        if (request_.queries > 0 && step != Step::Reconstruct)
-            remember_prerope_queries(l, T, positions);
+        remember_prerope_queries(l, T, positions, step);
         ops::rope(q_.data(), T, c.n_head, D, positions, rope_);     // [T, n_head, D]
         ops::rope(k_.data(), T, c.n_head_kv, D, positions, rope_);  // [T, n_head_kv, D]
         attention(l, T, positions, step, final_chunk);              // att [T, Q]

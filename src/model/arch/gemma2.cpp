@@ -1,0 +1,64 @@
+// The Gemma 2 forward pass (GGUF `gemma2`), as llama.cpp runs it (src/models/gemma2.cpp):
+//
+//   x = embed(tokens) * sqrt(n_embd)                               [T, n_embd]
+//   for each layer (sliding-window when l % 2 == 0, ModelConfig::is_swa; else global):
+//     h = rms_norm(x) * attn_norm          (the GGUF's norm weights already hold Gemma's 1 + w)
+//     q, k, v = h . Wq, h . Wk, h . Wv  (attn_qkv.weight's row ranges when fused; + optional biases)
+//     q, k = RoPE(q, k), halves (NEOX); one base and scaling for every layer unless the file
+//            gives rope.freq_base_swa
+//     a = attention, logits s = attn_softcap * tanh(q.k * attn_scale / attn_softcap)
+//         (Session::attention; sliding-window layers see only the last sliding_window positions)
+//     x += rms_norm(a . Wo) * post_attention_norm
+//     h = rms_norm(x) * ffn_norm
+//     x += rms_norm((gelu_tanh(h . W_gate) * (h . W_up)) . W_down) * post_ffw_norm
+//
+// Unlike gemma3: no Q/K norms, soft-capped attention logits, the same RoPE for both layer kinds.
+// The output head (final norm, the tied output, final soft-capping: 30 unless the file says
+// otherwise) is shared (Session::forward).
+#include <cmath>
+
+#include "model/session.h"
+#include "tensor/matmul.h"
+#include "tensor/ops.h"
+
+namespace kvec {
+
+void Session::forward_gemma2(const int32_t* tokens, const int32_t* positions, int32_t T, Step step,
+                             bool final_chunk) {
+    const ModelConfig& c = model_.config();
+    const ModelWeights& W = model_.weights();
+    const int64_t E = c.n_embd, Q = c.q_dim(), KV = c.kv_dim(), F = c.n_ff, D = c.head_dim;
+
+    ops::get_rows(W.token_embd, tokens, T, x_.data());  // x [T, E]
+    const float embd_scale = std::sqrt(static_cast<float>(E));
+    for (int64_t i = 0; i < T * E; ++i) x_[static_cast<size_t>(i)] *= embd_scale;
+    for (int l = 0; l < c.n_layer; ++l) {
+        const LayerWeights& L = W.layers[static_cast<size_t>(l)];
+        const ops::RopeParams& rope = c.is_swa(l) ? rope_swa_ : rope_;
+        // Attention block.
+        ops::rms_norm(x_.data(), L.attn_norm.data(), xn_.data(), T, E, c.rms_eps);  // [T, E]
+        matmul(xn_.data(), T, L.wq, q_.data());                                     // [T, Q]
+        matmul(xn_.data(), T, L.wk, k_.data());                                     // [T, KV]
+        matmul(xn_.data(), T, L.wv, v_.data());                                     // [T, KV]
+        if (!L.bq.empty()) ops::add_bias(q_.data(), L.bq.data(), T, Q);
+        if (!L.bk.empty()) ops::add_bias(k_.data(), L.bk.data(), T, KV);
+        if (!L.bv.empty()) ops::add_bias(v_.data(), L.bv.data(), T, KV);
+        remember_prerope_queries(l, T, positions, step);
+        ops::rope(q_.data(), T, c.n_head, D, positions, rope);     // [T, n_head, D]
+        ops::rope(k_.data(), T, c.n_head_kv, D, positions, rope);  // [T, n_head_kv, D]
+        attention(l, T, positions, step, final_chunk);             // att [T, Q], soft-capped logits
+        matmul(att_.data(), T, L.wo, proj_.data());                // [T, E]
+        ops::rms_norm(proj_.data(), L.attn_post_norm.data(), proj_.data(), T, E, c.rms_eps);
+        ops::add(x_.data(), proj_.data(), T * E);
+        // Feed-forward block (GELU-tanh gated).
+        ops::rms_norm(x_.data(), L.ffn_norm.data(), xn_.data(), T, E, c.rms_eps);
+        matmul(xn_.data(), T, L.w_gate, gate_.data());  // [T, F]
+        matmul(xn_.data(), T, L.w_up, up_.data());      // [T, F]
+        ops::geglu(gate_.data(), up_.data(), gate_.data(), T * F);
+        matmul(gate_.data(), T, L.w_down, proj_.data());  // [T, E]
+        ops::rms_norm(proj_.data(), L.ffn_post_norm.data(), proj_.data(), T, E, c.rms_eps);
+        ops::add(x_.data(), proj_.data(), T * E);
+    }
+}
+
+}  // namespace kvec
