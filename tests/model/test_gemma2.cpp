@@ -44,12 +44,6 @@ std::vector<int32_t> tokens(int n) {
     return t;
 }
 
-SessionOptions f32_options(int n_batch = 512) {
-    SessionOptions o;
-    o.kv_type_k = o.kv_type_v = KvType::F32;
-    o.n_batch = n_batch;
-    return o;
-}
 
 std::vector<float> all_logits(const Model& m, int n) {
     Session s(m, f32_options());

@@ -41,21 +41,7 @@ std::vector<int32_t> tokens(int n) {
     return t;
 }
 
-SessionOptions f32_options(int n_batch = 512) {
-    SessionOptions o;
-    o.kv_type_k = o.kv_type_v = KvType::F32;
-    o.n_batch = n_batch;
-    return o;
-}
 
-std::string load_error(const std::string& path) {
-    try {
-        Model::load(path);
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
-}
 
 TEST(Gemma3, ReadsHyperParameters) {
     const ModelConfig& c = gemma_model().config();

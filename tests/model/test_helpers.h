@@ -13,7 +13,10 @@
 
 #include "gguf/gguf.h"
 #include "kvcache/eviction.h"
+#include "model/model.h"
 #include "model/random_model.h"
+#include "model/session.h"
+#include "util/error.h"
 
 namespace kvec::testing_helpers {
 
@@ -52,6 +55,24 @@ inline RandomModelSpec tiny_spec(const std::string& arch = "llama") {
     s.n_ctx = 256;
     s.seed = 7;
     return s;
+}
+
+// Session options with F32 cache entries (the exact cache the parity checks compare against).
+inline SessionOptions f32_options(int n_batch = 512) {
+    SessionOptions o;
+    o.kv_type_k = o.kv_type_v = KvType::F32;
+    o.n_batch = n_batch;
+    return o;
+}
+
+// The message of the kvec::Error that loading `path` throws, "" when it loads.
+inline std::string load_error(const std::string& path) {
+    try {
+        Model::load(path);
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "";
 }
 
 inline std::string write_model(const RandomModelSpec& spec, const std::string& name) {

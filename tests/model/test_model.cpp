@@ -14,14 +14,6 @@ namespace {
 
 using namespace testing_helpers;
 
-std::string load_error(const std::string& path) {
-    try {
-        Model::load(path);
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
-}
 
 TEST(Model, ReadsHyperParameters) {
     RandomModelSpec s = tiny_spec("qwen3");

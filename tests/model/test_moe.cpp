@@ -242,14 +242,6 @@ const Model& qwen3moe_model() {
     return *m;
 }
 
-std::string load_error(const std::string& path) {
-    try {
-        Model::load(path);
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
-}
 
 TEST(Moe, ReadsHyperParametersAsLlamaCpp) {
     const ModelConfig& q3 = qwen3moe_model().config();
@@ -345,12 +337,6 @@ TEST(Moe, BadFilesGetOneClearError) {
     EXPECT_THROW(write_random_model(bad, temp_path("x.gguf")), Error);
 }
 
-SessionOptions f32_options(int n_batch = 512) {
-    SessionOptions o;
-    o.kv_type_k = o.kv_type_v = KvType::F32;
-    o.n_batch = n_batch;
-    return o;
-}
 
 std::vector<int32_t> tokens(int n) {
     std::vector<int32_t> t(static_cast<size_t>(n));

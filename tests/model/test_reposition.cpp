@@ -30,12 +30,6 @@ std::vector<int32_t> some_tokens(int n) {
     return t;
 }
 
-SessionOptions f32_options(int n_batch = 512) {
-    SessionOptions o;
-    o.kv_type_k = o.kv_type_v = KvType::F32;
-    o.n_batch = n_batch;
-    return o;
-}
 
 TEST(Rerotate, EqualsRopeAtTheNewPosition) {
     const int D = 16, n = 12;

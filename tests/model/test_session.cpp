@@ -26,12 +26,6 @@ std::vector<int32_t> some_tokens(int n, int seed = 1) {
     return t;
 }
 
-SessionOptions f32_options(int n_batch = 512) {
-    SessionOptions o;
-    o.kv_type_k = o.kv_type_v = KvType::F32;
-    o.n_batch = n_batch;
-    return o;
-}
 
 float max_abs_diff(std::span<const float> a, std::span<const float> b) {
     float m = 0;
