@@ -28,11 +28,12 @@ namespace kvec::int8::decode {
 
 // Most activation rows per call (more rows: the prefill kernels).
 constexpr int64_t kMaxRows = 16;
-// Most rows the dispatch gives them on CPUs with AVX-512 VNNI: from 7 rows on, the VNNI prefill
-// kernel on panels packed from the blocks in registers (panel_packer) is faster (one Zen 5 core,
-// TinyLlama-shaped Q4_K_M / Q4_0 / Q6_K: pp8 50-58 against 31-48 t/s, pp16 72-87 against 41-56;
-// pp5 29-38 against 36-48, pp6 about level).
-constexpr int64_t kMaxVnniRows = 6;
+// Most rows the dispatch gives them on CPUs with AVX-512 VNNI: from 5 rows on, the VNNI prefill
+// kernel on panels packed from the blocks in registers (panel_packer, Q8_0 included) is faster
+// (2 threads, quiet Zen 5, TinyLlama-shaped, batched decode `kvec bench --parallel 5,6`: Q4_K
+// 57.6 / 72.5 t/s against 50.6 / 54.1 with these kernels; Q8_0 x5 57.5 against 35.2; x4 the
+// other way: Q8_0 37.0 against 25.9).
+constexpr int64_t kMaxVnniRows = 4;
 
 // How a type's group is laid out: `group` elements in runs of `run`; the kernel consumes run i of
 // a group from the row's natural run order[i]. One weight scale per `sub` elements. A row whose

@@ -14,7 +14,9 @@
 // halves have their own scales). After the block: y += float(sum) * (scale_w * d_x), one
 // conversion, one multiply and one FMA per 32 x 16 multiply-adds, and for the types with a min
 // one more FMA, y += min_w * (d_x * sum(q_x)).
+#include <array>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "quant/blocks.h"
@@ -112,6 +114,7 @@ bool pack_panel(const PackedRows& rows, int64_t j0, int nj, int64_t nb, uint8_t*
     return rows.pack(rows.w + static_cast<size_t>(j0) * rows.row_bytes, rows.row_bytes, nj, nb, qp, sp, mp);
 }
 
+
 // y[i0 + i, j] for i < R, j < nj <= 16 NP, from NP consecutive panels (panel_bytes apart).
 // H = 2 keeps an int32 sum per half block (panels whose halves have their own scales); M adds
 // the min term from mp.
@@ -190,14 +193,23 @@ KVEC_VNNI void tile(const QuantRows& x, int64_t i0, const uint8_t* qp, const flo
     for (int i = 0; i < R; ++i) avx512::store_row<NP>(y + (i0 + i) * ldy, acc[i], nj, false);
 }
 
-// Every activation row against panels p0.. (nj rows in all), in tiles of R rows, then one row
-// at a time.
+// Every activation row against panels p0.. (nj rows in all), in tiles of at most R rows of equal
+// height (8 rows with R = 6: two tiles of 4, not 6 + 1 + 1: a tile of one row reads the panels
+// for one row's work).
 template <int R, int NP, int H, bool M>
 KVEC_VNNI void tile_rows(const QuantRows& x, int64_t nx, const uint8_t* qp, const float* sp, const float* mp,
                          int64_t nb, float* y, int64_t ldy, int nj) {
-    int64_t i = 0;
-    for (; i + R <= nx; i += R) tile<R, NP, H, M>(x, i, qp, sp, mp, nb, y, ldy, nj);
-    for (; i < nx; ++i) tile<1, NP, H, M>(x, i, qp, sp, mp, nb, y, ldy, nj);
+    using Tile = void (*)(const QuantRows&, int64_t, const uint8_t*, const float*, const float*, int64_t, float*,
+                          int64_t, int);
+    static constexpr auto kTiles = []<int... I>(std::integer_sequence<int, I...>) {
+        return std::array<Tile, R>{&tile<I + 1, NP, H, M>...};
+    }(std::make_integer_sequence<int, R>{});
+    const int64_t n_tiles = (nx + R - 1) / R;
+    for (int64_t t = 0, i = 0; t < n_tiles; ++t) {
+        const int64_t rows = (nx - i + (n_tiles - t) - 1) / (n_tiles - t);  // <= R
+        kTiles[rows - 1](x, i, qp, sp, mp, nb, y, ldy, nj);
+        i += rows;
+    }
 }
 
 // The tile for the panels' shape: two panels or one, sums per half or per block.

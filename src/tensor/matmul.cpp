@@ -217,16 +217,16 @@ void matmul_half(const float* x, int64_t n, const WeightView& w, float* y) {
 // Quantised weights, fast precision (AVX2), where the decode kernels (matmul_int8_decode) do not
 // apply: activations quantised to int8 once (int8_gemm.h), then int8 dot products. Work items are
 // (activation block, block of weight rows). With AVX-512 VNNI (more rows than the decode kernels
-// take) the VNNI kernel packs each item's rows into 16-row panels (Q8_0 in place, the other types
-// unpacked in registers: int8::decode::panel_packer) and runs on activation blocks of at most 256
-// rows, as the float prefill does. Without VNNI (Q8_0 decode and small batches; 17 to 23 rows of
+// take) the VNNI kernel packs each item's rows into 16-row panels (every type unpacked in
+// registers: int8::decode::panel_packer) and runs on activation blocks of at most 256 rows, as
+// the float prefill does. Without VNNI (Q8_0 decode and small batches; 17 to 23 rows of
 // the other types) a work item unpacks its rows into a thread-local panel (Q8_0 rows are read in
 // place) and runs the AVX2 tiles on activation blocks of about 256 KiB, which stay in L2 while the
 // weight blocks pass.
 void matmul_int8(const float* x, int64_t n, const WeightView& w, float* y) {
     constexpr int64_t kPanelRows = 16;
     const int64_t k = w.n_in, nb = k / int8::kBlock;
-    const bool vnni = n > 4 && int8::vnni_enabled();
+    const bool vnni = n > int8::decode::kMaxVnniRows && int8::vnni_enabled();
     thread_local std::vector<int8_t> aq;   // [n, k] quantised activations
     thread_local std::vector<float> ad;    // [n, nb] their block scales
     thread_local std::vector<float> ah;    // [n, nb, 2] their half-block sums (times the scale)
@@ -241,10 +241,12 @@ void matmul_int8(const float* x, int64_t n, const WeightView& w, float* y) {
     float* d_out = ad.data();
     float* h_out = ah.data();
     int32_t* s_out = vnni ? as.data() : nullptr;
-    const bool in_place = w.type == GgmlType::Q8_0;
     const bool has_min = int8::panel_has_min(w.type);
-    // With VNNI the other types are packed into panels straight from their blocks.
+    // With VNNI every type is packed into panels straight from its blocks (in registers; Q8_0 too:
+    // its scalar in-place packing cost batched decode half its speed); without, Q8_0 rows are read
+    // in place.
     const int8::PanelPacker packer = vnni ? int8::decode::panel_packer(w.type) : nullptr;
+    const bool in_place = w.type == GgmlType::Q8_0 && packer == nullptr;
     const int64_t act_block = vnni ? prefill_act_block(n)
                               : n <= 4 ? n
                                        : std::max<int64_t>(4, ((256 * 1024) / k) & ~int64_t{3});
@@ -295,7 +297,7 @@ void matmul_int8(const float* x, int64_t n, const WeightView& w, float* y) {
     }
 }
 
-// Quantised weights with up to 6 (VNNI) or 16 activation rows (decode, small batches),
+// Quantised weights with up to 4 (VNNI) or 16 activation rows (decode, small batches),
 // Fast precision: the activations are quantised and laid out for the weight type (int8_decode.h)
 // by every thread into its own buffers (a few microseconds, cheaper than waiting for each other at
 // a barrier), then each thread streams its share of the weight rows once through the decode

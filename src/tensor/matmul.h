@@ -3,13 +3,13 @@
 //
 // Dispatch point. matmul() picks an implementation per weight type and precision; the kernels
 // are chosen at start-up according to the CPU (AVX2+FMA+F16C or generic; AVX-512 where present):
-//   up to 6 rows with AVX-512 VNNI, 16 without (decode, small batches; int8::decode::kernel_for),
+//   up to 4 rows with AVX-512 VNNI, 16 without (decode, small batches; int8::decode::kernel_for),
 //       quantised types, Fast precision (AVX2): int8 activations x int8 weights read in place,
 //       each block unpacked in registers (int8_decode.h; AVX-512 VNNI where enabled). Q8_0
 //       without VNNI: its in-place AVX2 int8 kernel (int8_gemm.h);
 //   more rows, Fast precision, CPU with AVX-512 VNNI / BF16: quantised types by int8 dot
-//       products on 16-row panels (int8_gemm.h, gemm_vnni; Q8_0 packed from its blocks in place,
-//       the others unpacked in registers as for decode, int8::decode::panel_packer), F16/BF16
+//       products on 16-row panels (int8_gemm.h, gemm_vnni_packed; every type's blocks unpacked in
+//       registers as for decode and transposed into panels, int8::decode::panel_packer), F16/BF16
 //       (from 5 rows on) by bf16 dot products (bf16_gemm.h);
 //   prefill (kernels::kPackedMinRows rows or more, AVX2), otherwise: activations packed once,
 //       weights converted to float by the packed tile kernel as it packs them (F16, BF16, Q8_0,

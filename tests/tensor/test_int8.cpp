@@ -213,7 +213,7 @@ TEST_P(Int8Types, VnniKernelMatchesScalarReference) {
         const Quantised w = quantise(type, gaussian(k * nw, 23, 0.5f), k, nw);
         const PanelForm p = panel_form(w.view);
         const int64_t ldy = nw + 3;
-        for (int64_t nx : {1, 5, 6, 11, 25}) {
+        for (int64_t nx : {1, 5, 6, 7, 8, 11, 16, 25}) {  // tiles of equal height: 4 + 3, 4 + 4, 6 + 5...
             const auto x = gaussian(nx * k, 70 + static_cast<uint32_t>(nx));
             const Acts a = quantise_acts_ref(x, nx, k);
             std::vector<float> want(static_cast<size_t>(nx * ldy)), got(want.size(), -7.0f);
@@ -232,7 +232,8 @@ TEST_P(Int8Types, VnniKernelMatchesScalarReference) {
                 std::vector<float> in_place(got.size(), -7.0f);
                 int8::gemm_q8_0_vnni(a.view(k), nx, w.view.data, w.view.row_bytes, nw, in_place.data(), ldy);
                 EXPECT_EQ(in_place, got);
-            } else if (packer != nullptr) {
+            }
+            if (packer != nullptr) {
                 std::vector<float> packed(got.size(), -7.0f);
                 int8::gemm_vnni_packed(a.view(k), nx, packer, int8::panel_has_min(type), w.view.data,
                                        w.view.row_bytes, nw, packed.data(), ldy);
@@ -396,9 +397,9 @@ TEST(Int8, VnniExactAtExtremeBytes) {
 
 // A row's result does not depend on the other rows of its call, as long as the call takes the
 // same kernel: every output is computed by the same operations whatever tile it falls in. Decode
-// kernels (up to int8::decode::kMaxVnniRows rows with VNNI, kMaxRows without): 3, 4 or 6 rows
-// against one at a time. Batches of more rows (with AVX-512 VNNI from 7 rows on, otherwise from
-// kernels::kPackedMinRows): 19 of 30 against all 30.
+// kernels (up to int8::decode::kMaxVnniRows rows with VNNI, kMaxRows without): 2, 3 or 4 rows
+// against one at a time. Batches of more rows (with AVX-512 VNNI from 5 rows on, otherwise from
+// kernels::kPackedMinRows): 8 and 19 of 30 against all 30 (tiles of other heights).
 TEST(Int8, RowsIndependentOfBatching) {
     const int64_t k = 2048, n_out = 40, n = 30;
     set_matmul_precision(MatmulPrecision::Fast);
@@ -406,7 +407,7 @@ TEST(Int8, RowsIndependentOfBatching) {
         const Quantised w = quantise(type, gaussian(k * n_out, 61, 0.5f), k, n_out);
         const auto x = gaussian(n * k, 62);
         std::vector<float> all(static_cast<size_t>(n * n_out)), part(all.size()), one(static_cast<size_t>(n_out));
-        for (int64_t batch : {3, 4, 6}) {
+        for (int64_t batch : {2, 3, 4}) {
             matmul(x.data(), batch, w.view, part.data());
             for (int64_t i = 0; i < batch; ++i) {
                 matmul(x.data() + i * k, 1, w.view, one.data());
@@ -417,9 +418,12 @@ TEST(Int8, RowsIndependentOfBatching) {
         }
         if (!int8::vnni_enabled()) continue;  // 19 rows take the AVX2 int8 tiles, 30 the float prefill
         matmul(x.data(), n, w.view, all.data());
-        matmul(x.data() + 7 * k, 19, w.view, part.data());
-        for (int64_t i = 0; i < 19 * n_out; ++i) {
-            ASSERT_EQ(part[static_cast<size_t>(i)], all[static_cast<size_t>(7 * n_out + i)]) << ggml_type_name(type);
+        for (int64_t rows : {8, 19}) {
+            matmul(x.data() + 7 * k, rows, w.view, part.data());
+            for (int64_t i = 0; i < rows * n_out; ++i) {
+                ASSERT_EQ(part[static_cast<size_t>(i)], all[static_cast<size_t>(7 * n_out + i)])
+                    << ggml_type_name(type) << " " << rows;
+            }
         }
     }
 }
