@@ -237,6 +237,7 @@ CompletionRequest parse_request(std::string_view text, Endpoint endpoint, const 
     }
     if (const json* v = field(body, "stop")) r.stop = parse_stop(*v);
     if (const json* v = field(body, "stream")) r.stream = get_bool(*v, "stream");
+    if (const json* v = field(body, "id_slot")) r.id_slot = static_cast<int32_t>(get_int(*v, "id_slot", -1, INT32_MAX));
     if (const json* v = field(body, "stream_options")) {
         if (!v->is_object()) wrong_type("stream_options", "an object", *v);
         if (const json* u = field(*v, "include_usage")) r.include_usage = get_bool(*u, "stream_options.include_usage");

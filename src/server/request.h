@@ -56,6 +56,7 @@ struct CompletionRequest {
     std::vector<std::string> stop;
     bool stream = false;
     bool include_usage = false;           // stream_options.include_usage: a last chunk with usage
+    int32_t id_slot = -1;                 // llama-server's id_slot: the slot to run on (-1: any)
     KvChoice kv;
 };
 

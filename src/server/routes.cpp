@@ -75,6 +75,10 @@ SlotLease Server::acquire(const PreparedRequest& p) {
     r.kv_bytes = kv.peak;
     r.kv_steady_bytes = kv.steady;
     r.timeout = std::chrono::seconds(options_.queue_timeout_s);
+    r.slot = p.request.id_slot;
+    if (r.slot >= slots_->size()) {
+        bad_request("invalid_value", "'id_slot' is {}, but the server has slots 0 to {}", r.slot, slots_->size() - 1);
+    }
     try {
         return slots_->acquire(r);
     } catch (const SlotPool::Timeout& e) {

@@ -37,24 +37,38 @@ SlotPool::SlotPool(const Model& model, const SessionOptions& options, int n, siz
     for (int i = n - 1; i >= 0; --i) free_.push_back(slots_[static_cast<size_t>(i)].get());
 }
 
-Slot* SlotPool::pick(std::span<const int32_t> prompt, const std::string* reuse_spec, int32_t& reuse) const {
+namespace {
+
+// Prompt tokens slot s's kept conversation of policy spec holds (at most all but the last prompt
+// token, which is run again for its logits); 0 when it keeps none of that policy.
+int32_t reusable(const Slot& s, std::span<const int32_t> prompt, const std::string* spec) {
+    if (spec == nullptr || prompt.empty() || !s.kept || s.kept->spec != *spec) return 0;
+    const std::vector<int32_t>& held = s.session->tokens();
+    const size_t n = std::min(held.size(), prompt.size() - 1);
+    return static_cast<int32_t>(
+        std::mismatch(held.begin(), held.begin() + static_cast<std::ptrdiff_t>(n), prompt.begin()).first -
+        held.begin());
+}
+
+}  // namespace
+
+Slot* SlotPool::pick(const SlotRequest& request, int32_t& reuse) const {
     reuse = 0;
-    Slot* best = nullptr;
-    if (reuse_spec != nullptr && !prompt.empty()) {
-        for (Slot* s : free_) {
-            if (!s->kept || s->kept->spec != *reuse_spec) continue;
-            const std::vector<int32_t>& held = s->session->tokens();
-            const size_t n = std::min(held.size(), prompt.size() - 1);  // the last prompt token is run again
-            const auto common = static_cast<int32_t>(
-                std::mismatch(held.begin(), held.begin() + static_cast<std::ptrdiff_t>(n), prompt.begin()).first -
-                held.begin());
-            if (common > reuse) {
-                reuse = common;
-                best = s;
-            }
-        }
-        if (best != nullptr) return best;
+    if (request.slot >= 0) {  // that slot or none (it is busy)
+        const auto it = std::find_if(free_.begin(), free_.end(), [&](const Slot* s) { return s->id == request.slot; });
+        if (it == free_.end()) return nullptr;
+        reuse = reusable(**it, request.prompt, request.reuse_spec);
+        return *it;
     }
+    Slot* best = nullptr;
+    for (Slot* s : free_) {
+        const int32_t common = reusable(*s, request.prompt, request.reuse_spec);
+        if (common > reuse) {
+            reuse = common;
+            best = s;
+        }
+    }
+    if (best != nullptr) return best;
     for (auto it = free_.rbegin(); it != free_.rend(); ++it) {  // lowest id first
         if (!(*it)->kept) return *it;
     }
@@ -95,6 +109,7 @@ void SlotPool::next_ticket() {
 }
 
 SlotLease SlotPool::acquire(const SlotRequest& request) {
+    if (request.slot >= size()) fail("slot {} does not exist (the server has slots 0 to {})", request.slot, size() - 1);
     if (kv_memory_ > 0 && request.kv_bytes > kv_memory_) {
         fail("the request may need {} bytes of KV cache, more than the server's --kv-memory of {} bytes: ask for fewer "
              "tokens or a smaller budget", request.kv_bytes, kv_memory_);
@@ -106,8 +121,8 @@ SlotLease SlotPool::acquire(const SlotRequest& request) {
     int32_t reuse = 0;
     const auto ready = [&] {
         if (ticket != serving_ || free_.empty()) return false;
-        slot = pick(request.prompt, request.reuse_spec, reuse);
-        return make_room(request.kv_bytes, slot);
+        slot = pick(request, reuse);
+        return slot != nullptr && make_room(request.kv_bytes, slot);
     };
     if (request.timeout.count() > 0) {
         if (!freed_.wait_for(lock, request.timeout, ready)) {

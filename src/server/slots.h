@@ -97,6 +97,7 @@ struct SlotRequest {
     size_t kv_bytes = 0;                      // KV bytes to reserve (counted only under --kv-memory)
     size_t kv_steady_bytes = 0;               // what stays reserved after the prompt (SlotLease::settle)
     std::chrono::milliseconds timeout{0};     // how long it may wait in the queue (0: for ever)
+    int slot = -1;                            // the slot it must run on (llama-server's id_slot; -1: any)
 };
 
 class SlotPool {
@@ -114,9 +115,11 @@ public:
     // request wants its conversation reused), the free slot keeping a conversation of that policy
     // that shares the longest token prefix with the prompt is taken, and the lease's reuse() says
     // how many prompt tokens it holds (at most all but the last, whose logits are needed).
-    // Otherwise an empty slot, else the least recently used one keeping a conversation.
+    // Otherwise an empty slot, else the least recently used one keeping a conversation. A request
+    // naming its slot (request.slot) takes that one (reusing its conversation as above), waiting
+    // while it is busy; requests behind it in the queue wait too (first come, first served).
     // Under --kv-memory it also waits until request.kv_bytes fit (see above); kvec::Error when they
-    // exceed the bound by themselves, Timeout after request.timeout.
+    // exceed the bound by themselves or the named slot does not exist, Timeout after request.timeout.
     SlotLease acquire(const SlotRequest& request = {});
     // Leases slot `id` if it is free now (slot save / restore / erase); nullopt if it is busy.
     // kvec::Error for an id that is not a slot.
@@ -140,7 +143,8 @@ private:
     friend class SlotLease;
     void release(Slot& slot, size_t reserved);
     void unreserve(size_t bytes);  // part of a running request's reservation comes free
-    Slot* pick(std::span<const int32_t> prompt, const std::string* reuse_spec, int32_t& reuse) const;  // under mutex_
+    // The free slot to lease (nullptr: the named slot is busy) and the prompt tokens it holds.
+    Slot* pick(const SlotRequest& request, int32_t& reuse) const;  // under mutex_
     // Under mutex_: whether `bytes` fit beside the reservations and the idle slots' kept
     // conversations (other than `taking`), dropping those least recently used first if needed.
     bool make_room(size_t bytes, const Slot* taking);

@@ -1005,6 +1005,47 @@ TEST(Server, ARestoredSlotContinuesAsTheLiveSlotDid) {
     EXPECT_EQ(again.at("kv").at("entries_end"), live.at("kv").at("entries_end"));
 }
 
+// llama-server's id_slot: a request runs on the slot it names, continuing that slot's kept
+// conversation (even where another slot keeps a longer match), and a slot that is not there or a
+// value of the wrong type is a 400 naming the field.
+TEST(Server, IdSlotRunsARequestOnTheSlotItNames) {
+    TestServer s(reuse_server(fresh_dir("id-slot")));
+    auto c = s.client();
+    const json kv = {{"reuse", true}};
+    auto on_slot = [&](const std::string& prompt, int slot) {
+        json body = {{"prompt", prompt}, {"max_tokens", 4}, {"temperature", 0}, {"kv", kv}, {"id_slot", slot}};
+        auto res = post(c, "/v1/completions", body.dump());
+        EXPECT_TRUE(res);
+        EXPECT_EQ(res->status, 200) << res->body;
+        return json::parse(res->body);
+    };
+    const std::string elsewhere = "The river ran north past the mill";
+    EXPECT_EQ(on_slot(kPrompt, 1).at("kv").at("slot").get<int>(), 1);
+    EXPECT_EQ(on_slot(elsewhere, 0).at("kv").at("slot").get<int>(), 0);
+    // Slot 1 named: it continues its own conversation.
+    const json first = on_slot(kPrompt, 1);
+    EXPECT_GT(cached_of(first), 0);
+    const std::string longer = kPrompt + text_of(first) + " at dawn";
+    const json next = on_slot(longer, 1);
+    EXPECT_EQ(next.at("kv").at("slot").get<int>(), 1);
+    EXPECT_GE(cached_of(next), first.at("usage").at("prompt_tokens").get<int64_t>());
+    // Slot 0 named with the prompt slot 1 holds: it runs on 0, which holds none of it, and gives
+    // what slot 1 gave.
+    const json other = on_slot(longer, 0);
+    EXPECT_EQ(other.at("kv").at("slot").get<int>(), 0);
+    EXPECT_LT(cached_of(other), cached_of(next));
+    EXPECT_EQ(text_of(other), text_of(next));
+    for (const json& bad : {json(2), json(-2), json("1"), json(1.5)}) {
+        json body = {{"prompt", kPrompt}, {"max_tokens", 2}, {"id_slot", bad}};
+        auto res = post(c, "/v1/completions", body.dump());
+        ASSERT_TRUE(res);
+        EXPECT_EQ(res->status, 400) << bad.dump();
+        EXPECT_NE(json::parse(res->body).at("error").at("message").get<std::string>().find("id_slot"), std::string::npos)
+            << res->body;
+    }
+    EXPECT_EQ(on_slot(kPrompt, -1).at("usage").at("completion_tokens").get<int64_t>(), 4);
+}
+
 TEST(Server, SlotFilesStayInsideTheSaveDirectory) {
     const std::string dir = fresh_dir("confined-slots");
     TestServer s(reuse_server(dir));
@@ -1162,6 +1203,31 @@ TEST(SlotPool, KeptConversationsGiveTheirMemoryUpToNewRequests) {
     SlotLease b = pool.acquire(r);  // the other slot
     EXPECT_EQ(pool.kept(), 0);
     EXPECT_EQ(pool.kv_bytes(), 0u);
+}
+
+// A request naming a slot takes that slot, waits while it is busy (timing out like any other
+// request), and a slot that does not exist is refused.
+TEST(SlotPool, ANamedSlotIsTakenOrWaitedFor) {
+    SlotPool pool(*loaded().model, SessionOptions{}, 3);
+    SlotRequest one;
+    one.slot = 1;
+    std::optional<SlotLease> a(pool.acquire(one));
+    EXPECT_EQ(a->slot().id, 1);
+    SlotRequest impatient = one;
+    impatient.timeout = std::chrono::milliseconds(100);
+    EXPECT_THROW(pool.acquire(impatient), SlotPool::Timeout);  // slots 0 and 2 are free, 1 is not
+    std::atomic<int> got{-1};
+    std::thread waiter([&] { got = pool.acquire(one).slot().id; });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_EQ(got.load(), -1);
+    a.reset();
+    waiter.join();
+    EXPECT_EQ(got.load(), 1);
+    SlotRequest missing;
+    missing.slot = 3;
+    EXPECT_THROW(pool.acquire(missing), Error);
+    SlotLease held = pool.acquire(one);
+    EXPECT_NE(pool.acquire().slot().id, 1);  // unnamed: a free one
 }
 
 TEST(Server, KvMemoryAdmissionAnswers400And503WithRetryAfter) {
