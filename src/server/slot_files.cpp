@@ -135,6 +135,19 @@ void Server::slot_action(const httplib::Request& req, httplib::Response& res) {
             if (!file.policy().empty()) policy = policy::make_policy(file.policy());
             session.set_evictor(policy.get());
             file.restore(session);
+            const size_t bytes = session.kv_cache().bytes();
+            if (!slots_->make_room_for_kept(slot, bytes)) {
+                session.reset();
+                session.set_evictor(nullptr);
+                if (bytes > slots_->kv_memory()) {
+                    bad_request("kv_memory_exceeded", "'{}' holds {} bytes of KV cache, more than the server's "
+                                "--kv-memory of {} bytes", name, bytes, slots_->kv_memory());
+                }
+                throw ApiError(503, "server_error", "server_busy",
+                               fmt::format("'{}' holds {} bytes of KV cache, more than the running requests leave "
+                                           "free under --kv-memory; try again", name, bytes))
+                    .retry_after(std::max(1, options_.queue_timeout_s / 4));
+            }
             slot.kept = Slot::Kept{file.policy(), policy};
             body["filename"] = name;
             body["n_restored"] = session.n_past();

@@ -160,6 +160,11 @@ std::optional<SlotLease> SlotPool::try_acquire(int id) {
     return SlotLease(*this, *slot);
 }
 
+bool SlotPool::make_room_for_kept(const Slot& slot, size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return make_room(bytes, &slot);
+}
+
 void SlotPool::release(Slot& slot, size_t reserved) {
     // Frees the cache's memory and detaches the request's policy (it dies with the request),
     // unless the slot keeps its conversation.

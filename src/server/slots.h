@@ -124,6 +124,10 @@ public:
     // Leases slot `id` if it is free now (slot save / restore / erase); nullopt if it is busy.
     // kvec::Error for an id that is not a slot.
     std::optional<SlotLease> try_acquire(int id);
+    // Under --kv-memory, whether `bytes` (a conversation restored into the leased `slot`, to be
+    // kept) fit beside the running requests' reservations and the other kept conversations, once
+    // kept conversations of idle slots are dropped (least recently used first) to make room.
+    bool make_room_for_kept(const Slot& slot, size_t bytes);
 
     int size() const { return static_cast<int>(slots_.size()); }
     int busy() const;          // slots leased now

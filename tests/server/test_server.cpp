@@ -1046,6 +1046,49 @@ TEST(Server, IdSlotRunsARequestOnTheSlotItNames) {
     EXPECT_EQ(on_slot(kPrompt, -1).at("usage").at("completion_tokens").get<int64_t>(), 4);
 }
 
+// A restored conversation counts against --kv-memory like a kept one: restoring makes room by
+// dropping idle slots' kept conversations (least recently used first), and a file whose cache is
+// larger than the bound by itself is refused.
+TEST(Server, RestoringASlotStaysWithinKvMemory) {
+    const std::string dir = fresh_dir("restore-bounded");
+    int64_t bytes = 0;
+    {
+        TestServer s(reuse_server(dir));
+        auto c = s.client();
+        const json first = completion(c, kPrompt, json{{"reuse", true}});
+        auto saved = slot_call(c, first.at("kv").at("slot").get<int>(), "save", {{"filename", "doc.slot"}});
+        ASSERT_TRUE(saved);
+        ASSERT_EQ(saved->status, 200) << saved->body;
+        bytes = static_cast<int64_t>(scrape(s)["kvec_kv_cache_bytes"]);
+        ASSERT_GT(bytes, 0);
+    }
+    ServerOptions o = reuse_server(dir);
+    o.kv_memory = static_cast<size_t>(bytes * 3 / 2);  // room for one such conversation, not two
+    TestServer s(o);
+    auto c = s.client();
+    double restored = 0;  // a restored cache holds no allocation slack: fewer bytes than the live one
+    for (int slot : {0, 1}) {
+        auto r = slot_call(c, slot, "restore", {{"filename", "doc.slot"}});
+        ASSERT_TRUE(r);
+        EXPECT_EQ(r->status, 200) << r->body;
+        auto m = scrape(s);
+        EXPECT_EQ(m["kvec_slots_kept"], 1) << slot;  // slot 0's conversation made room for slot 1's
+        if (slot == 0) restored = m["kvec_kv_cache_bytes"];
+        EXPECT_EQ(m["kvec_kv_cache_bytes"], restored);
+        EXPECT_LE(m["kvec_kv_cache_bytes"], m["kvec_kv_memory_bytes"]);
+    }
+    EXPECT_GT(restored * 2, static_cast<double>(o.kv_memory));  // two would not have fit
+    ServerOptions small = reuse_server(dir);
+    small.kv_memory = static_cast<size_t>(bytes / 2);
+    TestServer tight(small);
+    auto t = tight.client();
+    auto r = slot_call(t, 0, "restore", {{"filename", "doc.slot"}});
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400);
+    EXPECT_EQ(json::parse(r->body).at("error").at("code"), "kv_memory_exceeded") << r->body;
+    EXPECT_EQ(scrape(tight)["kvec_kv_cache_bytes"], 0);
+}
+
 TEST(Server, SlotFilesStayInsideTheSaveDirectory) {
     const std::string dir = fresh_dir("confined-slots");
     TestServer s(reuse_server(dir));
