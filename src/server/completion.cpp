@@ -33,7 +33,7 @@ PreparedRequest prepare_request(CompletionRequest request, const Tokenizer& toke
 }
 
 KvReservation kv_reservation(const PreparedRequest& p, const Model& model, const SessionOptions& options,
-                             int32_t n_ctx) {
+                             int32_t n_ctx, int32_t reuse, size_t kept_bytes) {
     const ModelConfig& c = model.config();
     const Evictor* policy = p.request.kv.policy.get();
     const int64_t prompt = static_cast<int64_t>(p.prompt_tokens.size());
@@ -53,8 +53,14 @@ KvReservation kv_reservation(const PreparedRequest& p, const Model& model, const
         return r;
     }
     const int64_t budget = std::min<int64_t>(prompt, frame->budget_for_prompt(static_cast<int32_t>(prompt)));
-    const int64_t held = frame->frame().chunked ? std::min(prompt, budget + options.n_batch) : prompt;
     r.steady = bytes(budget + generated);
+    if (reuse > 0) {  // the kept (compressed) conversation, then the rest of the prompt on top of it
+        const int64_t rest = prompt - reuse;
+        r.peak = std::max(kept_bytes + bytes(frame->frame().chunked ? std::min<int64_t>(rest, options.n_batch) : rest),
+                          r.steady);
+        return r;
+    }
+    const int64_t held = frame->frame().chunked ? std::min(prompt, budget + options.n_batch) : prompt;
     r.peak = std::max(bytes(held), r.steady);
     return r;
 }

@@ -37,12 +37,15 @@ PreparedRequest prepare_request(CompletionRequest request, const Tokenizer& toke
 //           cache and policies without a budget;
 //   steady  from the first decode step on: min(B, prompt) + max_tokens for a budgeted policy
 //           (what it keeps of the prompt and what the answer adds), the peak otherwise.
+// A budgeted request continuing `reuse` prompt tokens of a slot's kept conversation (which holds
+// kept_bytes) peaks at kept_bytes plus the rest of the prompt (one chunk with chunked=true): only
+// that rest is prefilled, on top of the compressed cache.
 struct KvReservation {
     size_t peak = 0;
     size_t steady = 0;
 };
 KvReservation kv_reservation(const PreparedRequest& request, const Model& model, const SessionOptions& options,
-                             int32_t n_ctx);
+                             int32_t n_ctx, int32_t reuse = 0, size_t kept_bytes = 0);
 
 // Which prompt positions (< n_prompt) the session's cache holds, per layer and KV head: coverage
 // always, the (start, length) runs with `runs`.

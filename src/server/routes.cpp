@@ -74,6 +74,10 @@ SlotLease Server::acquire(const PreparedRequest& p) {
     const KvReservation kv = kv_reservation(p, model_, options_.session, slots_->n_ctx());
     r.kv_bytes = kv.peak;
     r.kv_steady_bytes = kv.steady;
+    r.reserve_reused = [&](int32_t reuse, size_t kept_bytes) {
+        const KvReservation k = kv_reservation(p, model_, options_.session, slots_->n_ctx(), reuse, kept_bytes);
+        return std::pair(k.peak, k.steady);
+    };
     r.timeout = std::chrono::seconds(options_.queue_timeout_s);
     r.slot = p.request.id_slot;
     if (r.slot >= slots_->size()) {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <tuple>
 
 #include "util/error.h"
 
@@ -119,10 +120,17 @@ SlotLease SlotPool::acquire(const SlotRequest& request) {
     ++queued_;
     Slot* slot = nullptr;
     int32_t reuse = 0;
+    size_t peak = request.kv_bytes, steady = request.kv_steady_bytes;
     const auto ready = [&] {
         if (ticket != serving_ || free_.empty()) return false;
         slot = pick(request, reuse);
-        return slot != nullptr && make_room(request.kv_bytes, slot);
+        if (slot == nullptr) return false;
+        peak = request.kv_bytes;
+        steady = request.kv_steady_bytes;
+        if (reuse > 0 && request.reserve_reused) {
+            std::tie(peak, steady) = request.reserve_reused(reuse, slot->kv_bytes.load(std::memory_order_relaxed));
+        }
+        return make_room(peak, slot);
     };
     if (request.timeout.count() > 0) {
         if (!freed_.wait_for(lock, request.timeout, ready)) {
@@ -143,11 +151,11 @@ SlotLease SlotPool::acquire(const SlotRequest& request) {
     next_ticket();
     free_.erase(std::find(free_.begin(), free_.end(), slot));
     slot->last_used = ++clock_;
-    const size_t reserved = kv_memory_ > 0 ? request.kv_bytes : 0;
+    const size_t reserved = kv_memory_ > 0 ? peak : 0;
     reserved_ += reserved;
     lock.unlock();
     freed_.notify_all();  // the next ticket may find another free slot
-    return SlotLease(*this, *slot, reuse, reserved, kv_memory_ > 0 ? std::min(request.kv_steady_bytes, reserved) : 0);
+    return SlotLease(*this, *slot, reuse, reserved, kv_memory_ > 0 ? std::min(steady, reserved) : 0);
 }
 
 std::optional<SlotLease> SlotPool::try_acquire(int id) {

@@ -25,6 +25,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -98,6 +99,9 @@ struct SlotRequest {
     size_t kv_steady_bytes = 0;               // what stays reserved after the prompt (SlotLease::settle)
     std::chrono::milliseconds timeout{0};     // how long it may wait in the queue (0: for ever)
     int slot = -1;                            // the slot it must run on (llama-server's id_slot; -1: any)
+    // The reservation (peak, steady) when the slot picked continues `reuse` prompt tokens of its
+    // kept conversation, which holds `kept_bytes`; null: kv_bytes and kv_steady_bytes always.
+    std::function<std::pair<size_t, size_t>(int32_t reuse, size_t kept_bytes)> reserve_reused;
 };
 
 class SlotPool {

@@ -1273,6 +1273,53 @@ TEST(SlotPool, ANamedSlotIsTakenOrWaitedFor) {
     EXPECT_NE(pool.acquire().slot().id, 1);  // unnamed: a free one
 }
 
+// A request that continues a kept conversation reserves what reserve_reused says for it (a
+// budgeted policy: the kept bytes and the rest of the prompt), not a fresh prompt's peak: here the
+// fresh peak would have dropped the other slot's conversation, the continuation leaves it kept.
+TEST(SlotPool, AContinuedConversationReservesItsKeptBytesAndTheRest) {
+    for (bool reserve_reused : {false, true}) {
+        SlotPool pool(*loaded().model, SessionOptions{}, 2, 60000);
+        std::vector<int32_t> tokens[2] = {std::vector<int32_t>(40, 100), std::vector<int32_t>(40, 200)};
+        {
+            SlotLease a = pool.acquire();
+            SlotLease b = pool.acquire();
+            for (SlotLease* l : {&a, &b}) {
+                Slot& s = l->slot();
+                s.session->prefill(tokens[l == &a ? 0 : 1]);  // 40 entries per head, more than 20 kB
+                s.kept = Slot::Kept{"kvec", nullptr};
+                s.publish_kv_bytes();
+            }
+        }
+        ASSERT_EQ(pool.kept(), 2);
+        std::vector<int32_t> prompt = tokens[0];
+        prompt.insert(prompt.end(), 5, 300);
+        const std::string spec = "kvec";
+        SlotRequest r;
+        r.prompt = prompt;
+        r.reuse_spec = &spec;
+        r.kv_bytes = 50000;  // beside the other conversation's bytes: over the bound
+        r.kv_steady_bytes = 30000;
+        size_t kept = 0;
+        if (reserve_reused) {
+            r.reserve_reused = [&](int32_t reuse, size_t kept_bytes) {
+                EXPECT_EQ(reuse, 40);
+                kept = kept_bytes;
+                return std::pair(kept_bytes + 1000, kept_bytes + 500);
+            };
+        }
+        SlotLease l = pool.acquire(r);
+        EXPECT_EQ(l.reuse(), 40);
+        if (reserve_reused) {
+            EXPECT_GT(kept, 20000u);
+            EXPECT_EQ(pool.kv_reserved(), kept + 1000);
+            EXPECT_EQ(pool.kept(), 1);  // the other conversation stays
+        } else {
+            EXPECT_EQ(pool.kv_reserved(), 50000u);
+            EXPECT_EQ(pool.kept(), 0);  // dropped to make room
+        }
+    }
+}
+
 TEST(Server, KvMemoryAdmissionAnswers400And503WithRetryAfter) {
     ServerOptions o;
     o.parallel = 2;
