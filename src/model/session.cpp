@@ -164,11 +164,10 @@ void Session::set_evictor(Evictor* evictor) {
              "last row or decode-time calls, which the deferred hook cannot provide");
     }
     const ModelConfig& c = model_.config();
-    if (c.has_swa() && (request_.all_layers || request_.reconstruct_chunk > 0)) {
-        fail("eviction policy {} is not supported on '{}': it {} across all layers, and {} has sliding-window "
-             "layers, which policies leave alone (per-layer policies act on its global layers)",
-             request_.all_layers ? "with a cross-layer selection" : "with context reconstruction",
-             model_.path(), request_.all_layers ? "selects" : "reconstructs", c.arch_name);
+    if (c.has_swa() && request_.reconstruct_chunk > 0) {
+        fail("eviction policy with context reconstruction is not supported on '{}': it reconstructs across all "
+             "layers, and {} has sliding-window layers, which policies leave alone (other policies act on its "
+             "global layers)", model_.path(), c.arch_name);
     }
     kv_ = KvCache(cache_config(c, options_, request_.column_sums ? c.n_group() : 0));
     const bool ring = request_.window > 0 &&

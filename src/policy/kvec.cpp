@@ -38,11 +38,9 @@ public:
     // layers = global: every layer's scores, units and weights, then one selection for them all.
     void observe(const LayerView& view) override {
         if (!acts_on(view)) return;
-        if (view.layer == 0 || static_cast<int>(observed_.size()) != view.n_layer) {
-            observed_.assign(static_cast<size_t>(view.n_layer), KvecLayer{});
-            selection_.clear();
-        }
-        KvecLayer& layer = observed_.at(static_cast<size_t>(view.layer));
+        bool fresh = false;
+        KvecLayer& layer = observed_.add(view, fresh);
+        if (fresh) selection_.clear();
         layer.scores = layer_scores(view);
         layer.units = layer_units(view, frame().window);
         layer.weights = weight_ == UnitWeight::idf ? idf_weights(spans_of(layer.units)) : std::vector<std::vector<double>>{};
@@ -58,15 +56,13 @@ protected:
     void select(const LayerView& view, int64_t budget, KeepLists& keep) override {
         const int64_t w = frame().window;
         if (global_) {
+            const size_t at = observed_.index(view, name());
             if (selection_.empty()) {
-                if (static_cast<int>(observed_.size()) != view.n_layer) {
-                    fail("policy kvec: the engine did not show every layer before the first compression");
-                }
                 KvecOptions options = kvec_;
                 options.b = budget - w;
-                selection_ = kvec_select_global(observed_, options);
+                selection_ = kvec_select_global(observed_.items(), options);
             }
-            keep_with_window(view, selection_.at(static_cast<size_t>(view.layer)).keep, w, keep);
+            keep_with_window(view, selection_.at(at).keep, w, keep);
             return;
         }
         // A new compression round (prompt, chunk or decode step) starts again at layer 0.
@@ -134,8 +130,8 @@ private:
     UnitWeight weight_;
     int key_bits_;
     bool global_;
-    std::vector<KvecLayer> observed_;        // [n_layer] this round's layers (layers = global)
-    std::vector<KvecSelection> selection_;   // [n_layer] their selection, once computed
+    RoundLayers<KvecLayer> observed_;        // [observed] this round's layers (layers = global)
+    std::vector<KvecSelection> selection_;   // [observed] their selection, once computed
     UnitSet earlier_;  // U: units kept by earlier layers of this round
     int last_layer_ = -1;
     int32_t round_n_past_ = -1;

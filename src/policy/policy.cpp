@@ -184,11 +184,10 @@ void ScoredPolicy::begin_sequence(int32_t) {
 
 void ScoredPolicy::observe(const LayerView& view) {
     if (!alloc_.global || !acts_on(view)) return;
-    if (view.layer == 0 || static_cast<int>(observed_.size()) != view.n_layer) {
-        observed_.assign(static_cast<size_t>(view.n_layer), {});
-        selection_.clear();
-    }
-    observed_.at(static_cast<size_t>(view.layer)) = scores(view);
+    bool fresh = false;
+    auto& layer = observed_.add(view, fresh);
+    if (fresh) selection_.clear();
+    layer = scores(view);
 }
 
 void ScoredPolicy::select(const LayerView& view, int64_t budget, KeepLists& keep) {
@@ -197,13 +196,9 @@ void ScoredPolicy::select(const LayerView& view, int64_t budget, KeepLists& keep
         return;
     }
     const int64_t w = frame().window;
-    if (selection_.empty()) {
-        if (static_cast<int>(observed_.size()) != view.n_layer) {
-            fail("policy {}: the engine did not show every layer before the first compression", name());
-        }
-        selection_ = ada_select_layers(observed_, budget - w, alloc_.alpha, false);
-    }
-    keep_with_window(view, selection_.at(static_cast<size_t>(view.layer)).keep, w, keep);
+    const size_t at = observed_.index(view, name());
+    if (selection_.empty()) selection_ = ada_select_layers(observed_.items(), budget - w, alloc_.alpha, false);
+    keep_with_window(view, selection_.at(at).keep, w, keep);
 }
 
 void require(bool present, const std::string& policy, const char* what, const LayerView& view) {

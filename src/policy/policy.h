@@ -13,6 +13,7 @@
 #include "policy/options.h"
 #include "policy/scores.h"
 #include "policy/select.h"
+#include "util/error.h"
 
 namespace kvec::policy {
 
@@ -48,6 +49,48 @@ std::string window_text(int64_t window);
 // How a scored policy spreads a layer's budget over its KV heads: B - w per head, or Ada-KV's
 // allocation (ada_select in select.h on the raw scores: the layer's top H_kv x (B - w) pairs,
 // every head at least floor(alpha x (B - w))).
+// What an all-layer policy (layers = global) gathers in one compression round: one T per layer it
+// observed, in layer order. On a model with sliding-window layers only the global layers are
+// observed (the engine leaves the others alone), so the one pool spans those. A round ends when
+// a step's layers were shown: the next observation of a layer at or before the last one, or of
+// another step (n_past), starts a new round.
+template <class T>
+class RoundLayers {
+public:
+    // The slot for view's layer; `fresh` says a new round began (the caller drops its selection).
+    T& add(const LayerView& view, bool& fresh) {
+        fresh = layers_.empty() || view.layer <= layers_.back() || view.n_past != n_past_;
+        if (fresh) {
+            layers_.clear();
+            items_.clear();
+            n_past_ = view.n_past;
+        }
+        layers_.push_back(view.layer);
+        return items_.emplace_back();
+    }
+    // The index of view's layer among the round's (kvec::Error when it was not observed).
+    size_t index(const LayerView& view, const std::string& policy) const;
+    const std::vector<T>& items() const { return items_; }
+    void clear() {
+        layers_.clear();
+        items_.clear();
+        n_past_ = -1;
+    }
+
+private:
+    std::vector<int> layers_;  // [observed] model layer index of each item
+    std::vector<T> items_;     // [observed]
+    int32_t n_past_ = -1;
+};
+
+template <class T>
+size_t RoundLayers<T>::index(const LayerView& view, const std::string& policy) const {
+    for (size_t i = 0; i < layers_.size(); ++i) {
+        if (layers_[i] == view.layer && view.n_past == n_past_) return i;
+    }
+    fail("policy {}: the engine did not show layer {} before the round's first compression", policy, view.layer);
+}
+
 struct AllocOptions {
     bool ada = false;
     double alpha = 0.2;
@@ -130,8 +173,8 @@ protected:
 
 private:
     AllocOptions alloc_;
-    std::vector<std::vector<std::vector<float>>> observed_;  // [n_layer][H][m_h] (layers = global)
-    std::vector<AdaSelection> selection_;                    // [n_layer], once computed
+    RoundLayers<std::vector<std::vector<float>>> observed_;  // [observed][H][m_h] (layers = global)
+    std::vector<AdaSelection> selection_;                    // [observed], once computed
 };
 
 // A policy scored by the window queries (SnapKV family): requests window scores for w queries

@@ -4,12 +4,14 @@
 // with llama.cpp: scripts/parity-vs-llama-cpp.sh. The soft-capping kernels: tests/tensor.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "model/model.h"
 #include "model/session.h"
+#include "policy/registry.h"
 #include "test_helpers.h"
 #include "util/error.h"
 
@@ -128,6 +130,42 @@ TEST(Gemma2, ChunksAndDecodeMatchOnePrefill) {
         for (size_t i = 0; i < 512; ++i) worst = std::max(worst, std::fabs(d[i] - all[t * 512 + i]));
     }
     EXPECT_LT(worst, 1e-4f);
+}
+
+// K-VEC and KNorm with one Ada-KV pool over the layers (layers=global, K-VEC's default) on a model with
+// sliding-window layers: the pool spans the global layers (1 and 3 of 4), which hold
+// 2 layers x 2 KV heads x B entries together after the prompt, split unevenly between heads; the
+// sliding-window layers keep their window; a second prompt chunk compresses again.
+TEST(Gemma2, OnePoolSpansTheGlobalLayers) {
+    RandomModelSpec spec = gemma2_spec();
+    spec.n_layer = 4;
+    const auto m = Model::load(write_model(spec, "gemma2-4l.gguf"));
+    ASSERT_TRUE(m->config().is_swa(0) && !m->config().is_swa(1) && m->config().is_swa(2) && !m->config().is_swa(3));
+    const int64_t B = 24;
+    for (const char* spec_text : {"kvec:budget=24,window=4", "knorm:budget=24,window=4,layers=global"}) {
+        const auto policy = policy::make_policy(spec_text);
+        Session s(*m, f32_options());
+        s.set_evictor(policy.get());
+        s.prefill(tokens(100));
+        int64_t global = 0;
+        std::vector<int32_t> sizes;
+        for (int l : {1, 3}) {
+            for (int h = 0; h < 2; ++h) {
+                global += s.kv_cache().size(l, h);
+                sizes.push_back(s.kv_cache().size(l, h));
+            }
+        }
+        EXPECT_EQ(global, 2 * 2 * B) << spec_text;
+        EXPECT_NE(*std::min_element(sizes.begin(), sizes.end()), *std::max_element(sizes.begin(), sizes.end()))
+            << spec_text << ": one pool, not B per head";
+        for (int l : {0, 2}) EXPECT_EQ(s.kv_cache().size(l, 0), 31) << spec_text;  // window 32
+        s.prefill(tokens(40));  // more of the prompt: another round
+        global = 0;
+        for (int l : {1, 3}) {
+            for (int h = 0; h < 2; ++h) global += s.kv_cache().size(l, h);
+        }
+        EXPECT_EQ(global, 2 * 2 * B) << spec_text;
+    }
 }
 
 }  // namespace
