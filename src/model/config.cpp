@@ -47,6 +47,16 @@ void read_swa_layers(const gguf::File& f, ModelConfig& c, int64_t period) {
     }
 }
 
+// {arch}.rope.freq_base_swa (the sliding-window layers' RoPE base) as a finite number > 1, or
+// `fallback` when absent.
+float read_freq_base_swa(const gguf::File& f, const ModelConfig& c, double fallback) {
+    const std::string key = c.arch_name + ".rope.freq_base_swa";
+    const auto base = static_cast<float>(f.get_float(key, fallback));
+    if (!(base > 1.0f) || !std::isfinite(base))
+        fail("'{}': {} = {} must be a finite number > 1", f.path(), key, base);
+    return base;
+}
+
 // {arch}.KEY as a finite float >= 0 (> 0 when `positive`), or `fallback` when absent.
 float read_nonnegative(const gguf::File& f, const std::string& key, double fallback, bool positive = false) {
     const auto v = static_cast<float>(f.get_float(key, fallback));
@@ -66,10 +76,7 @@ void read_gemma3(const gguf::File& f, ModelConfig& c) {
     c.sliding_window = f.has(k_window) ? static_cast<int>(std::min<uint64_t>(f.get_uint(k_window), 1u << 30)) : 0;
     if (c.sliding_window > 0) {
         read_swa_layers(f, c, 6);
-        c.rope_freq_base_swa = static_cast<float>(f.get_float(a + "rope.freq_base_swa", 10000.0));
-        if (!(c.rope_freq_base_swa > 1.0f) || !std::isfinite(c.rope_freq_base_swa)) {
-            fail("'{}': {}rope.freq_base_swa = {} must be a finite number > 1", f.path(), a, c.rope_freq_base_swa);
-        }
+        c.rope_freq_base_swa = read_freq_base_swa(f, c, 10000.0);
     }
     c.final_logit_softcap = read_nonnegative(f, a + "final_logit_softcapping", 0.0);
     if (c.n_layer == 62) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_head));
@@ -128,10 +135,7 @@ void read_gemma2(const gguf::File& f, ModelConfig& c) {
     c.sliding_window = f.has(k_window) ? static_cast<int>(std::min<uint64_t>(f.get_uint(k_window), 1u << 30)) : 4096;
     if (c.sliding_window <= 0) fail("'{}': {} = 0 (gemma2 needs a window)", f.path(), k_window);
     read_swa_layers(f, c, 2);
-    c.rope_freq_base_swa = static_cast<float>(f.get_float(a + "rope.freq_base_swa", c.rope_freq_base));
-    if (!(c.rope_freq_base_swa > 1.0f) || !std::isfinite(c.rope_freq_base_swa)) {
-        fail("'{}': {}rope.freq_base_swa = {} must be a finite number > 1", f.path(), a, c.rope_freq_base_swa);
-    }
+    c.rope_freq_base_swa = read_freq_base_swa(f, c, c.rope_freq_base);
     c.rope_freq_scale_swa = c.rope_freq_scale;
     c.attn_logit_softcap = read_nonnegative(f, a + "attn_logit_softcapping", 50.0, true);
     c.final_logit_softcap = read_nonnegative(f, a + "final_logit_softcapping", 30.0, true);
@@ -148,12 +152,7 @@ void read_gptoss(const gguf::File& f, ModelConfig& c) {
     c.family = Family::GptOss;
     c.sliding_window = positive_int(f, a + "attention.sliding_window", 1 << 30);
     read_swa_layers(f, c, 2);
-    c.rope_freq_base_swa =
-        static_cast<float>(f.get_float(a + "rope.freq_base_swa", c.rope_freq_base));
-    if (!(c.rope_freq_base_swa > 1.0f) || !std::isfinite(c.rope_freq_base_swa)) {
-        fail("'{}': {}rope.freq_base_swa = {} must be a finite number > 1", f.path(), a,
-             c.rope_freq_base_swa);
-    }
+    c.rope_freq_base_swa = read_freq_base_swa(f, c, c.rope_freq_base);
     c.rope_freq_scale_swa = c.rope_freq_scale;
     if (c.n_rot != c.head_dim) {  // llama.cpp sizes the heads by n_rot for gpt-oss
         fail(

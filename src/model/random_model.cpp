@@ -704,29 +704,25 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
             // Sink logits about the size of the attention logits (std ~1): they take a visible,
             // varying share of each head's softmax.
             b.vector(p + "attn_sinks.weight", s.n_head, 0.5f, 1.5f);
-            b.vector(p + "post_attention_norm.weight", E, 1.0f, 0.1f);
-            // The experts' gate and up outputs have a standard deviation of about 3, so that the
-            // clamp at 7 of swiglu_oai acts on a few percent of them.
-            const float g3 = 3.0f * g_e;
-            b.matrix_f32(p + "ffn_gate_inp.weight", E, X, g_e);
-            b.vector(p + "ffn_gate_inp.bias", X, 0.0f, 0.5f);
-            b.experts(p + "ffn_gate_exps.weight", E, FE, X, g3);
-            b.matrix_f32(p + "ffn_gate_exps.bias", FE, X, 0.5f);
-            b.experts(p + "ffn_up_exps.weight", E, FE, X, g3);
-            b.matrix_f32(p + "ffn_up_exps.bias", FE, X, 0.5f);
-            b.experts(p + "ffn_down_exps.weight", FE, E, X,
-                      1.0f / (3.0f * std::sqrt(static_cast<float>(FE))));
-            b.matrix_f32(p + "ffn_down_exps.bias", E, X, 0.1f);
-            continue;
         }
-        b.vector(p + "ffn_norm.weight", E, 1.0f, 0.1f);
+        // gpt-oss normalises the FFN's input with post_attention_norm (no ffn_norm).
+        b.vector(p + (gptoss ? "post_attention_norm.weight" : "ffn_norm.weight"), E, 1.0f, 0.1f);
         if (moe) {
             // The router's logits have a standard deviation of about 1: distinct, varied choices.
+            // gpt-oss: the experts' gate and up outputs have one of about 3, so that the clamp at
+            // 7 of swiglu_oai acts on a few percent of them (the down projection scaled back).
+            const float gain = gptoss ? 3.0f : 1.0f;
             b.matrix_f32(p + "ffn_gate_inp.weight", E, X, g_e);
-            b.experts(p + "ffn_gate_exps.weight", E, FE, X, g_e);
+            b.experts(p + "ffn_gate_exps.weight", E, FE, X, gain * g_e);
             b.experts(p + "ffn_down_exps.weight", FE, E, X,
-                      1.0f / std::sqrt(static_cast<float>(FE)));
-            b.experts(p + "ffn_up_exps.weight", E, FE, X, g_e);
+                      1.0f / (gain * std::sqrt(static_cast<float>(FE))));
+            b.experts(p + "ffn_up_exps.weight", E, FE, X, gain * g_e);
+            if (gptoss) {  // biases: the router's [X], the experts' 2-D [FE | E, X] (F32)
+                b.vector(p + "ffn_gate_inp.bias", X, 0.0f, 0.5f);
+                b.matrix_f32(p + "ffn_gate_exps.bias", FE, X, 0.5f);
+                b.matrix_f32(p + "ffn_up_exps.bias", FE, X, 0.5f);
+                b.matrix_f32(p + "ffn_down_exps.bias", E, X, 0.1f);
+            }
             if (FS > 0) {
                 b.vector(p + "ffn_gate_inp_shexp.weight", E, 0.0f, g_e);
                 b.matrix(p + "ffn_gate_shexp.weight", E, FS, g_e);
