@@ -447,9 +447,7 @@ void Session::forward_step(const int32_t* tokens, const int32_t* positions, int3
         case Family::Gemma3: forward_gemma3(tokens, positions, T, step, final_chunk); break;
         case Family::Moe: forward_moe(tokens, positions, T, step, final_chunk); break;
         case Family::Gemma2: forward_gemma2(tokens, positions, T, step, final_chunk); break;
-        case Family::GptOss:
-            forward_gptoss(tokens, positions, T, step, final_chunk);
-            break;
+        case Family::GptOss: forward_gptoss(tokens, positions, T, step, final_chunk); break;
     }
     for (size_t b = 0; b < sequences.size(); ++b) {
         Session& s = *sequences[b];
