@@ -11,7 +11,8 @@
 # `kvec quantize`, and their Q8_0, Q6_K, Q4_K_M, IQ4_XS and IQ4_NL by llama.cpp's llama-quantize
 # (from the F32 file); gemma2 and phi3 (the gemma2-test and phi3-test presets) and the
 # mixture-of-experts presets qwen3moe-test, qwen2moe-test and mixtral-test as F16, with their Q8_0,
-# Q4_K_M and IQ4_XS by llama-quantize (fewer cells: time); the
+# Q4_K_M and IQ4_XS by llama-quantize (fewer cells: time); gpt-oss (the gpt-oss-test preset) as
+# F16, its Q8_0, Q4_K_M and MXFP4_MOE by llama-quantize and gen-model's MXFP4 experts; the
 # bundled models/kvec-tiny.gguf (F16) and its Q8_0 and Q4_K_M by llama-quantize. Tokens: TOKENS
 # (default 256) ids drawn with a fixed seed from the model's ordinary tokens, BOS first
 # (scripts/peer/compare_logits.py). Each run evaluates them in one batch: `kvec logits`, or
@@ -28,7 +29,7 @@
 # (target: within 0.1 %). Exit status 1 when an oracle cell or the perplexity misses its target,
 # llama.cpp refuses a file, or kvec refuses a type other than the documented ones
 # (expected_refusals below; docs/compatibility.md). --only runs just the named models (the
-# first column of the tables: llama, ..., qwen3moe, qwen2moe, mixtral, kvec-tiny) and skips the
+# first column of the tables: llama, ..., qwen3moe, qwen2moe, mixtral, gpt-oss, kvec-tiny) and skips the
 # perplexity comparison unless kvec-tiny is named.
 #
 # Needs: kvec built in build/release (or --kvec PATH), /usr/bin/python3 with numpy, and llama.cpp's
@@ -40,7 +41,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 source "$root/scripts/llama-cpp.sh"
 kvec="$root/build/release/tools/kvec" threads=2 n_tokens=256 out="" if_built=0 only=""
-usage() { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
     case "$1" in
         -t) threads="$2"; shift 2 ;;
@@ -186,6 +187,26 @@ for v in "${small_variants[@]}"; do
     cell "$name" F16 "kvec gen-model" "$base-F16.gguf" "$base.tokens"
     for t in Q8_0 Q4_K_M IQ4_XS; do cell "$name" "$t" llama-quantize "$base-$t.gguf" "$base.tokens"; done
 done
+
+# gpt-oss (gpt-oss-test: layer 0 sliding-window with window 32, layer 1 global; the attention
+# sinks; YaRN, factor 32 of an original context of 128; biases on q/k/v, the attention output,
+# the router and the experts; 8 experts, 4 used, routed by their logits; the clamped SwiGLU): F16,
+# llama-quantize's Q8_0, Q4_K_M and MXFP4_MOE (MXFP4 experts, Q8_0 elsewhere, as the released
+# files), and gen-model's own MXFP4 experts beside F16 (--expert-type mxfp4).
+if wanted gpt-oss; then
+    base="$out/gpt-oss"
+    echo "gpt-oss" >&2
+    for t in f32 f16; do
+        "$kvec" gen-model --preset gpt-oss-test --seed 5 --type $t -o "$base-${t^^}.gguf" 2>> "$log"
+    done
+    "$kvec" gen-model --preset gpt-oss-test --seed 5 --type f16 --expert-type mxfp4 -o "$base-gen-MXFP4.gguf" \
+        2>> "$log"
+    for t in Q8_0 Q4_K_M MXFP4_MOE; do quantize "$base-F32.gguf" "$base-$t.gguf" "$t"; done
+    "$python" "$compare" tokens "$base-F32.gguf" "$n_tokens" 1 "$base.tokens"
+    cell gpt-oss F16 "kvec gen-model" "$base-F16.gguf" "$base.tokens"
+    for t in Q8_0 Q4_K_M MXFP4_MOE; do cell gpt-oss "$t" llama-quantize "$base-$t.gguf" "$base.tokens"; done
+    cell gpt-oss "MXFP4 experts, F16" "kvec gen-model --expert-type mxfp4" "$base-gen-MXFP4.gguf" "$base.tokens"
+fi
 
 tiny="$root/models/kvec-tiny.gguf"
 if wanted kvec-tiny; then

@@ -17,9 +17,26 @@ struct GenOptions {
     RandomModelSpec spec;
     std::string preset;
     std::string type = "f32";
+    std::string expert_type;
     std::string out;
     CLI::App* cmd = nullptr;
 };
+
+// A weight type by name (kvec::Error for an unknown one or an intermediate format).
+GgmlType weight_type(const std::string& name) {
+    const auto type = ggml_type_from_name(name);
+    if (!type || !ggml_type_traits(static_cast<uint32_t>(*type))) {
+        fail(
+            "unknown tensor type '{}' (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, "
+            "q2_K, "
+            "q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, mxfp4)",
+            name);
+    }
+    if (*type == GgmlType::Q8_1 || *type == GgmlType::Q8_K) {
+        fail("type {} is an intermediate format, not a weight type; pick another", name);
+    }
+    return *type;
+}
 
 int gen_model(GenOptions& o) {
     RandomModelSpec s = o.spec;
@@ -58,15 +75,8 @@ int gen_model(GenOptions& o) {
         p.vocab_from = f.vocab_from;
         s = p;
     }
-    const auto type = ggml_type_from_name(o.type);
-    if (!type || !ggml_type_traits(static_cast<uint32_t>(*type))) {
-        fail("unknown tensor type '{}' (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, "
-             "q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, mxfp4)", o.type);
-    }
-    if (*type == GgmlType::Q8_1 || *type == GgmlType::Q8_K) {
-        fail("type {} is an intermediate format, not a weight type; pick another --type", o.type);
-    }
-    s.type = *type;
+    s.type = weight_type(o.type);
+    if (!o.expert_type.empty()) s.expert_type = weight_type(o.expert_type);
     Timer timer;
     write_random_model(s, o.out);
     const std::string experts = s.n_expert > 0
@@ -88,11 +98,13 @@ void add_gen_model_command(CLI::App& app, Action& action) {
     o->cmd = cmd;
     RandomModelSpec& s = o->spec;
     cmd->add_option("--arch", s.arch, "architecture")
-        ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3", "qwen3moe", "qwen2moe"}))
+        ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3", "qwen3moe",
+                               "qwen2moe", "gpt-oss"}))
         ->capture_default_str();
-    cmd->add_option("--preset", o->preset,
-                    "a named shape: tinyllama-1.1b, gemma3-test, gemma3-4b, gemma2-test, phi3-test, phi4-mini, "
-                    "qwen3moe-test, qwen2moe-test, mixtral-test, qwen3-30b-a3b");
+    cmd->add_option(
+        "--preset", o->preset,
+        "a named shape: tinyllama-1.1b, gemma3-test, gemma3-4b, gemma2-test, phi3-test, phi4-mini, "
+        "qwen3moe-test, qwen2moe-test, mixtral-test, qwen3-30b-a3b, gpt-oss-test, gpt-oss-20b");
     cmd->add_option("--layers", s.n_layer, "layers")->capture_default_str();
     cmd->add_option("--embd", s.n_embd, "embedding size")->capture_default_str();
     cmd->add_option("--heads", s.n_head, "query heads")->capture_default_str();
@@ -103,12 +115,14 @@ void add_gen_model_command(CLI::App& app, Action& action) {
     cmd->add_option("--ctx", s.n_ctx, "training context length written to the file")->capture_default_str();
     cmd->add_option("--rope-base", s.rope_base, "RoPE frequency base")->capture_default_str();
     cmd->add_option("--rope-scaling", s.rope_scaling, "RoPE scaling")
-        ->check(CLI::IsMember({"none", "linear", "llama3"}))
+        ->check(CLI::IsMember({"none", "linear", "llama3", "yarn"}))
         ->capture_default_str();
-    cmd->add_option("--rope-factor", s.rope_factor, "RoPE scaling factor (default: 4 linear, 8 llama3)");
+    cmd->add_option("--rope-factor", s.rope_factor,
+                    "RoPE scaling factor (default: 4 linear, 8 llama3, 32 yarn)");
     cmd->add_option("--sliding-window", s.sliding_window,
-                    "gemma3: sliding-window size (0: every layer global); gemma2: its window (0: 4096); phi3: the "
-                    "key written (llama.cpp switches it off)");
+                    "gemma3: sliding-window size (0: every layer global); gemma2: its window (0: "
+                    "4096); phi3: the "
+                    "key written (llama.cpp switches it off); gpt-oss: its window (0: 128)");
     cmd->add_option("--swa-pattern", s.swa_pattern, "gemma3: one global layer every N layers")->capture_default_str();
     cmd->add_option("--rope-base-swa", s.rope_base_swa, "gemma3: RoPE base of the sliding-window layers")
         ->capture_default_str();
@@ -117,15 +131,20 @@ void add_gen_model_command(CLI::App& app, Action& action) {
         "experts per layer (qwen3moe, qwen2moe: default 8; llama: > 0 makes a Mixtral-style MoE)");
     cmd->add_option("--experts-used", s.n_expert_used, "experts per token (default 2)");
     cmd->add_option("--expert-ff", s.n_ff_exp,
-                    "qwen3moe, qwen2moe: each expert's feed-forward size (default --ff)");
+                    "qwen3moe, qwen2moe, gpt-oss: each expert's feed-forward size (default --ff)");
+    cmd->add_option(
+        "--expert-type", o->expert_type,
+        "the experts' 3-D tensors' weight type (default: --type; gpt-oss files hold mxfp4)");
     cmd->add_option("--shared-ff", s.n_ff_shexp,
                     "qwen2moe: the shared expert's feed-forward size (default --ff)");
     cmd->add_option("--attn-softcap", s.attn_softcap, "gemma2: attention logit soft-capping")->capture_default_str();
     cmd->add_option("--final-softcap", s.final_softcap, "gemma2: final logit soft-capping")->capture_default_str();
     cmd->add_option("--rope-dims", s.n_rot, "rotated dimensions per head (default: the head size)");
-    cmd->add_option("--rope-orig-ctx", s.n_ctx_orig,
-                    "phi3: LongRoPE's original context (writes rope_factors_long/short and the attention factor; "
-                    "0: no LongRoPE)");
+    cmd->add_option(
+        "--rope-orig-ctx", s.n_ctx_orig,
+        "phi3: LongRoPE's original context (writes rope_factors_long/short and the attention "
+        "factor; "
+        "0: no LongRoPE); yarn: rope.scaling.original_context_length (0: --ctx / factor)");
     cmd->add_flag_function("--separate-qkv", [o](int64_t) { o->spec.fused_qkv = false; },
                   "phi3: attn_q/k/v.weight instead of the fused attn_qkv.weight");
     cmd->add_flag("--tied", s.tied, "no output.weight: the output shares the token embedding (gemma2: always)");

@@ -33,6 +33,16 @@ sliding window off); LongRoPE: the tensors rope_factors_long / rope_factors_shor
 (default context_length), and rope.scaling.attn_factor multiplying the rotated elements of q and
 k (ggml's mscale; read for every architecture). The context the reference runs with is
 `n_ctx` (default context_length; the C++ side uses its session's context).
+
+gpt-oss (as llama.cpp reads it, src/models/openai-moe.cpp): attention.sliding_window (required)
+on the even layers (pattern period 2 unless attention.sliding_window_pattern says otherwise),
+which rotate with rope.freq_base_swa (default rope.freq_base) and the global scaling; YaRN RoPE
+(rope.scaling.type yarn: freq_scale 1 / rope.scaling.factor, original context
+rope.scaling.original_context_length, llama.cpp's ext_factor 1, beta_fast 32, beta_slow 1);
+attn_sinks (one logit per query head in the softmax's denominator); biases on q/k/v (optional),
+the attention output, the router and every expert; routing by the top expert_used_count logits
+with a softmax over those logits; the clamped SwiGLU (alpha 1.702, limit 7); post_attention_norm
+is the FFN's input norm. expert_count, expert_used_count, expert_feed_forward_length (required).
 """
 
 from __future__ import annotations
@@ -45,8 +55,9 @@ import numpy as np
 
 from .gguf import GGUFError, GGUFReader, GGUFValue, ValueType
 
-SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3", "qwen3moe", "qwen2moe")
-_NEOX_ARCHS = ("qwen2", "qwen3", "gemma3", "gemma2", "phi3", "qwen3moe", "qwen2moe")
+SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3", "qwen3moe", "qwen2moe", "gpt-oss")
+_NEOX_ARCHS = ("qwen2", "qwen3", "gemma3", "gemma2", "phi3", "qwen3moe", "qwen2moe", "gpt-oss")
+_MOE_ARCHS = ("qwen3moe", "qwen2moe", "gpt-oss")
 
 
 # =============================================================================================
@@ -67,7 +78,7 @@ class ModelConfig:
     n_ff: int = 0                   # 0 -> 4 * n_embd
     rope_theta: float = 10000.0     # rope.freq_base
     rope_dim: int = 0               # rope.dimension_count; 0 -> head_dim
-    rope_scaling_type: str = "none"  # "none" | "linear"
+    rope_scaling_type: str = "none"  # "none" | "linear" | "yarn"
     rope_scaling_factor: float = 1.0
     rope_freqs: Optional[list] = None  # llama3 per-frequency divisors, rope_dim / 2 values
     norm_eps: float = 1e-5
@@ -114,13 +125,13 @@ class ModelConfig:
         if self.rope_dim == 0:
             self.rope_dim = self.head_dim
         if self.qkv_bias is None:
-            self.qkv_bias = self.arch in ("qwen2", "qwen2moe")
+            self.qkv_bias = self.arch in ("qwen2", "qwen2moe", "gpt-oss")
         if self.qk_norm is None:
             self.qk_norm = self.arch in ("qwen3", "gemma3", "qwen3moe")
-        if self.arch in ("qwen3moe", "qwen2moe") and self.n_expert <= 0:
+        if self.arch in _MOE_ARCHS and self.n_expert <= 0:
             raise ValueError(f"{self.arch} needs n_expert > 0")
         if self.n_expert > 0:
-            if self.arch not in ("llama", "qwen3moe", "qwen2moe"):
+            if self.arch not in ("llama",) + _MOE_ARCHS:
                 raise ValueError(f"a {self.arch} model has no experts")
             if not 0 < self.n_expert_used <= self.n_expert:
                 raise ValueError(f"n_expert_used {self.n_expert_used} must be in [1, n_expert = {self.n_expert}]")
@@ -129,7 +140,7 @@ class ModelConfig:
             if self.arch == "qwen2moe" and self.n_ff_shexp == 0:
                 self.n_ff_shexp = self.n_ff
             if self.expert_weights_norm is None:
-                self.expert_weights_norm = self.arch != "qwen2moe"
+                self.expert_weights_norm = self.arch not in ("qwen2moe", "gpt-oss")
         if self.attn_scale == 0.0:
             self.attn_scale = 1.0 / math.sqrt(self.head_dim)
         if self.n_ctx_orig == 0:
@@ -137,7 +148,7 @@ class ModelConfig:
         if self.n_ctx == 0:
             self.n_ctx = self.context_length
         if self.sliding_window > 0 and self.swa_layers is None:
-            period = 2 if self.arch == "gemma2" else 6
+            period = 2 if self.arch in ("gemma2", "gpt-oss") else 6
             self.swa_layers = [l % period < period - 1 for l in range(self.n_layer)]
         if self.sliding_window <= 0:
             self.swa_layers = None
@@ -152,8 +163,8 @@ class ModelConfig:
             raise ValueError(f"n_head {self.n_head} is not a multiple of n_head_kv {self.n_head_kv}")
         if self.head_dim % 2 != 0 or self.rope_dim % 2 != 0 or self.rope_dim > self.head_dim:
             raise ValueError(f"rope_dim {self.rope_dim} must be even and at most head_dim {self.head_dim} (even)")
-        if self.rope_scaling_type not in ("none", "linear"):
-            raise ValueError(f"unsupported rope scaling type '{self.rope_scaling_type}' (supported: none, linear)")
+        if self.rope_scaling_type not in ("none", "linear", "yarn"):
+            raise ValueError(f"unsupported rope scaling type '{self.rope_scaling_type}' (supported: none, linear, yarn)")
         if not self.rope_scaling_factor > 0:
             raise ValueError(f"rope scaling factor must be positive, is {self.rope_scaling_factor}")
         if not self.rope_theta > 0:
@@ -195,7 +206,13 @@ class ModelConfig:
 
     @property
     def freq_scale(self) -> float:
-        return 1.0 / self.rope_scaling_factor if self.rope_scaling_type == "linear" else 1.0
+        return 1.0 / self.rope_scaling_factor if self.rope_scaling_type in ("linear", "yarn") else 1.0
+
+    @property
+    def gptoss(self) -> bool:
+        """gpt-oss: sinks, the attention output's and the experts' biases, top-k-logit routing
+        with a softmax over the chosen, the clamped SwiGLU, post_attention_norm as the FFN norm."""
+        return self.arch == "gpt-oss"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -272,8 +289,10 @@ def config_from_gguf(reader: GGUFReader) -> ModelConfig:
         factor = 1.0
     if scaling == "longrope" and arch == "phi3":  # LongRoPE: the factor tensors, no frequency scale
         scaling = "none"
-    if scaling not in ("none", "linear"):
-        raise GGUFError(f"{path}: rope scaling type '{scaling}' is not supported (none, linear)")
+    if scaling == "yarn" and factor == 0.0:
+        factor = 1.0
+    if scaling not in ("none", "linear", "yarn"):
+        raise GGUFError(f"{path}: rope scaling type '{scaling}' is not supported (none, linear, yarn)")
 
     rope_freqs = None
     if "rope_freqs.weight" in reader.tensors:
@@ -295,6 +314,17 @@ def config_from_gguf(reader: GGUFReader) -> ModelConfig:
         gemma["final_logit_softcap"] = float(key("final_logit_softcapping", 30.0))
         if n_layer == 46:
             gemma["attn_scale"] = 1.0 / math.sqrt(n_embd // n_head)
+    if arch == "gpt-oss":
+        n_layer = int(key("block_count", required=True))
+        gemma["sliding_window"] = int(key("attention.sliding_window", required=True))
+        pat = md.get("gpt-oss.attention.sliding_window_pattern")
+        if isinstance(pat, np.ndarray):
+            gemma["swa_layers"] = [bool(x) for x in pat.reshape(-1)]
+        else:
+            n = 2 if pat is None else int(pat)
+            gemma["swa_layers"] = [n == 0 or l % n < n - 1 for l in range(n_layer)]
+        gemma["rope_theta_swa"] = float(key("rope.freq_base_swa", key("rope.freq_base", 10000.0)))
+        gemma["rope_scale_swa"] = (1.0 / factor) if scaling in ("linear", "yarn") and factor else 1.0
     if arch == "phi3":
         for name, field in (("rope_factors_long.weight", "rope_long"), ("rope_factors_short.weight", "rope_short")):
             if name in reader.tensors:
@@ -320,11 +350,12 @@ def config_from_gguf(reader: GGUFReader) -> ModelConfig:
 
     moe: dict = {}
     n_expert = int(key("expert_count", 0) or 0)
-    if arch in ("qwen3moe", "qwen2moe") or (arch == "llama" and n_expert > 0):
+    if arch in _MOE_ARCHS or (arch == "llama" and n_expert > 0):
         n_used = int(key("expert_used_count", required=True))
         n_ff = int(key("feed_forward_length", 0) or 0)
-        moe = {"n_expert": n_expert, "n_expert_used": n_used,
-               "n_ff_exp": n_ff if arch == "llama" else int(key("expert_feed_forward_length", 0) or n_ff // max(n_used, 1))}
+        n_ff_exp = (n_ff if arch == "llama" else int(key("expert_feed_forward_length", required=True)) if arch == "gpt-oss"
+                    else int(key("expert_feed_forward_length", 0) or n_ff // max(n_used, 1)))
+        moe = {"n_expert": n_expert, "n_expert_used": n_used, "n_ff_exp": n_ff_exp}
         if arch == "qwen2moe":
             moe["n_ff_shexp"] = int(key("expert_shared_feed_forward_length", 0) or n_ff)
     elif n_expert > 0:
@@ -343,7 +374,7 @@ def config_from_gguf(reader: GGUFReader) -> ModelConfig:
             rope_theta=float(key("rope.freq_base", 10000.0)),
             rope_dim=int(key("rope.dimension_count", head_dim)),
             rope_scaling_type=scaling,
-            rope_scaling_factor=factor if scaling == "linear" else 1.0,
+            rope_scaling_factor=factor if scaling in ("linear", "yarn") else 1.0,
             rope_freqs=rope_freqs,
             norm_eps=float(key("attention.layer_norm_rms_epsilon", required=True)),
             context_length=int(key("context_length", 2048)),

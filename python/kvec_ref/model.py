@@ -39,6 +39,16 @@ phi3 (src/models/phi3.cpp): the llama layer with NEOX RoPE; attn_qkv.weight and 
 (gate rows first) are split when loaded (_fused_parts); LongRoPE divisors (config.rope_factors)
 and the attention factor (cos and sin times config.rope_attn_factor); no sliding window.
 
+gpt-oss (src/models/openai-moe.cpp, build_attn with sinks, build_moe_ffn with SOFTMAX_WEIGHT
+gating and SWIGLU_OAI_MOE): the llama layer with biases on q / k / v and the attention output,
+each query head's sink logit (attn_sinks) joining the softmax's denominator only (a column of
+the softmax that is dropped afterwards), post_attention_norm as the FFN's input norm, and the
+MoE FFN with router and expert biases, the experts chosen by their logits' top k with a softmax
+over those logits as weights, and swiglu_oai(g, u) = min(g, 7) * sigmoid(1.702 min(g, 7)) *
+(clamp(u, -7, 7) + 1); YaRN RoPE (rope_inv_freq: the interpolated and extrapolated angles mixed
+by a linear ramp over the pairs, cos and sin times 1 + 0.1 ln(factor)); the even layers
+sliding-window.
+
 Conventions relied on (sources: llama.cpp `llama_model_rope_type()` in src/llama-model.cpp,
 ggml's rope kernel `ggml_rope_cache_init` / `rope_yarn`, the GGUF spec's llama
 `tensor_data_layout` permute, and llama.cpp's converter):
@@ -100,18 +110,45 @@ class RMSNorm(nn.Module):
         return (y * self.weight.to(y.dtype)).to(x.dtype)
 
 
+def yarn_ramp(config: ModelConfig, base: float) -> torch.Tensor:
+    """YaRN's extrapolation share of each rotated pair, float64 [rope_dim / 2] (the YaRN paper's
+    ramp with llama.cpp's corrections): the pair whose wavelength turns b times within the
+    original context is dim(b) = rope_dim * ln(n_ctx_orig / (2 pi b)) / (2 ln base); pairs below
+    floor(dim(32)) keep their angle (share 1), pairs above ceil(dim(1)) are interpolated (share
+    0), linearly in between."""
+    d = config.rope_dim
+
+    def dim(turns: float) -> float:
+        return d * math.log(config.n_ctx_orig / (turns * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = max(0.0, math.floor(dim(32.0))), min(d - 1.0, math.ceil(dim(1.0)))
+    i = torch.arange(d // 2, dtype=torch.float64)
+    return 1.0 - ((i - low) / max(0.001, high - low)).clamp(0.0, 1.0)
+
+
 def rope_inv_freq(config: ModelConfig, swa: bool = False) -> torch.Tensor:
     """Angle per unit position of each rotated pair, float64 [rope_dim / 2]:
     freq_scale * base^(-2i / rope_dim) / factors[i] (factors: rope_freqs or LongRoPE's,
     config.rope_factors); sliding-window layers: rope_theta_swa, scale rope_scale_swa, no
-    factors."""
+    factors. YaRN: the unscaled and the scaled angle mixed by yarn_ramp."""
     i = torch.arange(config.rope_dim // 2, dtype=torch.float64)
-    if swa:
-        return config.rope_theta_swa ** (-2.0 * i / config.rope_dim) * config.rope_scale_swa
-    inv = config.rope_theta ** (-2.0 * i / config.rope_dim) * config.freq_scale
-    if config.rope_factors is not None:
-        inv = inv / torch.tensor(config.rope_factors, dtype=torch.float64)
-    return inv
+    base, scale = (config.rope_theta_swa, config.rope_scale_swa) if swa else (config.rope_theta, config.freq_scale)
+    extrap = base ** (-2.0 * i / config.rope_dim)
+    if not swa and config.rope_factors is not None:
+        extrap = extrap / torch.tensor(config.rope_factors, dtype=torch.float64)
+    if config.rope_scaling_type == "yarn":
+        ramp = yarn_ramp(config, base)
+        return extrap * scale * (1.0 - ramp) + extrap * ramp
+    return extrap * scale
+
+
+def rope_magnitude(config: ModelConfig, swa: bool = False) -> float:
+    """The factor on the rotated elements: rope_attn_factor, and YaRN's 1 + 0.1 ln(1 / scale)."""
+    m = config.rope_attn_factor
+    if config.rope_scaling_type == "yarn":
+        scale = config.rope_scale_swa if swa else config.freq_scale
+        m *= 1.0 + 0.1 * math.log(1.0 / scale)
+    return m
 
 
 def rope_cos_sin(config: ModelConfig, positions: torch.Tensor, dtype: torch.dtype,
@@ -119,7 +156,7 @@ def rope_cos_sin(config: ModelConfig, positions: torch.Tensor, dtype: torch.dtyp
     """positions [B, T] (int) -> cos, sin [B, 1, T, rope_dim / 2] (angles in float64, then cast),
     both times rope_attn_factor (ggml's mscale), so that the rotated elements carry it."""
     ang = positions.to(torch.float64)[..., None] * rope_inv_freq(config, swa).to(positions.device)  # [B, T, rd/2]
-    m = config.rope_attn_factor
+    m = rope_magnitude(config, swa)
     return (m * torch.cos(ang))[:, None].to(dtype), (m * torch.sin(ang))[:, None].to(dtype)
 
 
@@ -185,7 +222,7 @@ class AttnStats:
 def attention_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: int,
                    visible: Optional[torch.Tensor], chunk: int, checkpoint: bool,
                    stats: Optional[AttnStats] = None, scale: Optional[float] = None,
-                   window: int = 0, softcap: float = 0.0) -> torch.Tensor:
+                   window: int = 0, softcap: float = 0.0, sinks: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Causal grouped-query attention, computed in blocks of `chunk` queries.
 
     q [B, H_kv, G, T, D] (query t has sequence index q_start + t); k, v [B, H_kv, S, D] with
@@ -193,14 +230,15 @@ def attention_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: i
     visible: optional int [H_kv, S]: key j is visible to query i iff j <= i < visible[h, j].
     scale: logit scale (default 1 / sqrt(D)); window > 0: key j is visible to query i only if
     i - j < window (sliding-window layers); softcap > 0: scaled logits s become
-    softcap * tanh(s / softcap) before the mask and the softmax (gemma2).
+    softcap * tanh(s / softcap) before the mask and the softmax (gemma2); sinks [H_kv, G]: query
+    head (h, g)'s sink logit joins the softmax as an extra column that is then dropped (gpt-oss).
     Returns [B, H_kv, G, T, D]. The score buffer of one block is [B * H_kv, G * chunk, S'] where
     S' = keys up to the block's last query; the G query heads of a KV head share one matmul
     against that head's keys, so K and V are never repeated per query head.
     """
     B, Hkv, G, T, D = q.shape
     if (q.is_cuda and visible is None and stats is None and q_start == 0 and window == 0 and scale is None
-            and softcap == 0.0):
+            and softcap == 0.0 and sinks is None):
         return causal_sdpa(q, k, v)
     scale = 1.0 / math.sqrt(D) if scale is None else scale
     outs = []
@@ -233,7 +271,11 @@ def attention_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: i
                                        kc.reshape(B * Hkv, n_keys, D).transpose(1, 2), beta=1.0, alpha=scale)
             if scores.dtype in (torch.float16, torch.bfloat16):
                 scores = scores.float()
-            probs = torch.softmax(scores, dim=-1)  # [B*H_kv, G*tc, S']
+            if sinks is not None:  # row (h, g * tc + t) gets sinks[h, g] as a last column
+                col = sinks.to(scores.dtype).view(1, Hkv, G, 1, 1).expand(B, Hkv, G, tc, 1).reshape(B * Hkv, G * tc, 1)
+                probs = torch.softmax(torch.cat([scores, col], dim=-1), dim=-1)[..., :-1]  # [B*H_kv, G*tc, S']
+            else:
+                probs = torch.softmax(scores, dim=-1)  # [B*H_kv, G*tc, S']
             if stats is not None:
                 stats.add(probs.view(B, Hkv * G, tc, n_keys), q_start + t0)
             out = torch.bmm(probs.to(vc.dtype), vc.reshape(B * Hkv, n_keys, D))  # [B*H_kv, G*tc, D]
@@ -268,7 +310,9 @@ class Attention(nn.Module):
         self.wq = nn.Linear(c.n_embd, c.n_head * c.head_dim, bias=c.qkv_bias, device=device)     # attn_q
         self.wk = nn.Linear(c.n_embd, c.n_head_kv * c.head_dim, bias=c.qkv_bias, device=device)  # attn_k
         self.wv = nn.Linear(c.n_embd, c.n_head_kv * c.head_dim, bias=c.qkv_bias, device=device)  # attn_v
-        self.wo = nn.Linear(c.n_head * c.head_dim, c.n_embd, bias=False, device=device)          # attn_output
+        self.wo = nn.Linear(c.n_head * c.head_dim, c.n_embd, bias=c.gptoss, device=device)      # attn_output
+        # attn_sinks (gpt-oss): [n_head], query head h = kv * n_rep + g
+        self.sinks = nn.Parameter(torch.zeros(c.n_head, device=device)) if c.gptoss else None
         if c.qk_norm:
             self.q_norm = RMSNorm(c.head_dim, c.norm_eps, device=device)  # attn_q_norm
             self.k_norm = RMSNorm(c.head_dim, c.norm_eps, device=device)  # attn_k_norm
@@ -307,7 +351,8 @@ class Attention(nn.Module):
             v = v.to(q.dtype)
         o = attention_core(q, k, v, q_start, visible, c.attn_chunk, c.attn_checkpoint and self.training, stats,
                            scale=c.attn_scale, window=c.sliding_window if c.is_swa(layer) else 0,
-                           softcap=c.attn_softcap)
+                           softcap=c.attn_softcap,
+                           sinks=None if self.sinks is None else self.sinks.view(c.n_head_kv, c.n_rep))
         o = o.permute(0, 3, 1, 2, 4).reshape(B, T, c.n_head * c.head_dim)  # heads concatenated in order
         return self.wo(o)
 
@@ -328,19 +373,33 @@ class FeedForward(nn.Module):
         return self.down(act * self.up(x))
 
 
+def swiglu_oai(g: torch.Tensor, u: torch.Tensor, alpha: float = 1.702, limit: float = 7.0) -> torch.Tensor:
+    """gpt-oss's clamped SwiGLU: g' = min(g, limit), u' = clamp(u, -limit, limit),
+    g' * sigmoid(alpha g') * (u' + 1)."""
+    g = g.clamp(max=limit)
+    return g * torch.sigmoid(alpha * g) * (u.clamp(-limit, limit) + 1.0)
+
+
 class MoEFeedForward(nn.Module):
     """Mixture of experts: the router picks n_expert_used of n_expert SwiGLU experts per token
-    (softmax over all, top k, optionally renormalised); qwen2moe adds a gated shared expert."""
+    (softmax over all, top k, optionally renormalised); qwen2moe adds a gated shared expert;
+    gpt-oss: biases on the router and the experts, top k by logit with a softmax over the chosen
+    logits, swiglu_oai."""
 
     def __init__(self, config: ModelConfig, device=None):
         super().__init__()
         c = config
         self.k = c.n_expert_used
         self.norm = bool(c.expert_weights_norm)
-        self.router = nn.Linear(c.n_embd, c.n_expert, bias=False, device=device)                    # ffn_gate_inp
+        self.oai = c.gptoss
+        self.router = nn.Linear(c.n_embd, c.n_expert, bias=c.gptoss, device=device)                 # ffn_gate_inp
         self.gate_exps = nn.Parameter(torch.empty(c.n_expert, c.n_ff_exp, c.n_embd, device=device))  # ffn_gate_exps
         self.up_exps = nn.Parameter(torch.empty(c.n_expert, c.n_ff_exp, c.n_embd, device=device))    # ffn_up_exps
         self.down_exps = nn.Parameter(torch.empty(c.n_expert, c.n_embd, c.n_ff_exp, device=device))  # ffn_down_exps
+        if c.gptoss:  # ffn_{gate,up,down}_exps.bias: [n_expert, n_ff_exp], [n_expert, n_ff_exp], [n_expert, n_embd]
+            self.gate_exps_b = nn.Parameter(torch.empty(c.n_expert, c.n_ff_exp, device=device))
+            self.up_exps_b = nn.Parameter(torch.empty(c.n_expert, c.n_ff_exp, device=device))
+            self.down_exps_b = nn.Parameter(torch.empty(c.n_expert, c.n_embd, device=device))
         if c.n_ff_shexp > 0:
             self.shexp = FeedForward(c, device=device, n_ff=c.n_ff_shexp)                         # ffn_*_shexp
             self.shexp_gate = nn.Parameter(torch.empty(c.n_embd, device=device))                  # ffn_gate_inp_shexp
@@ -350,6 +409,9 @@ class MoEFeedForward(nn.Module):
 
     def routing(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x [N, n_embd] -> experts [N, k] (descending probability), weights [N, k]."""
+        if self.oai:  # top k by logit, then a softmax over the chosen logits
+            top, experts = torch.topk(self.router(x), self.k, dim=-1)
+            return experts, torch.softmax(top, dim=-1)
         probs = torch.softmax(self.router(x), dim=-1)  # [N, n_expert]
         weights, experts = torch.topk(probs, self.k, dim=-1)
         if self.norm:
@@ -368,7 +430,11 @@ class MoEFeedForward(nn.Module):
                 continue
             w = (weights * hit).sum(dim=-1)[rows]        # [n]
             h = xf[rows]
-            y = (F.silu(h @ self.gate_exps[e].T) * (h @ self.up_exps[e].T)) @ self.down_exps[e].T
+            if self.oai:
+                g, u = h @ self.gate_exps[e].T + self.gate_exps_b[e], h @ self.up_exps[e].T + self.up_exps_b[e]
+                y = swiglu_oai(g, u) @ self.down_exps[e].T + self.down_exps_b[e]
+            else:
+                y = (F.silu(h @ self.gate_exps[e].T) * (h @ self.up_exps[e].T)) @ self.down_exps[e].T
             out[rows] += w[:, None] * y
         if self.shexp is not None:
             out = out + torch.sigmoid(xf @ self.shexp_gate)[:, None] * self.shexp(xf)
@@ -543,14 +609,22 @@ def _tensor_map(config: ModelConfig) -> dict[str, str]:
             if config.qkv_bias:
                 m[b + f"attn_{g}.bias"] = p + f"attn.{t}.bias"
         m[b + "attn_output.weight"] = p + "attn.wo.weight"
+        if config.gptoss:
+            m[b + "attn_output.bias"] = p + "attn.wo.bias"
+            m[b + "attn_sinks.weight"] = p + "attn.sinks"
         if config.qk_norm:
             m[b + "attn_q_norm.weight"] = p + "attn.q_norm.weight"
             m[b + "attn_k_norm.weight"] = p + "attn.k_norm.weight"
-        m[b + "ffn_norm.weight"] = p + "ffn_norm.weight"
+        # gpt-oss normalises the FFN's input with post_attention_norm (no ffn_norm)
+        m[b + ("post_attention_norm.weight" if config.gptoss else "ffn_norm.weight")] = p + "ffn_norm.weight"
         if config.n_expert > 0:
             m[b + "ffn_gate_inp.weight"] = p + "ffn.router.weight"
             for t in ("gate", "up", "down"):
                 m[b + f"ffn_{t}_exps.weight"] = p + f"ffn.{t}_exps"
+                if config.gptoss:
+                    m[b + f"ffn_{t}_exps.bias"] = p + f"ffn.{t}_exps_b"
+            if config.gptoss:
+                m[b + "ffn_gate_inp.bias"] = p + "ffn.router.bias"
             if config.n_ff_shexp > 0:
                 m[b + "ffn_gate_inp_shexp.weight"] = p + "ffn.shexp_gate"
                 for t in ("gate", "up", "down"):
@@ -666,8 +740,8 @@ def save_gguf(model: Transformer, config: ModelConfig, path: str | Path, tokeniz
     """
     if dtype not in _SAVE_TYPES:
         raise ValueError(f"dtype must be one of {', '.join(_SAVE_TYPES)}, got '{dtype}'")
-    if config.arch == "phi3":  # its fused tensors and LongRoPE factors are read, not written here
-        raise ValueError("save_gguf does not write phi3 files (kvec gen-model --arch phi3 does)")
+    if config.arch in ("phi3", "gpt-oss"):  # their fused tensors / YaRN and sinks are read, not written here
+        raise ValueError(f"save_gguf does not write {config.arch} files (kvec gen-model --arch {config.arch} does)")
     mat_type, file_type = _SAVE_TYPES[dtype]
     w = GGUFWriter(path)
     md = model_metadata(config)

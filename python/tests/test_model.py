@@ -141,6 +141,32 @@ class Invariances(unittest.TestCase):
         c.n_ctx = 8
         self.assertEqual(c.rope_factors, [1.0, 1.5])   # not above the original context: short
 
+    def test_gptoss_prefixes_cache_and_sinks(self):
+        """gpt-oss: sinks, the sliding window, YaRN and the biased experts give the same logits for
+        every prefix and through the cache; the sinks take part of each softmax row (raising them
+        changes the logits); YaRN keeps the fastest pair's angle and scales the slowest by the
+        factor."""
+        kw = dict(arch="gpt-oss", sliding_window=3, head_dim=16, n_expert=4, n_expert_used=2, n_ff_exp=24,
+                  rope_scaling_type="yarn", rope_scaling_factor=8.0, n_ctx_orig=16, rope_theta=1000.0)
+        m = make_model(dtype=torch.float64, **kw)
+        toks = torch.tensor([TOKENS])
+        full = m(toks)[0]
+        for t in (1, 4, 7):
+            torch.testing.assert_close(m(toks[:, :t])[0], full[:t], rtol=1e-9, atol=1e-9)
+        cache = KVCache(m.config.n_layer)
+        parts = [m(toks[:, a:b], cache=cache)[0] for a, b in ((0, 4), (4, 5), (5, 9))]
+        torch.testing.assert_close(torch.cat(parts), full, rtol=1e-9, atol=1e-9)
+        with torch.no_grad():
+            m.layers[1].attn.sinks.add_(3.0)
+        self.assertGreater(float((m(toks)[0] - full).abs().max()), 1e-3)
+        from kvec_ref.model import rope_inv_freq, rope_magnitude
+        c = m.config
+        inv = rope_inv_freq(c)
+        plain = c.rope_theta ** (-2.0 * torch.arange(c.rope_dim // 2, dtype=torch.float64) / c.rope_dim)
+        self.assertAlmostEqual(float(inv[0]), float(plain[0]), places=12)
+        self.assertAlmostEqual(float(inv[-1]), float(plain[-1]) / 8.0, places=12)
+        self.assertAlmostEqual(rope_magnitude(c), 1.0 + 0.1 * np.log(8.0), places=12)
+
     def test_chunk_size_does_not_matter(self):
         a = make_model(attn_chunk=1)
         b = make_model(attn_chunk=1000)

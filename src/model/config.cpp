@@ -8,7 +8,9 @@
 
 namespace kvec {
 
-const char* supported_architectures() { return "llama, qwen2, qwen3, gemma3, gemma2, phi3, qwen3moe, qwen2moe"; }
+const char* supported_architectures() {
+    return "llama, qwen2, qwen3, gemma3, gemma2, phi3, qwen3moe, qwen2moe, gpt-oss";
+}
 
 namespace {
 
@@ -45,6 +47,16 @@ void read_swa_layers(const gguf::File& f, ModelConfig& c, int64_t period) {
     }
 }
 
+// {arch}.rope.freq_base_swa (the sliding-window layers' RoPE base) as a finite number > 1, or
+// `fallback` when absent.
+float read_freq_base_swa(const gguf::File& f, const ModelConfig& c, double fallback) {
+    const std::string key = c.arch_name + ".rope.freq_base_swa";
+    const auto base = static_cast<float>(f.get_float(key, fallback));
+    if (!(base > 1.0f) || !std::isfinite(base))
+        fail("'{}': {} = {} must be a finite number > 1", f.path(), key, base);
+    return base;
+}
+
 // {arch}.KEY as a finite float >= 0 (> 0 when `positive`), or `fallback` when absent.
 float read_nonnegative(const gguf::File& f, const std::string& key, double fallback, bool positive = false) {
     const auto v = static_cast<float>(f.get_float(key, fallback));
@@ -64,10 +76,7 @@ void read_gemma3(const gguf::File& f, ModelConfig& c) {
     c.sliding_window = f.has(k_window) ? static_cast<int>(std::min<uint64_t>(f.get_uint(k_window), 1u << 30)) : 0;
     if (c.sliding_window > 0) {
         read_swa_layers(f, c, 6);
-        c.rope_freq_base_swa = static_cast<float>(f.get_float(a + "rope.freq_base_swa", 10000.0));
-        if (!(c.rope_freq_base_swa > 1.0f) || !std::isfinite(c.rope_freq_base_swa)) {
-            fail("'{}': {}rope.freq_base_swa = {} must be a finite number > 1", f.path(), a, c.rope_freq_base_swa);
-        }
+        c.rope_freq_base_swa = read_freq_base_swa(f, c, 10000.0);
     }
     c.final_logit_softcap = read_nonnegative(f, a + "final_logit_softcapping", 0.0);
     if (c.n_layer == 62) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_head));
@@ -93,6 +102,8 @@ void read_moe_config(const gguf::File& f, ModelConfig& c) {
     }
     if (c.arch == Arch::Llama) {
         c.n_ff_exp = c.n_ff;
+    } else if (c.arch == Arch::GptOss) {  // llama.cpp requires the key for gpt-oss
+        c.n_ff_exp = positive_int(f, a + "expert_feed_forward_length");
     } else {
         const std::string k_exp = a + "expert_feed_forward_length";
         if (!f.has(k_exp) && c.n_ff / c.n_expert_used <= 0) {
@@ -101,7 +112,8 @@ void read_moe_config(const gguf::File& f, ModelConfig& c) {
         }
         c.n_ff_exp = f.has(k_exp) ? positive_int(f, k_exp) : c.n_ff / c.n_expert_used;
     }
-    c.expert_weights_norm = c.arch != Arch::Qwen2Moe;
+    c.expert_weights_norm = c.arch != Arch::Qwen2Moe && c.arch != Arch::GptOss;
+    c.expert_softmax_selected = c.arch == Arch::GptOss;
     if (c.arch == Arch::Qwen2Moe) {
         const std::string k_sh = a + "expert_shared_feed_forward_length";
         if (!f.has(k_sh) && c.n_ff <= 0)
@@ -123,14 +135,31 @@ void read_gemma2(const gguf::File& f, ModelConfig& c) {
     c.sliding_window = f.has(k_window) ? static_cast<int>(std::min<uint64_t>(f.get_uint(k_window), 1u << 30)) : 4096;
     if (c.sliding_window <= 0) fail("'{}': {} = 0 (gemma2 needs a window)", f.path(), k_window);
     read_swa_layers(f, c, 2);
-    c.rope_freq_base_swa = static_cast<float>(f.get_float(a + "rope.freq_base_swa", c.rope_freq_base));
-    if (!(c.rope_freq_base_swa > 1.0f) || !std::isfinite(c.rope_freq_base_swa)) {
-        fail("'{}': {}rope.freq_base_swa = {} must be a finite number > 1", f.path(), a, c.rope_freq_base_swa);
-    }
+    c.rope_freq_base_swa = read_freq_base_swa(f, c, c.rope_freq_base);
     c.rope_freq_scale_swa = c.rope_freq_scale;
     c.attn_logit_softcap = read_nonnegative(f, a + "attn_logit_softcapping", 50.0, true);
     c.final_logit_softcap = read_nonnegative(f, a + "final_logit_softcapping", 30.0, true);
     if (c.n_layer == 46) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_head));
+}
+
+// gpt-oss (as llama.cpp reads it, src/models/openai-moe.cpp): gpt-oss.attention.sliding_window
+// required; every layer with il % 2 == 0 slides (pattern period 2 unless
+// attention.sliding_window_pattern says otherwise); those layers rotate with the global base
+// unless gpt-oss.rope.freq_base_swa is given, and with the global scaling (YaRN included);
+// attention scaled by 1/sqrt(head_dim); the MoE keys as read_moe_config reads them.
+void read_gptoss(const gguf::File& f, ModelConfig& c) {
+    const std::string a = c.arch_name + ".";
+    c.family = Family::GptOss;
+    c.sliding_window = positive_int(f, a + "attention.sliding_window", 1 << 30);
+    read_swa_layers(f, c, 2);
+    c.rope_freq_base_swa = read_freq_base_swa(f, c, c.rope_freq_base);
+    c.rope_freq_scale_swa = c.rope_freq_scale;
+    if (c.n_rot != c.head_dim) {  // llama.cpp sizes the heads by n_rot for gpt-oss
+        fail(
+            "'{}': {}rope.dimension_count = {} differs from the head size {} (gpt-oss rotates "
+            "whole heads)",
+            f.path(), a, c.n_rot, c.head_dim);
+    }
 }
 
 }  // namespace
@@ -166,6 +195,9 @@ ModelConfig read_model_config(const gguf::File& f) {
         // currently disabled"): every layer attends globally here too.
         c.arch = Arch::Phi3;
         c.rope_mode = ops::RopeMode::Neox;
+    } else if (c.arch_name == "gpt-oss") {
+        c.arch = Arch::GptOss;
+        c.rope_mode = ops::RopeMode::Neox;
     } else {
         fail("'{}': unsupported architecture '{}' (supported: {})", f.path(), c.arch_name,
              supported_architectures());
@@ -174,12 +206,13 @@ ModelConfig read_model_config(const gguf::File& f) {
     const std::string a = c.arch_name + ".";
     // Experts: llama with {arch}.expert_count > 0 (Mixtral), qwen3moe, qwen2moe.
     const bool moe =
-        c.arch == Arch::Qwen3Moe || c.arch == Arch::Qwen2Moe ||
+        c.arch == Arch::Qwen3Moe || c.arch == Arch::Qwen2Moe || c.arch == Arch::GptOss ||
         (c.arch == Arch::Llama && f.has(a + "expert_count") && f.get_uint(a + "expert_count") > 0);
     if (!moe && f.has(a + "expert_count") && f.get_uint(a + "expert_count") > 0) {
-        fail("'{}': {}expert_count = {}: a {} model has no experts (mixture-of-experts "
-             "architectures: llama, qwen3moe, qwen2moe)", f.path(), a, f.get_uint(a + "expert_count"),
-             c.arch_name);
+        fail(
+            "'{}': {}expert_count = {}: a {} model has no experts (mixture-of-experts "
+            "architectures: llama, qwen3moe, qwen2moe, gpt-oss)",
+            f.path(), a, f.get_uint(a + "expert_count"), c.arch_name);
     }
     c.n_layer = positive_int(f, a + "block_count", 4096);
     c.n_embd = positive_int(f, a + "embedding_length");
@@ -229,11 +262,22 @@ ModelConfig read_model_config(const gguf::File& f) {
             fail("'{}': linear RoPE scaling needs a finite {}rope.scaling.factor > 0, got {}", f.path(), a, factor);
         }
         c.rope_freq_scale = static_cast<float>(1.0 / factor);
+    } else if (c.rope_scaling == "yarn") {
+        // llama.cpp: freq_scale = 1 / factor (no factor: 1), YaRN's ramp and magnitude on top.
+        if (factor < 0.0 || !std::isfinite(factor) ||
+            (factor > 0.0 && !std::isfinite(1.0f / static_cast<float>(factor)))) {
+            fail("'{}': YaRN RoPE scaling needs a finite {}rope.scaling.factor > 0, got {}",
+                 f.path(), a, factor);
+        }
+        c.rope_freq_scale = factor == 0.0 ? 1.0f : static_cast<float>(1.0 / factor);
+        c.rope_yarn = true;
     } else if (c.rope_scaling == "longrope" && c.arch == Arch::Phi3) {
         c.rope_scaling = "none";  // LongRoPE: the rope_factors_long/short tensors (no frequency scale)
     } else if (c.rope_scaling != "none") {
-        fail("'{}': RoPE scaling type '{}' is not supported (supported: none, linear, and llama3-style "
-             "rope_freqs.weight)", f.path(), c.rope_scaling);
+        fail(
+            "'{}': RoPE scaling type '{}' is not supported (supported: none, linear, yarn, and "
+            "llama3-style rope_freqs.weight)",
+            f.path(), c.rope_scaling);
     }
     const std::string k_orig = a + "rope.scaling.original_context_length";
     c.n_ctx_orig = f.has(k_orig) ? positive_int(f, k_orig, 1 << 30) : c.n_ctx_train;
@@ -242,6 +286,7 @@ ModelConfig read_model_config(const gguf::File& f) {
     if (c.arch == Arch::Gemma3) read_gemma3(f, c);
     if (moe) read_moe_config(f, c);
     if (c.arch == Arch::Gemma2) read_gemma2(f, c);
+    if (c.arch == Arch::GptOss) read_gptoss(f, c);
     return c;
 }
 

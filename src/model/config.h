@@ -14,13 +14,14 @@ namespace gguf {
 class File;
 }
 
-enum class Arch { Llama, Qwen2, Qwen3, Gemma3, Qwen3Moe, Qwen2Moe, Gemma2, Phi3 };
+enum class Arch { Llama, Qwen2, Qwen3, Gemma3, Qwen3Moe, Qwen2Moe, Gemma2, Phi3, GptOss };
 
 // The forward pass a model runs (src/model/arch/<family>.cpp): llama, qwen2, qwen3 and phi3 share
 // the llama diagram (optional biases and Q/K norms; phi3's fused projections are split into row
 // ranges when loaded); gemma3 and gemma2 have their own; the mixture-of-experts models (qwen3moe,
-// qwen2moe, llama with experts: Mixtral) share the MoE diagram (arch/moe.cpp).
-enum class Family { Llama, Gemma3, Moe, Gemma2 };
+// qwen2moe, llama with experts: Mixtral) share the MoE diagram (arch/moe.cpp); gpt-oss has its
+// own (arch/gptoss.cpp: attention sinks, biased experts, the clamped SwiGLU).
+enum class Family { Llama, Gemma3, Moe, Gemma2, GptOss };
 
 // "llama, qwen2, qwen3, gemma3, ...": what error messages list.
 const char* supported_architectures();
@@ -40,7 +41,7 @@ struct ModelConfig {
     int n_rot = 0;             // {arch}.rope.dimension_count (default head_dim)
     float rope_freq_base = 10000.0f;   // {arch}.rope.freq_base
     float rope_freq_scale = 1.0f;      // 1 / {arch}.rope.scaling.factor for linear scaling
-    std::string rope_scaling = "none"; // {arch}.rope.scaling.type ("none", "linear")
+    std::string rope_scaling = "none";  // {arch}.rope.scaling.type ("none", "linear", "yarn")
     float rms_eps = 1e-5f;     // {arch}.attention.layer_norm_rms_epsilon
     ops::RopeMode rope_mode = ops::RopeMode::Norm;  // Norm for llama, Neox for qwen2/qwen3/gemma3
     Family family = Family::Llama;
@@ -63,7 +64,11 @@ struct ModelConfig {
     int n_expert_used = 0;                // {arch}.expert_used_count
     int n_ff_exp = 0;                     // {arch}.expert_feed_forward_length (llama: n_ff)
     int n_ff_shexp = 0;                   // {arch}.expert_shared_feed_forward_length (qwen2moe)
-    bool expert_weights_norm = false;     // qwen3moe, llama: true; qwen2moe: false (as llama.cpp)
+    bool expert_weights_norm =
+        false;  // qwen3moe, llama: true; qwen2moe, gpt-oss: false (as llama.cpp)
+    // gpt-oss (llama.cpp's SOFTMAX_WEIGHT gating): the top n_expert_used by the router's logits
+    // (plus its bias), their weights a softmax over those logits only.
+    bool expert_softmax_selected = false;
     float rope_freq_scale_swa = 1.0f;     // sliding-window layers' RoPE scale (gemma3: 1; gemma2: rope_freq_scale)
     // gemma2: attention logits soft-capped before the softmax, s = cap * tanh(s / cap) (0: none).
     float attn_logit_softcap = 0.0f;      // {arch}.attn_logit_softcapping
@@ -72,6 +77,10 @@ struct ModelConfig {
     // multiplied by rope_attn_factor (ggml's mscale; any architecture, as llama.cpp reads it).
     int n_ctx_orig = 0;                   // {arch}.rope.scaling.original_context_length (default n_ctx_train)
     float rope_attn_factor = 1.0f;        // {arch}.rope.scaling.attn_factor
+    // YaRN (rope.scaling.type yarn; ops::YarnParams): rope_freq_scale = 1 / rope.scaling.factor,
+    // the ramp's original context n_ctx_orig, llama.cpp's ext_factor 1, beta_fast 32, beta_slow 1
+    // (the rope.scaling.yarn_* keys are not read for these architectures, as in llama.cpp).
+    bool rope_yarn = false;
 
     bool is_swa(int layer) const { return !swa_layers.empty() && swa_layers[static_cast<size_t>(layer)] != 0; }
     bool has_swa() const { return !swa_layers.empty(); }

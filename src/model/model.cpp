@@ -56,10 +56,18 @@ public:
     }
 
     std::vector<float> vector(const std::string& name, int64_t n, bool required = true) {
-        const gguf::TensorInfo* t = find(name, {n}, required);
-        if (t == nullptr || t->n_elements() != n) return {};
-        std::vector<float> out(static_cast<size_t>(n));
-        ops::dequantize_weight_row(make_weight_view(name.c_str(), t->type, t->data, n, 1), 0, out.data());
+        return rows(name, n, 1, required);
+    }
+
+    // A 1-D [n] (n_rows 1) or 2-D [n, n_rows] tensor as floats [n_rows, n] (biases).
+    std::vector<float> rows(const std::string& name, int64_t n, int64_t n_rows,
+                            bool required = true) {
+        const gguf::TensorInfo* t =
+            n_rows == 1 ? find(name, {n}, required) : find(name, {n, n_rows}, required);
+        if (t == nullptr || t->n_elements() != n * n_rows || t->ne[0] != n) return {};
+        std::vector<float> out(static_cast<size_t>(n * n_rows));
+        const WeightView v = make_weight_view(name.c_str(), t->type, t->data, n, n_rows);
+        for (int64_t r = 0; r < n_rows; ++r) ops::dequantize_weight_row(v, r, out.data() + r * n);
         for (size_t i = 0; i < out.size(); ++i) {
             if (!std::isfinite(out[i])) fail("'{}': tensor '{}' holds a non-finite value {} at element {}", f_.path(), name, out[i], i);
         }
@@ -105,6 +113,16 @@ void bind_moe_ffn(const gguf::File& f, TensorBinder& b, const ModelConfig& c, co
     L.gate_exps = b.experts(p + "ffn_gate_exps.weight", E, FE, X);
     L.up_exps = b.experts(p + "ffn_up_exps.weight", E, FE, X);
     L.down_exps = b.experts(p + "ffn_down_exps.weight", FE, E, X);
+    if (c.arch == Arch::GptOss) {  // biases on the router and every expert, all required
+        for (const char* t : {"ffn_gate_exps.bias", "ffn_up_exps.bias", "ffn_down_exps.bias"}) {
+            check_expert_count(f, c, p + t, 1);
+        }
+        check_expert_count(f, c, p + "ffn_gate_inp.bias", 0);
+        L.gate_inp_b = b.vector(p + "ffn_gate_inp.bias", X);
+        L.gate_exps_b = b.rows(p + "ffn_gate_exps.bias", FE, X);
+        L.up_exps_b = b.rows(p + "ffn_up_exps.bias", FE, X);
+        L.down_exps_b = b.rows(p + "ffn_down_exps.bias", E, X);
+    }
     if (FS > 0) {
         L.gate_inp_shexp = b.vector(p + "ffn_gate_inp_shexp.weight", E);
         L.gate_shexp = b.matrix(p + "ffn_gate_shexp.weight", E, FS);
@@ -159,7 +177,9 @@ Model::Model(std::unique_ptr<gguf::File> file) : file_(std::move(file)) {
         fail("'{}': gemma2 ties the output to token_embd.weight, but the file holds an output.weight (llama.cpp "
              "refuses such a file too)", f.path());
     }
-    if (f.find_tensor("output.weight") != nullptr || c.arch == Arch::Qwen2Moe) {  // qwen2moe: required
+    if (f.find_tensor("output.weight") != nullptr || c.arch == Arch::Qwen2Moe ||
+        c.arch == Arch::GptOss) {
+        // qwen2moe, gpt-oss: required
         w.output = b.matrix("output.weight", E, V);
     } else {
         w.output = w.token_embd;
@@ -167,6 +187,15 @@ Model::Model(std::unique_ptr<gguf::File> file) : file_(std::move(file)) {
     }
     if (f.find_tensor("rope_freqs.weight") != nullptr) w.rope_freqs = b.vector("rope_freqs.weight", c.n_rot / 2);
     check_rope_factors(f, "rope_freqs.weight", w.rope_freqs);
+    if (c.rope_yarn) {
+        const ops::YarnParams yarn{c.rope_freq_scale, c.n_ctx_orig};
+        const float* file = w.rope_freqs.empty() ? nullptr : w.rope_freqs.data();
+        w.rope_yarn = ops::yarn_freq_factors(c.n_rot, c.rope_freq_base, yarn, file);
+        if (c.has_swa()) {
+            const ops::YarnParams yarn_swa{c.rope_freq_scale_swa, c.n_ctx_orig};
+            w.rope_yarn_swa = ops::yarn_freq_factors(c.n_rot, c.rope_freq_base_swa, yarn_swa, file);
+        }
+    }
     if (c.arch == Arch::Phi3) {
         w.rope_long = b.vector("rope_factors_long.weight", c.n_rot / 2, false);
         w.rope_short = b.vector("rope_factors_short.weight", c.n_rot / 2, false);
@@ -177,7 +206,9 @@ Model::Model(std::unique_ptr<gguf::File> file) : file_(std::move(file)) {
     const bool biases_required = c.arch == Arch::Qwen2;
     // phi3 and gemma2 (llama.cpp's create_tensor_qkv): attn_qkv.weight when present (with an
     // optional attn_qkv.bias, else optional separate biases), else attn_q/k/v.weight.
-    const bool fused_qkv_allowed = c.arch == Arch::Phi3 || c.arch == Arch::Gemma2;
+    const bool fused_qkv_allowed =
+        c.arch == Arch::Phi3 || c.arch == Arch::Gemma2 || c.arch == Arch::GptOss;
+    const bool gptoss = c.arch == Arch::GptOss;
     const bool gemma = c.arch == Arch::Gemma3 || c.arch == Arch::Gemma2;
     w.layers.resize(static_cast<size_t>(c.n_layer));
     for (int l = 0; l < c.n_layer; ++l) {
@@ -201,6 +232,10 @@ Model::Model(std::unique_ptr<gguf::File> file) : file_(std::move(file)) {
             L.wv = b.matrix(p + "attn_v.weight", E, KV);
         }
         L.wo = b.matrix(p + "attn_output.weight", Q, E);
+        if (gptoss) {  // the output bias and the sinks: required
+            L.bo = b.vector(p + "attn_output.bias", E);
+            L.attn_sinks = b.vector(p + "attn_sinks.weight", c.n_head);
+        }
         if (L.bq.empty()) L.bq = b.vector(p + "attn_q.bias", Q, biases_required);
         if (L.bk.empty()) L.bk = b.vector(p + "attn_k.bias", KV, biases_required);
         if (L.bv.empty()) L.bv = b.vector(p + "attn_v.bias", KV, biases_required);
@@ -208,7 +243,8 @@ Model::Model(std::unique_ptr<gguf::File> file) : file_(std::move(file)) {
             L.q_norm = b.vector(p + "attn_q_norm.weight", D);
             L.k_norm = b.vector(p + "attn_k_norm.weight", D);
         }
-        L.ffn_norm = b.vector(p + "ffn_norm.weight", E);
+        // gpt-oss normalises the FFN's input with post_attention_norm.weight (no ffn_norm).
+        L.ffn_norm = b.vector(p + (gptoss ? "post_attention_norm.weight" : "ffn_norm.weight"), E);
         if (c.has_moe()) {
             bind_moe_ffn(f, b, c, p, L);
         } else if (c.arch == Arch::Phi3) {  // ffn_up.weight holds the gate rows, then the up rows

@@ -28,10 +28,14 @@ struct LayerWeights {
     WeightView wk;                 // [n_embd] -> [n_head_kv * head_dim]
     WeightView wv;                 // [n_embd] -> [n_head_kv * head_dim]
     WeightView wo;                 // [n_head * head_dim] -> [n_embd]
+    std::vector<float> bo;         // [n_embd] or empty (gpt-oss: attn_output.bias)
+    // gpt-oss: attn_sinks.weight, one logit per query head that joins the softmax's denominator.
+    std::vector<float> attn_sinks;        // [n_head] or empty
     std::vector<float> bq, bk, bv;        // [q_dim], [kv_dim], [kv_dim] or empty (qwen2: present; phi3, gemma2: optional)
     std::vector<float> q_norm, k_norm;    // [head_dim] or empty (qwen3, gemma3: present)
     std::vector<float> attn_post_norm;    // [n_embd] or empty (gemma3, gemma2: post_attention_norm)
-    std::vector<float> ffn_norm;   // [n_embd]
+    std::vector<float>
+        ffn_norm;  // [n_embd] (gpt-oss: post_attention_norm.weight, its FFN's pre-norm)
     WeightView w_gate;             // [n_embd] -> [n_ff]
     WeightView w_up;               // [n_embd] -> [n_ff]
     WeightView w_down;             // [n_ff] -> [n_embd]
@@ -43,6 +47,12 @@ struct LayerWeights {
     WeightView gate_exps;          // n_expert x ([n_embd] -> [n_ff_exp]) (ffn_gate_exps.weight)
     WeightView up_exps;            // n_expert x ([n_embd] -> [n_ff_exp]) (ffn_up_exps.weight)
     WeightView down_exps;          // n_expert x ([n_ff_exp] -> [n_embd]) (ffn_down_exps.weight)
+    // gpt-oss's biases (else empty): the router's [n_expert], and per expert e the gate's and
+    // up's [n_ff_exp] and the down's [n_embd] at e * n_ff_exp and e * n_embd (2-D GGUF tensors).
+    std::vector<float> gate_inp_b;   // [n_expert]
+    std::vector<float> gate_exps_b;  // [n_expert, n_ff_exp]
+    std::vector<float> up_exps_b;    // [n_expert, n_ff_exp]
+    std::vector<float> down_exps_b;  // [n_expert, n_embd]
     // The shared expert (qwen2moe; ModelConfig::n_ff_shexp > 0), else empty.
     std::vector<float> gate_inp_shexp;  // [n_embd]: its gate is sigmoid(x . gate_inp_shexp)
     WeightView gate_shexp;         // [n_embd] -> [n_ff_shexp]
@@ -59,6 +69,10 @@ struct ModelWeights {
     // LongRoPE (phi3): rope_factors_long.weight / rope_factors_short.weight, [n_rot / 2] divisors
     // each, or empty; rope_params() picks one by the session's context (ModelConfig::n_ctx_orig).
     std::vector<float> rope_long, rope_short;
+    // YaRN (ModelConfig::rope_yarn): its angles as per-pair divisors [n_rot / 2] for the global
+    // and the sliding-window layers' bases (ops::yarn_freq_factors, with rope_freqs when present),
+    // used with freq_scale 1 (rope_params); empty without YaRN.
+    std::vector<float> rope_yarn, rope_yarn_swa;
     std::vector<LayerWeights> layers;
 };
 

@@ -37,19 +37,35 @@ void route(const float* logits, const Routing& r, int32_t* experts, float* weigh
     const auto n = static_cast<size_t>(r.n_expert);
     double max = logits[0];
     for (size_t e = 1; e < n; ++e) max = std::max(max, static_cast<double>(logits[e]));
-    thread_local std::vector<double> p;       // [n_expert] probabilities
+    thread_local std::vector<double> p;       // [n_expert] probabilities (softmax_selected: logits)
     thread_local std::vector<int32_t> order;  // [n_expert] expert indices
     p.resize(n);
     order.resize(n);
-    double sum = 0;
-    for (size_t e = 0; e < n; ++e) sum += p[e] = std::exp(static_cast<double>(logits[e]) - max);
-    for (size_t e = 0; e < n; ++e) p[e] /= sum;
+    if (r.softmax_selected) {
+        for (size_t e = 0; e < n; ++e) p[e] = logits[e];
+    } else {
+        double sum = 0;
+        for (size_t e = 0; e < n; ++e) sum += p[e] = std::exp(static_cast<double>(logits[e]) - max);
+        for (size_t e = 0; e < n; ++e) p[e] /= sum;
+    }
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(
         order.begin(), order.begin() + r.n_used, order.end(), [&](int32_t a, int32_t b) {
             const double pa = p[static_cast<size_t>(a)], pb = p[static_cast<size_t>(b)];
             return pa > pb || (pa == pb && a < b);
         });
+    if (r.softmax_selected) {  // the chosen logits' softmax (the first is the largest)
+        const double top = p[static_cast<size_t>(order[0])];
+        double sum = 0;
+        for (int k = 0; k < r.n_used; ++k)
+            sum += std::exp(p[static_cast<size_t>(order[static_cast<size_t>(k)])] - top);
+        for (int k = 0; k < r.n_used; ++k) {
+            experts[k] = order[static_cast<size_t>(k)];
+            weights[k] =
+                static_cast<float>(std::exp(p[static_cast<size_t>(experts[k])] - top) / sum);
+        }
+        return;
+    }
     double chosen = 0;
     for (int k = 0; k < r.n_used; ++k)
         chosen += p[static_cast<size_t>(order[static_cast<size_t>(k)])];
@@ -63,7 +79,8 @@ void route(const float* logits, const Routing& r, int32_t* experts, float* weigh
 namespace {
 
 // Expert e on its n tokens (slot[i] / K is the token of entry i): y[n, E] =
-// (silu(xg . G_e) * (xg . U_e)) . D_e with xg [n, E] the tokens' inputs; g, u [n, F] scratch.
+// (silu(xg . G_e) * (xg . U_e)) . D_e with xg [n, E] the tokens' inputs; g, u [n, F] scratch
+// (gpt-oss: each product plus its bias, swiglu_oai for the SwiGLU).
 void run_expert(const float* x, const Experts& w, int e, const int32_t* slot, int32_t n, int64_t K,
                 float* xg, float* g, float* u, float* y) {
     const int64_t E = w.router->n_in, F = w.n_ff_exp;
@@ -73,8 +90,15 @@ void run_expert(const float* x, const Experts& w, int e, const int32_t* slot, in
     }
     matmul(xg, n, expert_matrix(*w.gate, e, F), g);  // [n, F]
     matmul(xg, n, expert_matrix(*w.up, e, F), u);    // [n, F]
-    ops::swiglu(g, u, g, int64_t{n} * F);
+    if (w.gate_b != nullptr) ops::add_bias(g, w.gate_b + int64_t{e} * F, n, F);
+    if (w.up_b != nullptr) ops::add_bias(u, w.up_b + int64_t{e} * F, n, F);
+    if (w.swiglu_oai) {
+        ops::swiglu_oai(g, u, g, int64_t{n} * F);
+    } else {
+        ops::swiglu(g, u, g, int64_t{n} * F);
+    }
     matmul(g, n, expert_matrix(*w.down, e, E), y);  // [n, E]
+    if (w.down_b != nullptr) ops::add_bias(y, w.down_b + int64_t{e} * E, n, E);
 }
 
 }  // namespace
@@ -87,6 +111,7 @@ void ffn(const float* x, int64_t T, const Experts& w, const Routing& r, Scratch&
     grow(s.experts, T * K);
     grow(s.weights, T * K);
     matmul(x, T, *w.router, s.logits.data());
+    if (w.router_b != nullptr) ops::add_bias(s.logits.data(), w.router_b, T, X);
     for (int64_t t = 0; t < T; ++t)
         route(s.logits.data() + t * X, r, s.experts.data() + t * K, s.weights.data() + t * K);
 

@@ -8,6 +8,11 @@
 //   (divided by max(sum, 6.103515625e-5)) when Routing::norm_weights
 //   out = sum over the selected e of weight_e * (silu(x . G_e) * (x . U_e)) . D_e   [T, n_embd]
 //
+// gpt-oss (llama.cpp's SOFTMAX_WEIGHT gating, LLM_FFN_SWIGLU_OAI_MOE): the router's logits get
+// its bias, the n_used experts of largest logit are chosen and their weights are a softmax over
+// those logits only (Routing::softmax_selected); each expert's gate, up and down outputs get
+// their biases, and the activation is the clamped swiglu_oai (ops.h) instead of SwiGLU.
+//
 // The experts' 3-D tensors are views of n_expert * n_out rows (LayerWeights); expert e is the
 // contiguous 2-D matrix of rows [e * n_out, (e + 1) * n_out) (expert_matrix), so the ordinary
 // matmul kernels run on it and only the selected experts' rows are read. A chunk's tokens are
@@ -29,6 +34,7 @@ struct Routing {
     int n_expert = 0;           // experts of the layer
     int n_used = 0;             // experts per token
     bool norm_weights = false;  // renormalise the selected weights to sum 1
+    bool softmax_selected = false;  // gpt-oss: top n_used by logit, softmax over the chosen logits
 };
 
 // Expert e of a 3-D expert tensor held as n_expert * n_out rows: rows [e * n_out, (e + 1) * n_out).
@@ -37,7 +43,8 @@ WeightView expert_matrix(const WeightView& w, int e, int64_t n_out);
 // Scalar reference of the routing of one token: probabilities p = softmax(logits) in double,
 // the n_used experts of largest p (descending; equal p: lower index first) in experts[n_used],
 // their p in weights[n_used], divided by their sum (at least 6.103515625e-5) when
-// r.norm_weights.
+// r.norm_weights. With r.softmax_selected: the n_used experts of largest logit, their weights
+// the softmax of their logits.
 void route(const float* logits, const Routing& r, int32_t* experts, float* weights);
 
 // One layer's experts: the router [n_embd] -> [n_expert] and the experts' gate and up
@@ -48,6 +55,12 @@ struct Experts {
     const WeightView* up = nullptr;
     const WeightView* down = nullptr;
     int64_t n_ff_exp = 0;
+    // gpt-oss: biases (null: none) and the clamped activation.
+    const float* router_b = nullptr;  // [n_expert]
+    const float* gate_b = nullptr;    // [n_expert, n_ff_exp]
+    const float* up_b = nullptr;      // [n_expert, n_ff_exp]
+    const float* down_b = nullptr;    // [n_expert, n_embd]
+    bool swiglu_oai = false;  // ops::swiglu_oai (alpha 1.702, limit 7) instead of ops::swiglu
 };
 
 // Buffers of ffn(), grown on first use and kept between calls.

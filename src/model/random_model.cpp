@@ -61,45 +61,20 @@ public:
     // A matrix [n_in] x n_out rows in the spec's type, entries ~ N(0, std).
     void matrix(const std::string& name, int64_t n_in, int64_t n_out, float std) {
         const GgmlType type = s_.type;
-        const size_t row_bytes = ggml_row_size(type, n_in);
-        std::vector<uint8_t> data(row_bytes * static_cast<size_t>(n_out));  // [n_out rows]
-        const uint64_t base = s_.seed * 0x9E3779B97F4A7C15ull ^ hash_name(name);
-#pragma omp parallel
-        {
-            std::vector<float> row(static_cast<size_t>(n_in));  // [n_in]
-#pragma omp for schedule(static)
-            for (int64_t r = 0; r < n_out; ++r) {
-                fill_normal(row.data(), n_in, base + static_cast<uint64_t>(r) * 0xD1B54A32D192ED03ull, 0.0f, std);
-                quant::quantize_row(type, row.data(), data.data() + static_cast<size_t>(r) * row_bytes, n_in);
-            }
-        }
-        w_.add_tensor(name, type, {n_in, n_out}, data.data(), data.size());
+        write_rows(name, type, n_in, n_out, std, {n_in, n_out});
     }
 
-    // n_expert matrices [n_in] x n_out rows in the spec's type, as one 3-D tensor
-    // [n_in, n_out, n_expert] (expert e: rows [e * n_out, (e + 1) * n_out)), entries ~ N(0, std).
+    // n_expert matrices [n_in] x n_out rows in the experts' type (RandomModelSpec::expert_type),
+    // as one 3-D tensor [n_in, n_out, n_expert] (expert e: rows [e * n_out, (e + 1) * n_out)),
+    // entries ~ N(0, std).
     void experts(const std::string& name, int64_t n_in, int64_t n_out, int64_t n_expert,
                  float std) {
-        const GgmlType type = s_.type;
-        const size_t row_bytes = ggml_row_size(type, n_in);
-        const int64_t rows = n_out * n_expert;
-        std::vector<uint8_t> data(row_bytes * static_cast<size_t>(rows));  // [n_expert, n_out rows]
-        const uint64_t base = s_.seed * 0x9E3779B97F4A7C15ull ^ hash_name(name);
-#pragma omp parallel
-        {
-            std::vector<float> row(static_cast<size_t>(n_in));  // [n_in]
-#pragma omp for schedule(static)
-            for (int64_t r = 0; r < rows; ++r) {
-                fill_normal(row.data(), n_in,
-                            base + static_cast<uint64_t>(r) * 0xD1B54A32D192ED03ull, 0.0f, std);
-                quant::quantize_row(type, row.data(),
-                                    data.data() + static_cast<size_t>(r) * row_bytes, n_in);
-            }
-        }
-        w_.add_tensor(name, type, {n_in, n_out, n_expert}, data.data(), data.size());
+        write_rows(name, s_.expert_type.value_or(s_.type), n_in, n_out * n_expert, std,
+                   {n_in, n_out, n_expert});
     }
 
-    // An F32 matrix [n_in] x n_out rows ~ N(0, std) (MoE routers, kept F32 in every file).
+    // An F32 matrix [n_in] x n_out rows ~ N(0, std) (MoE routers, kept F32 in every file; gpt-oss's
+    // 2-D expert biases).
     void matrix_f32(const std::string& name, int64_t n_in, int64_t n_out, float std) {
         std::vector<float> m(static_cast<size_t>(n_in * n_out));  // [n_out, n_in]
         fill_normal(m.data(), n_in * n_out, s_.seed * 0x9E3779B97F4A7C15ull ^ hash_name(name), 0.0f,
@@ -115,8 +90,28 @@ public:
     }
 
 private:
-    const RandomModelSpec& s_;
-    gguf::Writer& w_;
+  // rows rows of [n_in] ~ N(0, std) in `type`, written as a tensor of shape dims.
+  void write_rows(const std::string& name, GgmlType type, int64_t n_in, int64_t rows, float std,
+                  const std::vector<int64_t>& dims) {
+      const size_t row_bytes = ggml_row_size(type, n_in);
+      std::vector<uint8_t> data(row_bytes * static_cast<size_t>(rows));  // [rows]
+      const uint64_t base = s_.seed * 0x9E3779B97F4A7C15ull ^ hash_name(name);
+#pragma omp parallel
+      {
+          std::vector<float> row(static_cast<size_t>(n_in));  // [n_in]
+#pragma omp for schedule(static)
+          for (int64_t r = 0; r < rows; ++r) {
+              fill_normal(row.data(), n_in, base + static_cast<uint64_t>(r) * 0xD1B54A32D192ED03ull,
+                          0.0f, std);
+              quant::quantize_row(type, row.data(),
+                                  data.data() + static_cast<size_t>(r) * row_bytes, n_in);
+          }
+      }
+      w_.add_tensor(name, type, dims, data.data(), data.size());
+  }
+
+  const RandomModelSpec& s_;
+  gguf::Writer& w_;
 };
 
 // Copies tokenizer.* keys, truncated to n_vocab tokens. Returns the vocabulary size to use.
@@ -171,8 +166,9 @@ std::string default_vocab_path() {
 }
 
 std::vector<std::string> random_model_presets() {
-    return {"tinyllama-1.1b", "gemma3-test", "gemma3-4b", "gemma2-test", "phi3-test", "phi4-mini",
-            "qwen3moe-test", "qwen2moe-test", "mixtral-test", "qwen3-30b-a3b"};
+    return {"tinyllama-1.1b", "gemma3-test",   "gemma3-4b",     "gemma2-test",
+            "phi3-test",      "phi4-mini",     "qwen3moe-test", "qwen2moe-test",
+            "mixtral-test",   "qwen3-30b-a3b", "gpt-oss-test",  "gpt-oss-20b"};
 }
 
 namespace {
@@ -286,6 +282,39 @@ RandomModelSpec phi3_preset(bool full) {
     return s;
 }
 
+// gpt-oss as its converter writes it (YaRN factor 32, base 150000, layers il % 2 == 0 sliding).
+// gpt-oss-test: 2 layers (0 sliding-window with window 32, 1 global), embd 256, 8/2 heads of 64
+// (q_dim 512 != embd), 8 experts of ff 256 with 4 used, an original context of 128 of 4096 (the
+// YaRN ramp spans the lower pairs), vocabulary 4096. gpt-oss-20b: gpt-oss-20b's shape (24 layers,
+// embd 2880, 64/8 heads of 64, 32 experts of ff 2880 with 4 used, window 128, original context
+// 4096 of 131072) with MXFP4 experts as the released file has them and the vocabulary file's
+// tokens, not o200k's 201088.
+RandomModelSpec gptoss_preset(bool full) {
+    RandomModelSpec s;
+    s.arch = "gpt-oss";
+    s.name = full ? "gpt-oss-20b-random" : "gpt-oss-test-random";
+    s.n_layer = full ? 24 : 2;
+    s.n_embd = full ? 2880 : 256;
+    s.n_head = full ? 64 : 8;
+    s.n_head_kv = full ? 8 : 2;
+    s.head_dim = 64;
+    s.n_ff = full ? 2880 : 256;
+    s.n_expert = full ? 32 : 8;
+    s.n_expert_used = 4;
+    s.n_ff_exp = full ? 2880 : 256;
+    s.n_vocab = full ? 0 : 4096;
+    s.n_ctx = full ? 131072 : 4096;
+    s.n_ctx_orig = full ? 4096 : 128;
+    s.rope_base = 150000.0f;
+    s.rope_scaling = "yarn";
+    s.rope_factor = 32.0f;
+    s.rms_eps = 1e-5f;
+    s.sliding_window = full ? 128 : 32;
+    s.fused_qkv = false;
+    if (full) s.expert_type = GgmlType::MXFP4;
+    return s;
+}
+
 }  // namespace
 
 RandomModelSpec random_model_preset(std::string_view name) {
@@ -332,6 +361,8 @@ RandomModelSpec random_model_preset(std::string_view name) {
     }
     if (name == "gemma2-test") return gemma2_preset();
     if (name == "phi3-test" || name == "phi4-mini") return phi3_preset(name == "phi4-mini");
+    if (name == "gpt-oss-test" || name == "gpt-oss-20b")
+        return gptoss_preset(name == "gpt-oss-20b");
     if (moe_preset(name, s)) return s;
     fail("unknown preset '{}' (known: {})", name, fmt::join(random_model_presets(), ", "));
 }
@@ -371,17 +402,23 @@ namespace {
 
 // Checks and completes the expert settings; true for a mixture-of-experts model.
 bool check_moe_spec(RandomModelSpec& s) {
-    const bool qwen_moe = s.arch == "qwen3moe" || s.arch == "qwen2moe";
+    const bool qwen_moe = s.arch == "qwen3moe" || s.arch == "qwen2moe" || s.arch == "gpt-oss";
     if (!qwen_moe && s.arch != "llama") {
-        if (s.n_expert != 0 || s.n_expert_used != 0 || s.n_ff_exp != 0 || s.n_ff_shexp != 0) {
-            fail("--experts, --experts-used, --expert-ff and --shared-ff are for qwen3moe, "
-                 "qwen2moe and llama (architecture {})", s.arch);
+        if (s.n_expert != 0 || s.n_expert_used != 0 || s.n_ff_exp != 0 || s.n_ff_shexp != 0 ||
+            s.expert_type) {
+            fail(
+                "--experts, --experts-used, --expert-ff, --shared-ff and --expert-type are for "
+                "qwen3moe, "
+                "qwen2moe, gpt-oss and llama (architecture {})",
+                s.arch);
         }
         return false;
     }
     if (s.arch == "llama" && s.n_expert == 0) {
-        if (s.n_expert_used != 0 || s.n_ff_exp != 0 || s.n_ff_shexp != 0) {
-            fail("--experts-used, --expert-ff and --shared-ff need --experts for a llama model");
+        if (s.n_expert_used != 0 || s.n_ff_exp != 0 || s.n_ff_shexp != 0 || s.expert_type) {
+            fail(
+                "--experts-used, --expert-ff, --shared-ff and --expert-type need --experts for a "
+                "llama model");
         }
         return false;
     }
@@ -411,23 +448,43 @@ bool check_moe_spec(RandomModelSpec& s) {
 
 void write_random_model(const RandomModelSpec& spec, const std::string& path) {
     RandomModelSpec s = spec;
-    if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "gemma3" && s.arch != "gemma2" &&
-        s.arch != "phi3" && s.arch != "qwen3moe" && s.arch != "qwen2moe") {
-        fail("unknown architecture '{}' (supported: llama, qwen2, qwen3, gemma3, gemma2, phi3, qwen3moe, qwen2moe)",
-             s.arch);
+    if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "gemma3" &&
+        s.arch != "gemma2" && s.arch != "phi3" && s.arch != "qwen3moe" && s.arch != "qwen2moe" &&
+        s.arch != "gpt-oss") {
+        fail(
+            "unknown architecture '{}' (supported: llama, qwen2, qwen3, gemma3, gemma2, phi3, "
+            "qwen3moe, qwen2moe, "
+            "gpt-oss)",
+            s.arch);
     }
     const bool moe = check_moe_spec(s);
     const bool gemma3 = s.arch == "gemma3", gemma2 = s.arch == "gemma2", phi3 = s.arch == "phi3";
+    const bool gptoss = s.arch == "gpt-oss";
     const bool gemma = gemma3 || gemma2;
-    if (!gemma && !phi3 && s.sliding_window != 0) {
-        fail("--sliding-window is for gemma3, gemma2 and phi3 only (architecture {})", s.arch);
+    if (!gemma && !phi3 && !gptoss && s.sliding_window != 0) {
+        fail("--sliding-window is for gemma3, gemma2, phi3 and gpt-oss only (architecture {})",
+             s.arch);
+    }
+    if (gptoss && s.tied)
+        fail("gpt-oss needs output.weight (llama.cpp refuses it without): drop --tied");
+    if (s.expert_type) {
+        const GgmlTypeTraits& et = ggml_type_traits(*s.expert_type);
+        if (s.n_embd % et.block_size != 0 || s.n_ff_exp % et.block_size != 0) {
+            fail(
+                "expert type {} needs rows that are multiples of {} elements (--embd {}, "
+                "--expert-ff {})",
+                et.name, et.block_size, s.n_embd, s.n_ff_exp);
+        }
     }
     if (gemma2) s.tied = true;  // llama.cpp's gemma2 reads no output.weight
     if (!(s.attn_softcap > 0.0f) || !(s.final_softcap > 0.0f) || !std::isfinite(s.attn_softcap) ||
         !std::isfinite(s.final_softcap)) {
         fail("--attn-softcap ({}) and --final-softcap ({}) must be finite numbers > 0", s.attn_softcap, s.final_softcap);
     }
-    if (!phi3 && (s.n_ctx_orig != 0 || !s.fused_qkv)) fail("LongRoPE and separate/fused projections are for phi3 only");
+    if (!phi3 && !gptoss && !s.fused_qkv) fail("separate/fused projections are for phi3 only");
+    if (!phi3 && s.rope_scaling != "yarn" && s.n_ctx_orig != 0) {
+        fail("--rope-orig-ctx is for phi3's LongRoPE and YaRN (--rope-scaling yarn) only");
+    }
     if (s.n_ctx_orig < 0) fail("--rope-orig-ctx must not be negative, got {}", s.n_ctx_orig);
     if (s.sliding_window < 0 || s.swa_pattern < 0) {
         fail("--sliding-window ({}) and --swa-pattern ({}) must not be negative", s.sliding_window, s.swa_pattern);
@@ -454,10 +511,12 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
     if (s.n_rot < 0 || s.n_rot % 2 != 0 || s.n_rot > s.head_dim) {
         fail("--rope-dims {} must be even and at most the head size {}", s.n_rot, s.head_dim);
     }
-    if (s.rope_scaling != "none" && s.rope_scaling != "linear" && s.rope_scaling != "llama3") {
-        fail("unknown RoPE scaling '{}' (supported: none, linear, llama3)", s.rope_scaling);
+    if (s.rope_scaling != "none" && s.rope_scaling != "linear" && s.rope_scaling != "llama3" &&
+        s.rope_scaling != "yarn") {
+        fail("unknown RoPE scaling '{}' (supported: none, linear, llama3, yarn)", s.rope_scaling);
     }
-    if (s.rope_factor == 0.0f) s.rope_factor = s.rope_scaling == "llama3" ? 8.0f : 4.0f;
+    if (s.rope_factor == 0.0f)
+        s.rope_factor = s.rope_scaling == "llama3" ? 8.0f : s.rope_scaling == "yarn" ? 32.0f : 4.0f;
     if (!(s.rope_factor > 0.0f) || !std::isfinite(s.rope_factor)) {
         fail("RoPE scaling factor must be a positive finite number, got {}", s.rope_factor);
     }
@@ -493,7 +552,7 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
     w.set_u32(a + "feed_forward_length", static_cast<uint32_t>(F));
     w.set_u32(a + "attention.head_count", static_cast<uint32_t>(s.n_head));
     w.set_u32(a + "attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
-    if (D * s.n_head != E || s.arch == "qwen3" || s.arch == "qwen3moe" || gemma) {
+    if (D * s.n_head != E || s.arch == "qwen3" || s.arch == "qwen3moe" || gemma || gptoss) {
         w.set_u32(a + "attention.key_length", static_cast<uint32_t>(D));
         w.set_u32(a + "attention.value_length", static_cast<uint32_t>(D));
     }
@@ -504,6 +563,18 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
         w.set_string(a + "rope.scaling.type", "linear");
         w.set_f32(a + "rope.scaling.factor", s.rope_factor);
     }
+    if (s.rope_scaling == "yarn") {  // as the converter writes it
+        const int orig =
+            s.n_ctx_orig > 0
+                ? s.n_ctx_orig
+                : std::max(1, static_cast<int>(static_cast<float>(s.n_ctx) / s.rope_factor));
+        w.set_string(a + "rope.scaling.type", "yarn");
+        w.set_f32(a + "rope.scaling.factor", s.rope_factor);
+        w.set_u32(a + "rope.scaling.original_context_length", static_cast<uint32_t>(orig));
+    }
+    if (gptoss)
+        w.set_u32(a + "attention.sliding_window",
+                  static_cast<uint32_t>(s.sliding_window > 0 ? s.sliding_window : 128));
     if (moe) {  // as llama.cpp's converter writes them
         w.set_u32(a + "expert_count", static_cast<uint32_t>(X));
         w.set_u32(a + "expert_used_count", static_cast<uint32_t>(s.n_expert_used));
@@ -570,7 +641,7 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
                 add(E, 2 * F, true);
                 add(F, E, true);
             }
-            add(6 * E + Q + 2 * KV + 2 * D, 1, false);
+            add(6 * E + Q + 2 * KV + 2 * D + s.n_head + X * (2 * FE + E + 1), 1, false);
         }
         const size_t available = available_memory_bytes();
         if (total == UINT64_MAX || (available > 0 && total > available)) {
@@ -609,7 +680,7 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
             b.matrix(p + "attn_k.weight", E, KV, g_e);
             b.matrix(p + "attn_v.weight", E, KV, g_e);
         }
-        if (s.arch == "qwen2" || s.arch == "qwen2moe") {
+        if (s.arch == "qwen2" || s.arch == "qwen2moe" || gptoss) {
             b.vector(p + "attn_q.bias", Q, 0.0f, 0.5f);
             b.vector(p + "attn_k.bias", KV, 0.0f, 0.5f);
             b.vector(p + "attn_v.bias", KV, 0.0f, 0.5f);
@@ -628,14 +699,30 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
             b.vector(p + "post_ffw_norm.weight", E, post, 0.1f * post);
         }
         b.matrix(p + "attn_output.weight", Q, E, 1.0f / std::sqrt(static_cast<float>(Q)));
-        b.vector(p + "ffn_norm.weight", E, 1.0f, 0.1f);
+        if (gptoss) {
+            b.vector(p + "attn_output.bias", E, 0.0f, 0.2f);
+            // Sink logits about the size of the attention logits (std ~1): they take a visible,
+            // varying share of each head's softmax.
+            b.vector(p + "attn_sinks.weight", s.n_head, 0.5f, 1.5f);
+        }
+        // gpt-oss normalises the FFN's input with post_attention_norm (no ffn_norm).
+        b.vector(p + (gptoss ? "post_attention_norm.weight" : "ffn_norm.weight"), E, 1.0f, 0.1f);
         if (moe) {
             // The router's logits have a standard deviation of about 1: distinct, varied choices.
+            // gpt-oss: the experts' gate and up outputs have one of about 3, so that the clamp at
+            // 7 of swiglu_oai acts on a few percent of them (the down projection scaled back).
+            const float gain = gptoss ? 3.0f : 1.0f;
             b.matrix_f32(p + "ffn_gate_inp.weight", E, X, g_e);
-            b.experts(p + "ffn_gate_exps.weight", E, FE, X, g_e);
+            b.experts(p + "ffn_gate_exps.weight", E, FE, X, gain * g_e);
             b.experts(p + "ffn_down_exps.weight", FE, E, X,
-                      1.0f / std::sqrt(static_cast<float>(FE)));
-            b.experts(p + "ffn_up_exps.weight", E, FE, X, g_e);
+                      1.0f / (gain * std::sqrt(static_cast<float>(FE))));
+            b.experts(p + "ffn_up_exps.weight", E, FE, X, gain * g_e);
+            if (gptoss) {  // biases: the router's [X], the experts' 2-D [FE | E, X] (F32)
+                b.vector(p + "ffn_gate_inp.bias", X, 0.0f, 0.5f);
+                b.matrix_f32(p + "ffn_gate_exps.bias", FE, X, 0.5f);
+                b.matrix_f32(p + "ffn_up_exps.bias", FE, X, 0.5f);
+                b.matrix_f32(p + "ffn_down_exps.bias", E, X, 0.1f);
+            }
             if (FS > 0) {
                 b.vector(p + "ffn_gate_inp_shexp.weight", E, 0.0f, g_e);
                 b.matrix(p + "ffn_gate_shexp.weight", E, FS, g_e);

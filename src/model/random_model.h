@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,7 +21,8 @@
 namespace kvec {
 
 struct RandomModelSpec {
-    std::string arch = "llama";  // llama | qwen2 | qwen3 | gemma3 | gemma2 | phi3 | qwen3moe | qwen2moe
+    std::string arch =
+        "llama";  // llama | qwen2 | qwen3 | gemma3 | gemma2 | phi3 | qwen3moe | qwen2moe | gpt-oss
     std::string name;            // general.name ("" -> "kvec-random-<arch>")
     int n_layer = 2;
     int n_embd = 256;
@@ -31,8 +33,9 @@ struct RandomModelSpec {
     int n_vocab = 0;             // 0: the vocabulary file's size (required without one)
     int n_ctx = 2048;
     float rope_base = 10000.0f;
-    std::string rope_scaling = "none";  // none | linear | llama3
-    float rope_factor = 0.0f;    // 0: 4 for linear, 8 for llama3
+    std::string rope_scaling = "none";  // none | linear | llama3 | yarn
+    float rope_factor = 0.0f;           // 0: 4 for linear, 8 for llama3, 32 for yarn
+    // yarn: rope.scaling.original_context_length is n_ctx_orig (0: n_ctx / factor).
     float rms_eps = 1e-5f;
     bool tied = false;           // no output.weight: the output shares token_embd
     // gemma3: sliding window (0: none), one global layer every swa_pattern layers (il % n < n - 1
@@ -62,7 +65,13 @@ struct RandomModelSpec {
     int n_rot = 0;
     int n_ctx_orig = 0;
     bool fused_qkv = true;
+    // gpt-oss (as its converter writes it): separate Q/K/V with biases, attn_output.bias, the
+    // sinks attn_sinks.weight [n_head], post_attention_norm as the FFN's norm, biases on the
+    // router and every expert (2-D [n_ff_exp | n_embd, n_expert], F32), YaRN RoPE; sliding-window
+    // layers il % 2 == 0 with window sliding_window (0: 128).
     GgmlType type = GgmlType::F32;  // type of every weight matrix (vectors stay F32)
+    // The experts' 3-D tensors' type (gpt-oss files hold MXFP4 experts); none: `type`.
+    std::optional<GgmlType> expert_type;
     uint64_t seed = 1;
     // Vocabulary GGUF whose tokenizer.* keys are copied; "" = default_vocab_path(); "none" = none.
     std::string vocab_from;
@@ -74,7 +83,8 @@ std::string default_vocab_path();
 // Named shapes: "tinyllama-1.1b", "gemma3-test" (small, window 32), "gemma3-4b", "gemma2-test"
 // (small, window 32, soft-capping that acts), "phi3-test" (small, LongRoPE, partial rotary),
 // "phi4-mini", "qwen3moe-test", "qwen2moe-test", "mixtral-test" (small MoE shapes),
-// "qwen3-30b-a3b" (full size). Throws kvec::Error listing the known names.
+// "qwen3-30b-a3b" (full size), "gpt-oss-test" (small: 2 layers, sinks, YaRN, 8 experts),
+// "gpt-oss-20b" (full size, MXFP4 experts). Throws kvec::Error listing the known names.
 RandomModelSpec random_model_preset(std::string_view name);
 std::vector<std::string> random_model_presets();
 

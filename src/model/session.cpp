@@ -49,6 +49,13 @@ float* attention_scratch(size_t n) {
     return s.data();
 }
 
+// The sink logits of query heads h * group + g0 .. of a layer (gpt-oss's attn_sinks: they join
+// each row's softmax denominator, attention.h), or null for a model without them.
+const float* sink_logits(const Model& model, int layer, int h, int g0) {
+    const std::vector<float>& s = model.weights().layers[sz(layer)].attn_sinks;  // [n_head]
+    return s.empty() ? nullptr : s.data() + int64_t{h} * model.config().n_group() + g0;
+}
+
 // sum of x[0 .. n) in 8 float lanes (vectorised; the reconstruction's renormalisation).
 double sum_f32(const float* x, int32_t n) {
     float lane[8] = {};
@@ -64,14 +71,14 @@ double sum_f32(const float* x, int32_t n) {
 
 }  // namespace
 
-ops::RopeParams rope_params(const Model& model, int32_t n_ctx) {
+ops::RopeParams rope_params(const Model& model, int32_t n_ctx, bool swa) {
     const ModelConfig& c = model.config();
     const ModelWeights& w = model.weights();
     ops::RopeParams rope;
     rope.mode = c.rope_mode;
     rope.n_rot = c.n_rot;
-    rope.freq_base = c.rope_freq_base;
-    rope.freq_scale = c.rope_freq_scale;
+    rope.freq_base = swa ? c.rope_freq_base_swa : c.rope_freq_base;
+    rope.freq_scale = swa ? c.rope_freq_scale_swa : c.rope_freq_scale;
     rope.attn_factor = c.rope_attn_factor;
     if (n_ctx <= 0) n_ctx = c.n_ctx_train;
     // llama.cpp (llama_model::get_rope_factors): rope_freqs, else LongRoPE's long factors past the
@@ -80,6 +87,12 @@ ops::RopeParams rope_params(const Model& model, int32_t n_ctx) {
                                         : n_ctx > c.n_ctx_orig ? w.rope_long
                                                                : w.rope_short;
     rope.freq_factors = factors.empty() ? nullptr : factors.data();
+    const std::vector<float>& yarn = swa ? w.rope_yarn_swa : w.rope_yarn;
+    if (c.rope_yarn && !yarn.empty()) {  // the divisors include rope_freqs already
+        rope.attn_factor *= ops::yarn_mscale({rope.freq_scale, c.n_ctx_orig});
+        rope.freq_scale = 1.0f;
+        rope.freq_factors = yarn.data();
+    }
     return rope;
 }
 
@@ -141,9 +154,7 @@ Session::Session(const Model& model, const SessionOptions& options)
     values_f_.resize(H);
     rope_ = rope_params(model, options_.n_ctx);
     rope_info_ = rope_info(rope_);
-    rope_swa_ = rope_;
-    rope_swa_.freq_base = c.rope_freq_base_swa;
-    rope_swa_.freq_scale = c.rope_freq_scale_swa;
+    rope_swa_ = rope_params(model, options_.n_ctx, true);
 }
 
 void Session::set_evictor(Evictor* evictor) {
@@ -435,6 +446,7 @@ void Session::forward_step(const int32_t* tokens, const int32_t* positions, int3
         case Family::Gemma3: forward_gemma3(tokens, positions, T, step, final_chunk); break;
         case Family::Moe: forward_moe(tokens, positions, T, step, final_chunk); break;
         case Family::Gemma2: forward_gemma2(tokens, positions, T, step, final_chunk); break;
+        case Family::GptOss: forward_gptoss(tokens, positions, T, step, final_chunk); break;
     }
     for (size_t b = 0; b < sequences.size(); ++b) {
         Session& s = *sequences[b];
@@ -575,7 +587,8 @@ void Session::window_from_recent_queries(int layer) {
                 const auto vis = static_cast<int32_t>(std::upper_bound(pos, pos + n_h, rpos[sz(r)]) - pos);
                 if (vis == 0) continue;
                 const float* qr = ring.data() + int64_t{r} * Q + int64_t{h * G + g0} * D;  // [ng, D]
-                attention_probs(qr, ng, D, kv, vis, scale, s.data(), n_max, c.attn_logit_softcap);
+                attention_probs(qr, ng, D, kv, vis, scale, s.data(), n_max, c.attn_logit_softcap,
+                                sink_logits(model_, layer, h, g0));
                 for (int g = 0; g < ng; ++g) {
                     float* win = window_[sz(h)].data() + int64_t{g0 + g} * n_h;  // [n_h]
                     const float* row = s.data() + int64_t{g} * n_max;           // [vis]
@@ -670,8 +683,9 @@ void Session::attention_sequence(int layer, int32_t T, const int32_t* positions,
                 const int32_t np = std::min(n_pos, T - t0);
                 const int64_t q0 = t0 * Q + int64_t{h * G + g0} * D;  // query heads h * G + g0 .. + ng
                 // Position t0 + dt sees n_old + t0 + dt + 1 entries (causal in the chunk).
-                kvec::attention_causal(q_.data() + q0, {Q, D}, np, ng, kv, n_old + t0 + 1, scale, s, n_max,
-                                       att_.data() + q0, {Q, D}, c.attn_logit_softcap);
+                kvec::attention_causal(q_.data() + q0, {Q, D}, np, ng, kv, n_old + t0 + 1, scale, s,
+                                       n_max, att_.data() + q0, {Q, D}, c.attn_logit_softcap,
+                                       sink_logits(model_, layer, h, g0));
                 for (int32_t dt = 0; dt < np; ++dt) {
                     const int32_t t = t0 + dt;
                     const int32_t vis = n_old + t + 1;
@@ -752,8 +766,10 @@ void Session::attention_sliding(int layer, int32_t T, const int32_t* positions) 
                 const int32_t first = start_of(t0);
                 const int32_t n = start_of(t0 + np - 1) == first ? np : 1;
                 const int64_t q0 = t0 * Q + int64_t{h * G + g0} * D;  // query heads h * G + g0 .. + ng
-                kvec::attention_causal(q_.data() + q0, {Q, D}, n, ng, from(first), n_old + t0 + 1 - first, scale,
-                                       s, n_max, att_.data() + q0, {Q, D}, c.attn_logit_softcap);
+                kvec::attention_causal(q_.data() + q0, {Q, D}, n, ng, from(first),
+                                       n_old + t0 + 1 - first, scale, s, n_max, att_.data() + q0,
+                                       {Q, D}, c.attn_logit_softcap,
+                                       sink_logits(model_, layer, h, g0));
                 t0 += n;
             }
         }

@@ -4,13 +4,14 @@
 //   x = the family's layers over the embedded tokens     [T, n_embd]
 //       (src/model/arch/llama.cpp: llama, qwen2, qwen3, phi3; src/model/arch/gemma3.cpp: gemma3;
 //       src/model/arch/gemma2.cpp: gemma2; src/model/arch/moe.cpp: qwen3moe, qwen2moe, llama with
-//       experts),
+//       experts; src/model/arch/gptoss.cpp: gpt-oss),
 //       each calling the shared attention over the budgeted cache:
 //         append k, v to the cache; a = attention over each KV head's entries (GQA; causal
 //         inside the chunk; sliding-window layers: only the last window positions)  [T, q_dim]
 //         [eviction hook: the policy sees the layer, the layer is compacted; not for
 //          sliding-window layers, whose cache keeps exactly their window]
-//         (gemma2: the attention logits soft-capped before the softmax)
+//         (gemma2: the attention logits soft-capped before the softmax; gpt-oss: each query
+//          head's sink logit in the softmax's denominator, not a cache entry)
 //   logits = rms_norm(x) . W_out (optional soft-capping)   [T or 1, n_vocab]
 //
 // The family is chosen once per forward step (a switch on ModelConfig::family), not per layer
@@ -52,8 +53,11 @@ namespace kvec {
 // RoPE parameters of a model (mode, rotated dimensions, base, linear scaling, frequency factors,
 // LongRoPE's attention factor) for a session of context n_ctx (0: the model's n_ctx_train), which
 // chooses LongRoPE's long factors when n_ctx > ModelConfig::n_ctx_orig and the short ones
-// otherwise, as llama.cpp does. The factors pointer refers to the model's weights.
-ops::RopeParams rope_params(const Model& model, int32_t n_ctx = 0);
+// otherwise, as llama.cpp does. The factors pointer refers to the model's weights. swa: the
+// sliding-window layers' (their base and scaling, ModelConfig::rope_freq_base_swa / _scale_swa).
+// YaRN (ModelConfig::rope_yarn): the model's YaRN divisors with freq_scale 1, and attn_factor
+// times ops::yarn_mscale, which is the rotation ggml computes.
+ops::RopeParams rope_params(const Model& model, int32_t n_ctx = 0, bool swa = false);
 // The same as an eviction policy's view sees it (LayerView::rope).
 RopeInfo rope_info(const ops::RopeParams& rope);
 
@@ -197,6 +201,8 @@ private:
     void forward_gemma3(const int32_t* tokens, const int32_t* positions, int32_t T, Step step, bool final_chunk);
     void forward_moe(const int32_t* tokens, const int32_t* positions, int32_t T, Step step, bool final_chunk);
     void forward_gemma2(const int32_t* tokens, const int32_t* positions, int32_t T, Step step, bool final_chunk);
+    void forward_gptoss(const int32_t* tokens, const int32_t* positions, int32_t T, Step step,
+                        bool final_chunk);
     // The attention over the budgeted cache (shared by every family): appends the layer's keys
     // k_ and values v_, attends with q_ into att_, runs the eviction hook. Sliding-window layers
     // (ModelConfig::is_swa) mask by position and are left alone by eviction policies. In a
@@ -260,7 +266,7 @@ private:
     EvictionStats eviction_stats_;
     ops::RopeParams rope_;
     RopeInfo rope_info_;  // the same, for policies' views
-    ops::RopeParams rope_swa_;  // sliding-window layers: rope_ with their own base, no scaling
+    ops::RopeParams rope_swa_;  // sliding-window layers: their own base and scaling (rope_params)
 
     StepGate step_gate_;
     // The sequences of the batched decode step this session runs (row b of the activations is

@@ -1,6 +1,7 @@
 #include "tensor/attention.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -299,8 +300,9 @@ void check_args(int64_t n_pos, int64_t nq, const KvHeadData& kv, int32_t n_vis, 
 
 }  // namespace
 
-void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq, const KvHeadData& kv, int32_t n_vis,
-                      float scale, float* p, int64_t ldp, float* out, RowLayout out_at, float softcap) {
+void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
+                      const KvHeadData& kv, int32_t n_vis, float scale, float* p, int64_t ldp,
+                      float* out, RowLayout out_at, float softcap, const float* sinks) {
     check_args(n_pos, nq, kv, n_vis, ldp, out != nullptr);
     KVEC_CHECK(softcap >= 0.0f);
     const BlockKernels k = block_kernels(kv);
@@ -353,7 +355,7 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
             } else {
                 for (int32_t j = 0; j < vis(t); ++j) row[j] *= scale;
             }
-            ops::softmax(row, vis(t));
+            ops::softmax(row, vis(t), sinks != nullptr ? sinks[i] : -INFINITY);
         }
     }
     if (out == nullptr) return;
@@ -385,14 +387,15 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
     }
 }
 
-void attention_probs(const float* q, int64_t nq, int64_t ldq, const KvHeadData& kv, int32_t n_vis, float scale,
-                     float* p, int64_t ldp, float softcap) {
-    attention_causal(q, {0, ldq}, 1, nq, kv, n_vis, scale, p, ldp, nullptr, {}, softcap);
+void attention_probs(const float* q, int64_t nq, int64_t ldq, const KvHeadData& kv, int32_t n_vis,
+                     float scale, float* p, int64_t ldp, float softcap, const float* sinks) {
+    attention_causal(q, {0, ldq}, 1, nq, kv, n_vis, scale, p, ldp, nullptr, {}, softcap, sinks);
 }
 
-void attention(const float* q, int64_t nq, int64_t ldq, const KvHeadData& kv, int32_t n_vis, float scale, float* p,
-               int64_t ldp, float* out, int64_t ldo, float softcap) {
-    attention_causal(q, {0, ldq}, 1, nq, kv, n_vis, scale, p, ldp, out, {0, ldo}, softcap);
+void attention(const float* q, int64_t nq, int64_t ldq, const KvHeadData& kv, int32_t n_vis,
+               float scale, float* p, int64_t ldp, float* out, int64_t ldo, float softcap,
+               const float* sinks) {
+    attention_causal(q, {0, ldq}, 1, nq, kv, n_vis, scale, p, ldp, out, {0, ldo}, softcap, sinks);
 }
 
 }  // namespace kvec

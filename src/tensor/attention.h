@@ -9,6 +9,11 @@
 // softmax: s_ij = softcap * tanh(scale * (q_i . k_j) / softcap) (ops::softcap); 0: off, and the
 // scaling loop is the only work.
 //
+// With sinks (gpt-oss's attn_sinks: one learned logit per query head, sinks[i] for query row i;
+// null: none) each row's sink logit joins the softmax's denominator only, unscaled and without a
+// value: p[i, j] = exp(s_ij - m) / (sum_j' exp(s_ij' - m) + exp(sinks[i] - m)), so a row sums to
+// less than 1. A sink is part of attention, not a cache entry: it has no column in p.
+//
 // The probability rows p are returned to the caller (the engine derives the eviction policies'
 // observations from them: column sums, window means, last rows).
 //
@@ -60,16 +65,20 @@ struct RowLayout {
 //   p:   [n_pos * nq, ldp], row t * nq + i = the probabilities of row i of position t (columns
 //        < n_vis + t written; ldp >= n_vis + n_pos - 1)
 //   out: rows as laid out by out_at, head_dim each (nullptr: probabilities only)
-void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq, const KvHeadData& kv, int32_t n_vis,
-                      float scale, float* p, int64_t ldp, float* out, RowLayout out_at, float softcap = 0.0f);
+void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
+                      const KvHeadData& kv, int32_t n_vis, float scale, float* p, int64_t ldp,
+                      float* out, RowLayout out_at, float softcap = 0.0f,
+                      const float* sinks = nullptr);
 
 // One query position: p [nq, ldp] (columns < n_vis written) = the probability rows above for the
 // query rows q [nq, head_dim] (rows ldq apart); n_vis >= 1 entries of kv are visible to every row.
-void attention_probs(const float* q, int64_t nq, int64_t ldq, const KvHeadData& kv, int32_t n_vis, float scale,
-                     float* p, int64_t ldp, float softcap = 0.0f);
+void attention_probs(const float* q, int64_t nq, int64_t ldq, const KvHeadData& kv, int32_t n_vis,
+                     float scale, float* p, int64_t ldp, float softcap = 0.0f,
+                     const float* sinks = nullptr);
 
 // attention_probs, then out [nq, head_dim] (rows ldo apart) = the weighted sums of the values.
-void attention(const float* q, int64_t nq, int64_t ldq, const KvHeadData& kv, int32_t n_vis, float scale,
-               float* p, int64_t ldp, float* out, int64_t ldo, float softcap = 0.0f);
+void attention(const float* q, int64_t nq, int64_t ldq, const KvHeadData& kv, int32_t n_vis,
+               float scale, float* p, int64_t ldp, float* out, int64_t ldo, float softcap = 0.0f,
+               const float* sinks = nullptr);
 
 }  // namespace kvec

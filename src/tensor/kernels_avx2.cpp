@@ -801,15 +801,16 @@ inline __m256 exp8(__m256 x) {
 }
 }  // namespace
 
-void softmax_avx2(float* x, int64_t n) {
+void softmax_avx2(float* x, int64_t n, float sink) {
     if (n <= 0) return;
-    __m256 mv = _mm256_set1_ps(x[0]);
+    __m256 mv = _mm256_set1_ps(x[0] > sink ? x[0] : sink);
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(x + i));
     float mx = hmax(mv);
     for (; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
     const __m256 m8 = _mm256_set1_ps(mx);
-    __m256 sv = _mm256_setzero_ps();
+    // The sink's term in lane 0 (exp(-inf) = 0 without a sink).
+    __m256 sv = _mm256_setr_ps(std::exp(sink - mx), 0, 0, 0, 0, 0, 0, 0);
     for (i = 0; i + 8 <= n; i += 8) {
         const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), m8));
         _mm256_storeu_ps(x + i, e);
@@ -1096,7 +1097,9 @@ uint64_t stream_sum_avx2(const uint64_t* p, int64_t n) {
     for (int64_t i = 0; i < n; ++i) s += p[i];
     return s;
 }
-void softmax_avx2(float*, int64_t) { fail("AVX2 kernel called in a build without AVX2 support"); }
+void softmax_avx2(float*, int64_t, float) {
+    fail("AVX2 kernel called in a build without AVX2 support");
+}
 void swiglu_avx2(const float*, const float*, float*, int64_t) {
     fail("AVX2 kernel called in a build without AVX2 support");
 }

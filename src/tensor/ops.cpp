@@ -96,6 +96,40 @@ void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const i
     }
 }
 
+namespace {
+// ggml_rope_yarn_corr_dim: the pair index whose wavelength fits n_rot_turns turns into the
+// original context.
+float yarn_corr_dim(int n_rot, int n_ctx_orig, float n_rot_turns, float base) {
+    return static_cast<float>(n_rot) *
+           std::log(static_cast<float>(n_ctx_orig) /
+                    (n_rot_turns * 2.0f * static_cast<float>(M_PI))) /
+           (2.0f * std::log(base));
+}
+}  // namespace
+
+std::vector<float> yarn_freq_factors(int n_rot, float freq_base, const YarnParams& y,
+                                     const float* freq_factors) {
+    KVEC_CHECK(n_rot > 0 && n_rot % 2 == 0 && y.n_ctx_orig > 0 && y.freq_scale > 0.0f);
+    const float low =
+        std::max(0.0f, std::floor(yarn_corr_dim(n_rot, y.n_ctx_orig, y.beta_fast, freq_base)));
+    const float high =
+        std::min(static_cast<float>(n_rot - 1),
+                 std::ceil(yarn_corr_dim(n_rot, y.n_ctx_orig, y.beta_slow, freq_base)));
+    std::vector<float> out(static_cast<size_t>(n_rot / 2));  // [n_rot / 2]
+    for (int i = 0; i < n_rot / 2; ++i) {
+        const float r = (static_cast<float>(i) - low) / std::max(0.001f, high - low);
+        const double ramp =
+            static_cast<double>(1.0f - std::min(1.0f, std::max(0.0f, r))) * y.ext_factor;
+        const double ff = freq_factors != nullptr ? freq_factors[i] : 1.0;
+        out[static_cast<size_t>(i)] = static_cast<float>(ff / (y.freq_scale * (1.0 - ramp) + ramp));
+    }
+    return out;
+}
+
+float yarn_mscale(const YarnParams& y) {
+    return y.ext_factor != 0.0f ? 1.0f + 0.1f * std::log(1.0f / y.freq_scale) : 1.0f;
+}
+
 void swiglu(const float* gate, const float* up, float* out, int64_t n) {
     if (active_cpu_kernel() == CpuKernel::Avx2) {
         constexpr int64_t kChunk = 4096;
@@ -109,6 +143,16 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n) {
     for (int64_t i = 0; i < n; ++i) {
         const float g = gate[i];
         out[i] = g / (1.0f + std::exp(-g)) * up[i];
+    }
+}
+
+void swiglu_oai(const float* gate, const float* up, float* out, int64_t n, float alpha,
+                float limit) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+    for (int64_t i = 0; i < n; ++i) {
+        const float g = std::min(gate[i], limit);
+        const float u = std::clamp(up[i], -limit, limit);
+        out[i] = g / (1.0f + std::exp(-alpha * g)) * (u + 1.0f);
     }
 }
 
@@ -139,14 +183,14 @@ void softcap(float* x, int64_t n, float scale, float cap) {
     for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(k * x[i]);
 }
 
-void softmax(float* x, int64_t n) {
+void softmax(float* x, int64_t n, float sink) {
     if (active_cpu_kernel() == CpuKernel::Avx2) {
-        kernels::softmax_avx2(x, n);
+        kernels::softmax_avx2(x, n, sink);
         return;
     }
-    float mx = x[0];
+    float mx = x[0] > sink ? x[0] : sink;
     for (int64_t i = 1; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
-    float sum = 0.0f;
+    float sum = std::exp(sink - mx);  // 0 without a sink
     for (int64_t i = 0; i < n; ++i) {
         x[i] = std::exp(x[i] - mx);
         sum += x[i];

@@ -14,6 +14,13 @@ const char* const kLlama3Regex =
 const char* const kQwen2Regex =
     R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+// o200k (GPT-4o, gpt-oss: tokenizer.ggml.pre "gpt-4o"), the tokenizer.json original that
+// llama.cpp's LLAMA_VOCAB_PRE_TYPE_GPT4O quotes (PCRE2 reads its \p{Lu} classes and (?i:)).
+const char* const kGpt4oRegex =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|)"
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|)"
+    R"(\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 namespace {
 
 pcre2_code* as_code(void* p) { return static_cast<pcre2_code*>(p); }
@@ -95,7 +102,8 @@ std::vector<std::pair<size_t, size_t>> PreTokenizer::split(std::string_view text
 }
 
 std::string supported_pretokenizers() {
-    return "default, gpt-2 (alias gpt2), llama-bpe (aliases llama3, llama-v3), qwen2, smollm";
+    return "default, gpt-2 (alias gpt2), llama-bpe (aliases llama3, llama-v3), qwen2, smollm, "
+           "gpt-4o";
 }
 
 std::unique_ptr<PreTokenizer> make_pretokenizer(const std::string& name) {
@@ -125,6 +133,11 @@ std::unique_ptr<PreTokenizer> make_pretokenizer(const std::string& name) {
         pre->kind = PreKind::SMOLLM;
         pre->canonical = "smollm";
         patterns = {R"(\p{N})", kGpt2Regex};
+    } else if (name == "gpt-4o") {
+        // o200k (gpt-oss); llama.cpp keeps the merges and spaces as they are for it.
+        pre->kind = PreKind::GPT4O;
+        pre->canonical = "gpt-4o";
+        patterns = {kGpt4oRegex};
     } else {
         fail("tokenizer: unknown pre-tokenizer '{}' (supported: {})", name,
              supported_pretokenizers());
@@ -141,6 +154,8 @@ const std::vector<KnownSplitRegex>& known_split_regexes() {
         // Qwen2 / Qwen2.5 / Qwen3.
         {R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
          "qwen2"},
+        // o200k: GPT-4o, gpt-oss.
+        {kGpt4oRegex, "gpt-4o"},
         // GPT-2, written out as a Split.
         {R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)", "gpt-2"},
         {R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S))", "gpt-2"},

@@ -33,7 +33,7 @@ private:
     void* code_ = nullptr;  // pcre2_code_8*
 };
 
-enum class PreKind { DEFAULT, GPT2, LLAMA3, QWEN2, SMOLLM };
+enum class PreKind { DEFAULT, GPT2, LLAMA3, QWEN2, SMOLLM, GPT4O };
 
 struct PreTokenizer {
     PreKind kind = PreKind::GPT2;
@@ -49,7 +49,8 @@ struct PreTokenizer {
 // Builds the pre-tokenizer llama.cpp uses for tokenizer.ggml.pre = `name`; throws kvec::Error
 // listing the supported names for an unknown one.
 std::unique_ptr<PreTokenizer> make_pretokenizer(const std::string& name);
-std::string supported_pretokenizers();  // "default, gpt-2 (gpt2), llama-bpe (...), qwen2, smollm"
+std::string
+supported_pretokenizers();  // "default, gpt-2 (gpt2), llama-bpe (...), qwen2, smollm, gpt-4o"
 
 // The Hugging Face Split regexes the importer recognises, and the `pre` name each maps to.
 struct KnownSplitRegex {
@@ -63,5 +64,6 @@ const std::vector<KnownSplitRegex>& known_split_regexes();
 extern const char* const kGpt2Regex;
 extern const char* const kLlama3Regex;
 extern const char* const kQwen2Regex;
+extern const char* const kGpt4oRegex;
 
 }  // namespace kvec::tok

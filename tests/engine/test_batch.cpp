@@ -44,6 +44,16 @@ const Model& gemma_model() {  // 3 sliding-window layers (window 8) and a global
     return *m;
 }
 
+const Model& gptoss_model() {  // sinks, YaRN, layer 0 sliding-window (window 32), biased experts
+    static const auto m = [] {
+        RandomModelSpec s = random_model_preset("gpt-oss-test");
+        s.n_vocab = 512;
+        s.n_ctx = 512;
+        return Model::load(write_model(s, "batch-gptoss.gguf"));
+    }();
+    return *m;
+}
+
 std::vector<int32_t> some_tokens(int n, int seed) {
     std::vector<int32_t> t(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) t[static_cast<size_t>(i)] = (i * 37 + seed * 11 + 5) % 512;
@@ -135,6 +145,13 @@ TEST(DecodeBatch, EverySequenceGetsItsOwnDecodeStep) {
 TEST(DecodeBatch, SlidingWindowLayersKeepTheirWindowPerSequence) {
     // 36 steps: the sliding-window layers drop their oldest entries while decoding (32 at a time).
     expect_batch_matches_alone(gemma_model(), {{"", 40}, {"snapkv:budget=16,window=4", 50}, {"", 9}}, 36);
+}
+
+TEST(DecodeBatch, GptOssSinksWindowAndExpertsPerSequence) {
+    // Each sequence's queries meet its own cache with the sinks, its sliding window and its own
+    // experts (the batch's tokens route to different experts).
+    expect_batch_matches_alone(
+        gptoss_model(), {{"", 40}, {"snapkv:budget=16,window=4", 50}, {"", 9, KvType::Q8_0}}, 30);
 }
 
 TEST(DecodeBatch, ABatchOfOneIsDecode) {

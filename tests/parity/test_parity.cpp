@@ -171,6 +171,23 @@ std::vector<Case> variant_cases() {
     s.n_ctx_orig = 512;
     s.fused_qkv = false;
     add("phi3_longrope_short_separate_qkv", s);
+    // gpt-oss: layer 0 sliding-window (window 8), layer 1 global; the sinks, YaRN (factor 32 of
+    // an original context of 64: the ramp spans the middle pairs), biases on q/k/v, the output,
+    // the router and the experts; 8 experts, 4 used, routed by their logits; the clamped SwiGLU
+    // acting on a few percent of the experts' gate and up outputs.
+    s = parity_spec("gpt-oss");
+    s.n_head = 8;
+    s.head_dim = 64;
+    s.sliding_window = 8;
+    s.n_expert = 8;
+    s.n_expert_used = 4;
+    s.n_ff_exp = 256;
+    s.rope_base = 150000.0f;
+    s.rope_scaling = "yarn";
+    s.rope_factor = 32.0f;
+    s.n_ctx_orig = 64;
+    s.fused_qkv = false;
+    add("gptoss", s);
     return v;
 }
 
@@ -195,6 +212,14 @@ std::vector<Case> type_cases() {
         s.type = t;
         v.push_back(
             {"TensorTypes", std::string("qwen3moe_") + ggml_type_name(t), s, Kind::Logits, false});
+    }
+    // gpt-oss as its files come: MXFP4 experts, Q8_0 elsewhere (llama-quantize's MXFP4_MOE).
+    for (const Case& c : variant_cases()) {
+        if (c.name != "gptoss") continue;
+        RandomModelSpec s = c.spec;
+        s.type = GgmlType::Q8_0;
+        s.expert_type = GgmlType::MXFP4;
+        v.push_back({"TensorTypes", "gptoss_mxfp4_experts", s, Kind::Logits, false});
     }
     return v;
 }
@@ -574,7 +599,7 @@ void check_case(const Case& c) {
 
 // One test per group: each starts the reference once for all its cases.
 TEST(Parity, Variants) {  // llama MHA/GQA, llama3 and linear RoPE scaling, qwen2, qwen3, tied,
-                          // gemma3, gemma2, phi3, MoE; F32
+                          // gpt-oss, gemma3, gemma2, phi3, MoE; F32
     for (const Case& c : variant_cases()) check_case(c);
 }
 

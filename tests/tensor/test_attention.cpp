@@ -182,8 +182,8 @@ INSTANTIATE_TEST_SUITE_P(CacheTypes, AttentionTypes, ::testing::Values(GgmlType:
 // attention_causal over a block of positions: position t, with n_vis + t entries, against
 // ref::attention of that position alone; the query and output rows at strides like the engine's
 // (positions ld_pos apart, heads ld_row apart), sentinels past every row's visible entries.
-void check_causal(TypePair type, int nq, int d, int n_pos, int32_t n_vis, uint32_t seed, float softcap = 0.0f,
-                  float q_std = 1.5f) {
+void check_causal(TypePair type, int nq, int d, int n_pos, int32_t n_vis, uint32_t seed,
+                  float softcap = 0.0f, float q_std = 1.5f, const float* sinks = nullptr) {
     std::mt19937 rng(seed);
     const int32_t n = n_vis + n_pos - 1;
     const Cache c = make_cache(type.k, type.v, n, d, rng);
@@ -199,19 +199,22 @@ void check_causal(TypePair type, int nq, int d, int n_pos, int32_t n_vis, uint32
         use(k);
         std::vector<float> p(static_cast<size_t>(n_pos * nq * ldp), kSentinel);   // [n_pos * nq, ldp]
         std::vector<float> o(static_cast<size_t>(n_pos * o_at.ld_pos), kSentinel);  // [n_pos, ld_pos]
-        attention_causal(q.data(), q_at, n_pos, nq, c.view, n_vis, scale, p.data(), ldp, o.data(), o_at, softcap);
+        attention_causal(q.data(), q_at, n_pos, nq, c.view, n_vis, scale, p.data(), ldp, o.data(),
+                         o_at, softcap, sinks);
         std::vector<float> p_only(p.size(), kSentinel);
-        attention_causal(q.data(), q_at, n_pos, nq, c.view, n_vis, scale, p_only.data(), ldp, nullptr, {}, softcap);
+        attention_causal(q.data(), q_at, n_pos, nq, c.view, n_vis, scale, p_only.data(), ldp,
+                         nullptr, {}, softcap, sinks);
         ASSERT_EQ(p_only, p) << "probabilities only differ from attention_causal's";
         for (int t = 0; t < n_pos; ++t) {
             const int32_t vis = n_vis + t;
             std::vector<float> p_ref(static_cast<size_t>(nq * vis)), o_ref(static_cast<size_t>(nq * d));
-            ref::attention(q.data() + t * q_at.ld_pos, nq, q_at.ld_row, c.view, vis, scale, p_ref.data(), vis,
-                           o_ref.data(), d, softcap);
-            const std::string where = k.name() + " " + pair_name(type) + " softcap=" + std::to_string(softcap) +
-                                      " nq=" + std::to_string(nq) + " d=" + std::to_string(d) + " n_pos=" +
-                                      std::to_string(n_pos) + " n_vis=" + std::to_string(n_vis) + " t=" +
-                                      std::to_string(t);
+            ref::attention(q.data() + t * q_at.ld_pos, nq, q_at.ld_row, c.view, vis, scale,
+                           p_ref.data(), vis, o_ref.data(), d, softcap, sinks);
+            const std::string where =
+                k.name() + " " + pair_name(type) + " softcap=" + std::to_string(softcap) +
+                (sinks != nullptr ? " sinks" : "") + " nq=" + std::to_string(nq) +
+                " d=" + std::to_string(d) + " n_pos=" + std::to_string(n_pos) +
+                " n_vis=" + std::to_string(n_vis) + " t=" + std::to_string(t);
             for (int i = 0; i < nq; ++i) {
                 const float* row = p.data() + (int64_t{t} * nq + i) * ldp;
                 for (int64_t j = 0; j < ldp; ++j) {
@@ -274,6 +277,46 @@ TEST(SoftCappedAttention, EveryKernelMatchesReference) {
     float diff = 0.0f;
     for (int j = 0; j < 50; ++j) diff = std::max(diff, std::fabs(capped[j] - plain[j]));
     EXPECT_GT(diff, 0.05f) << "a cap of 1 did not change the probabilities";
+}
+
+// Attention sinks (gpt-oss: one logit per query head in the softmax's denominator, no value):
+// every kernel, the float and the int8 score paths and block-quantised values, against the
+// reference, with sinks below, near and above the rows' scores, combined with soft-capping too;
+// the sinks take mass from the entries (rows sum to less than 1, and less than without sinks).
+TEST(SinkAttention, EveryKernelMatchesReference) {
+    uint32_t seed = 400;
+    const std::vector<float> sinks = {-20.0f, 0.0f, 1.5f, 4.0f,
+                                      -1.0f,  8.0f, 0.3f, 2.5f};  // [8 query rows]
+    for (const TypePair t :
+         {TypePair{GgmlType::F32, GgmlType::F32}, TypePair{GgmlType::F16, GgmlType::F16},
+          TypePair{GgmlType::Q8_0, GgmlType::Q8_0}, TypePair{GgmlType::Q4_0, GgmlType::Q4_0},
+          TypePair{GgmlType::Q8_0, GgmlType::F16}, TypePair{GgmlType::BF16, GgmlType::Q5_1}}) {
+        check_causal(t, 8, 64, 9, 120, seed++, 0.0f, 1.5f, sinks.data());
+        check_causal(t, 4, 64, 16, 1, seed++, 0.0f, 1.5f, sinks.data());
+        check_causal(t, 2, 96, 1, 300, seed++, 0.0f, 4.0f, sinks.data());
+        check_causal(t, 4, 64, 5, 130, seed++, 5.0f, 6.0f, sinks.data());
+    }
+    std::mt19937 rng(19);
+    const Cache c = make_cache(GgmlType::F16, GgmlType::F16, 40, 64, rng);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> q(2 * 64);  // [2, 64]
+    for (float& x : q) x = dist(rng);
+    std::vector<float> with(2 * 40), plain(2 * 40), o(2 * 64);
+    const float two[] = {2.0f, -50.0f};
+    attention(q.data(), 2, 64, c.view, 40, 0.125f, with.data(), 40, o.data(), 64, 0.0f, two);
+    attention(q.data(), 2, 64, c.view, 40, 0.125f, plain.data(), 40, o.data(), 64);
+    double sum_with = 0, sum_plain = 0, sum_far = 0;
+    for (int j = 0; j < 40; ++j) {
+        sum_with += with[static_cast<size_t>(j)];
+        sum_plain += plain[static_cast<size_t>(j)];
+        sum_far += with[static_cast<size_t>(40 + j)];
+        EXPECT_LT(with[static_cast<size_t>(j)], plain[static_cast<size_t>(j)]);
+        EXPECT_NEAR(with[static_cast<size_t>(40 + j)], plain[static_cast<size_t>(40 + j)], 1e-6f)
+            << "a sink far below the scores changes nothing";
+    }
+    EXPECT_NEAR(sum_plain, 1.0, 1e-5);
+    EXPECT_LT(sum_with, 0.95) << "a sink logit of 2 against scores ~N(0, 1) takes a visible share";
+    EXPECT_NEAR(sum_far, 1.0, 1e-5);
 }
 
 // BF16 and block-quantised caches (keys and values alike, and mixed): head sizes of whole 32-element

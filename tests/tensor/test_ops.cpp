@@ -122,6 +122,88 @@ TEST(Ops, RopeMatchesReferenceAllModes) {
     }
 }
 
+// gpt-oss's clamped SwiGLU against the reference, with gates and ups across the limit of 7 (the
+// clamps act: a gate of 100 gives 7 * sigmoid(1.702 * 7) * (u + 1), an up of -50 gives u = -7).
+TEST(Ops, SwigluOaiMatchesReference) {
+    for (int64_t n : {1, 9, 40000}) {
+        auto g = random_vec(n, 41, 6.0f), u = random_vec(n, 42, 6.0f);
+        std::vector<float> y(static_cast<size_t>(n)), yr(static_cast<size_t>(n));
+        ops::swiglu_oai(g.data(), u.data(), y.data(), n);
+        ref::swiglu_oai(g.data(), u.data(), yr.data(), n, 1.702f, 7.0f);
+        for (int64_t i = 0; i < n; ++i)
+            ASSERT_NEAR(y[i], yr[i], 1e-5f * (1 + std::fabs(yr[i]))) << n << " " << i;
+    }
+    const float g[] = {100.0f, 1.0f, -3.0f}, u[] = {0.5f, -50.0f, 50.0f};
+    float y[3];
+    ops::swiglu_oai(g, u, y, 3);
+    EXPECT_NEAR(y[0], 7.0f / (1.0f + std::exp(-1.702f * 7.0f)) * 1.5f, 1e-5f);
+    EXPECT_NEAR(y[1], 1.0f / (1.0f + std::exp(-1.702f)) * -6.0f, 1e-5f);
+    EXPECT_NEAR(y[2], -3.0f / (1.0f + std::exp(1.702f * 3.0f)) * 8.0f, 1e-5f);
+}
+
+// YaRN (gpt-oss: factor 32, original context 4096, base 150000) as the plain rotation with
+// yarn_freq_factors' divisors and yarn_mscale, against ggml's formula written out (ref::rope_yarn),
+// for both layouts, partial rotation and file factors; the highest frequencies are extrapolated
+// (divisor 1), the lowest interpolated (divisor = the factor), and the ramp between is monotonic.
+TEST(Ops, YarnRopeMatchesReference) {
+    const int64_t n_tokens = 6, n_heads = 2, head_dim = 64;
+    const std::vector<int32_t> pos = {0, 1, 37, 4095, 20000, 131071};
+    ops::YarnParams y;
+    y.freq_scale = 1.0f / 32.0f;
+    y.n_ctx_orig = 4096;
+    for (auto mode : {ops::RopeMode::Norm, ops::RopeMode::Neox}) {
+        for (int n_rot : {64, 48}) {
+            for (float base : {150000.0f, 10000.0f}) {
+                const std::vector<float> file_factors = {1.0f, 1.0f, 2.0f,
+                                                         1.5f};  // tiled over the pairs
+                for (bool with_file : {false, true}) {
+                    std::vector<float> ff(static_cast<size_t>(n_rot / 2));
+                    for (size_t i = 0; i < ff.size(); ++i)
+                        ff[i] = file_factors[i % file_factors.size()];
+                    const std::vector<float> div =
+                        ops::yarn_freq_factors(n_rot, base, y, with_file ? ff.data() : nullptr);
+                    ASSERT_EQ(div.size(), static_cast<size_t>(n_rot / 2));
+                    if (!with_file) {
+                        EXPECT_FLOAT_EQ(div.front(), 1.0f)
+                            << "the highest frequency is extrapolated";
+                        EXPECT_FLOAT_EQ(div.back(), 32.0f)
+                            << "the lowest frequency is interpolated";
+                        for (size_t i = 1; i < div.size(); ++i) EXPECT_GE(div[i], div[i - 1]);
+                    }
+                    ops::RopeParams p;
+                    p.mode = mode;
+                    p.n_rot = n_rot;
+                    p.freq_base = base;
+                    p.freq_scale = 1.0f;
+                    p.freq_factors = div.data();
+                    p.attn_factor = ops::yarn_mscale(y);
+                    EXPECT_NEAR(p.attn_factor, 1.0f + 0.1f * std::log(32.0f), 1e-6f);
+                    ops::RopeParams pr = p;
+                    pr.freq_factors = with_file ? ff.data() : nullptr;
+                    pr.attn_factor = 1.0f;
+                    auto x = random_vec(n_tokens * n_heads * head_dim, 17);
+                    auto xr = x;
+                    ops::rope(x.data(), n_tokens, n_heads, head_dim, pos.data(), p);
+                    ref::rope_yarn(xr.data(), n_tokens, n_heads, head_dim, pos.data(), pr, y);
+                    // float divisors: angles of up to 131071 rad agree to ~1e-7 relative
+                    expect_close(x, xr, 2e-3f);
+                    auto a = random_vec(n_tokens * n_heads * head_dim, 17);
+                    auto ar = a;
+                    const int32_t small[] = {0, 1, 2, 3, 100, 1000};
+                    ops::rope(a.data(), n_tokens, n_heads, head_dim, small, p);
+                    ref::rope_yarn(ar.data(), n_tokens, n_heads, head_dim, small, pr, y);
+                    expect_close(a, ar, 3e-5f);
+                }
+            }
+        }
+    }
+    // ext_factor 0: no ramp, no magnitude: linear scaling.
+    ops::YarnParams lin = y;
+    lin.ext_factor = 0.0f;
+    for (float d : ops::yarn_freq_factors(64, 150000.0f, lin, nullptr)) EXPECT_FLOAT_EQ(d, 32.0f);
+    EXPECT_EQ(ops::yarn_mscale(lin), 1.0f);
+}
+
 // Every CPU kernel (the AVX2 one has its own vectorised exp), lengths with and without a tail of
 // fewer than 8, and arguments across exp's range.
 TEST(Ops, SwigluAndSoftmaxMatchReferenceOnEveryKernel) {
@@ -236,6 +318,44 @@ TEST(Ops, SwigluAndSoftmaxMatchReference) {
         sum += s[i];
     }
     EXPECT_NEAR(sum, 1.0, 1e-5);
+}
+
+// A sink logit (gpt-oss's attn_sinks) joins the denominator only: every kernel against the
+// reference, with sinks far below (no visible share), inside and far above the row's range (the
+// row then sums to 1 - p_sink < 1); -inf is the plain softmax.
+TEST(Ops, SoftmaxWithSinkMatchesReferenceOnEveryKernel) {
+    for (CpuKernel k : {CpuKernel::Generic, CpuKernel::Avx2}) {
+        if (!cpu_kernel_supported(k)) continue;
+        set_cpu_kernel(k);
+        for (int64_t n : {1, 7, 8, 13, 1000}) {
+            for (float sink : {-30.0f, 0.5f, 3.0f, 8.0f, 60.0f}) {
+                auto s = random_vec(n, 31, 4.0f);
+                auto sr = s;
+                // The sink's share of the denominator, in double: the row sums to 1 - share.
+                double mx = sink, denom = 0;
+                for (float v : s) mx = std::max(mx, static_cast<double>(v));
+                for (float v : s) denom += std::exp(v - mx);
+                const double share = std::exp(sink - mx) / (denom + std::exp(sink - mx));
+                ops::softmax(s.data(), n, sink);
+                ref::softmax(sr.data(), n, sink);
+                double sum = 0, sum_ref = 0;
+                for (int64_t i = 0; i < n; ++i) {
+                    ASSERT_NEAR(s[i], sr[i], 1e-6f * (1e-3f + sr[i]))
+                        << n << " sink " << sink << " " << i;
+                    sum += s[i];
+                    sum_ref += sr[i];
+                }
+                EXPECT_NEAR(sum, 1.0 - share, 1e-5) << n << " sink " << sink;
+                EXPECT_NEAR(sum, sum_ref, 1e-5);
+            }
+            auto a = random_vec(n, 32, 4.0f);
+            auto b = a;
+            ops::softmax(a.data(), n);
+            ops::softmax(b.data(), n, -INFINITY);
+            ASSERT_EQ(a, b) << "a sink of -inf must be the plain softmax";
+        }
+    }
+    set_cpu_kernel(cpu_kernel_supported(CpuKernel::Avx2) ? CpuKernel::Avx2 : CpuKernel::Generic);
 }
 
 TEST(Ops, GetRowsDequantisesAndChecksIds) {

@@ -13,6 +13,7 @@
 
 #include "gguf/gguf.h"
 #include "test_common.h"
+#include "tokenizer/pretokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
@@ -275,6 +276,34 @@ TEST(Tokenizers, PathologicalInputs) {
             const auto ids = tok.encode(text, false);
             EXPECT_EQ(tok.decode(ids), text) << name << ": input of " << text.size() << " bytes";
         }
+    }
+}
+
+// o200k's pre-tokenizer (tokenizer.ggml.pre "gpt-4o": GPT-4o, gpt-oss) splits as Python's
+// `regex` module splits with the tokenizer.json pattern (an engine other than PCRE2; the expected
+// pieces were printed by regex.finditer): case runs inside words, contractions, digits in
+// threes, punctuation runs with trailing slashes and newlines, marks inside words, CJK, and the
+// harmony format's markers.
+TEST(PreTokenizer, Gpt4oSplitsAsPythonRegex) {
+    const auto pre = tok::make_pretokenizer("gpt-4o");
+    EXPECT_EQ(pre->canonical, "gpt-4o");
+    const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+        {"Hello World", {"Hello", " World"}},
+        {"HELLOWorld isn't DON'T", {"HELLOWorld", " isn't", " DON'T"}},
+        {"camelCaseWords and CAPS", {"camel", "Case", "Words", " and", " CAPS"}},
+        {"12345678 x1y2", {"123", "456", "78", " x", "1", "y", "2"}},
+        {"a/b//c\n\n  end  ", {"a", "/b", "//", "c", "\n\n", " ", " end", "  "}},
+        {"na\u00efve caf\u00e9 \u00dcn\u00efc\u00f6d\u00e9",
+         {"na\u00efve", " caf\u00e9", " \u00dcn\u00efc\u00f6d\u00e9"}},
+        {"\u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8",
+         {"\u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8"}},
+        {"<|start|>user<|message|>Hi", {"<|", "start", "|>", "user", "<|", "message", "|>", "Hi"}},
+        {"  tabs\tand\r\nlines/\n", {" ", " tabs", "\tand", "\r\n", "lines", "/\n"}},
+    };
+    for (const auto& [text, want] : cases) {
+        std::vector<std::string> got;
+        for (const auto& [b, e] : pre->split(text)) got.push_back(text.substr(b, e - b));
+        EXPECT_EQ(got, want) << text;
     }
 }
 

@@ -101,6 +101,21 @@ expect 1 "qwen3moe: missing expert tensor" -- "$KVEC" run -m "$DIR/moe-drop.gguf
 contains err "is missing 1 tensor: blk.0.ffn_down_exps.weight" "missing expert tensor error"
 expect 1 "gen-model: experts on qwen3" -- "$KVEC" gen-model --arch qwen3 --experts 4 --vocab 300 -o "$DIR/x.gguf"
 
+# gpt-oss: gen-model writes one (MXFP4 experts, as the released files have them) kvec runs; a file
+# without the attention sinks, or whose expert count disagrees with its tensors, gets one error
+# line and exit 1.
+expect 0 "gen-model gpt-oss" -- "$KVEC" gen-model --preset gpt-oss-test --layers 2 --vocab 300 --type q8_0 --expert-type mxfp4 -o "$DIR/oss.gguf"
+expect 0 "run gpt-oss" -- "$KVEC" run -m "$DIR/oss.gguf" -p "Hi" -n 3 --temp 0
+$CRAFT "$DIR/oss.gguf" "$DIR/oss-sinks.gguf" --drop-tensor blk.1.attn_sinks.weight
+expect 1 "gpt-oss: missing sinks" -- "$KVEC" run -m "$DIR/oss-sinks.gguf" -p "Hi" -n 1
+contains err "error: '$DIR/oss-sinks.gguf' (gpt-oss) is missing 1 tensor: blk.1.attn_sinks.weight" "missing sinks error"
+[ "$(wc -l < "$DIR/err")" -eq 1 ] || fail "missing sinks error: not one line"
+$CRAFT "$DIR/oss.gguf" "$DIR/oss-count.gguf" --set gpt-oss.expert_count=6:u32
+expect 1 "gpt-oss: expert count disagrees with the tensors" -- "$KVEC" run -m "$DIR/oss-count.gguf" -p "Hi" -n 1
+contains err "error: '$DIR/oss-count.gguf': gpt-oss.expert_count = 6 disagrees with tensor 'blk.0.ffn_gate_inp.weight', which holds 8 experts" "gpt-oss expert count error"
+[ "$(wc -l < "$DIR/err")" -eq 1 ] || fail "gpt-oss expert count error: not one line"
+expect 1 "gen-model: gpt-oss tied" -- "$KVEC" gen-model --preset gpt-oss-test --tied -o "$DIR/x.gguf"
+
 if [ "$failures" -ne 0 ]; then
     echo "$failures check(s) failed"
     exit 1
