@@ -9,11 +9,11 @@ the most slots busy at once, the most KV bytes held and reserved.
 With --restore (the server needs --slot-save-path and --parallel >= 2): per policy, one long
 document is prefilled once on slot 0 (kept, `kv.reuse`), saved, and restored into every other
 slot (a restore drops the least recently used kept conversation when --kv-memory has no room
-for it); then every slot's client asks its own question about the document at the same time,
-naming its slot (`id_slot`), so each continues the document's cache, unless admission had
-dropped that slot's copy (then it prefills the document again: "re-prefilled"). Prints how many
-conversations the memory held at once, the most slots decoding at once and the aggregate
-generation speed.
+for it); then the client of every slot that holds the document asks its own question about it
+at the same time, naming its slot (`id_slot`), so each continues the document's cache, unless
+admission dropped that slot's copy meanwhile (then it prefills the document again:
+"re-prefilled"). Prints how many conversations the memory held at once, the most slots decoding
+at once and the aggregate generation speed.
 
 Prints a markdown table (docs/server.md, "Memory admission")."""
 import argparse
@@ -97,7 +97,8 @@ def restore_case(a):
     m = metrics(a.url)
     slots = int(m["kvec_slots"])
     print(f"--kv-memory {m['kvec_kv_memory_bytes']:.0f} bytes, {slots} slots; a document of {a.words} words "
-          f"restored into each, then {slots} questions at once, max_tokens {a.max_tokens}\n")
+          f"restored into each, then a question on every slot that holds it, all at once, "
+          f"max_tokens {a.max_tokens}\n")
     print("| policy | document tokens | conversations held | KV bytes held | requests ok | most decoding at once "
           "| re-prefilled | generated tokens | seconds | generated t/s |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -116,6 +117,7 @@ def restore_case(a):
             assert status == 200, r
         m = metrics(a.url)
         kept, held = m["kvec_slots_kept"], m["kvec_kv_cache_bytes"]
+        holding = [slot for slot in range(slots) if m[f'kvec_slot_kv_cache_bytes{{slot="{slot}"}}'] > 0]
         results = {}
 
         def client(slot):
@@ -123,7 +125,7 @@ def restore_case(a):
                     "temperature": 0, "kv": kv, "id_slot": slot}
             results[slot] = post(a.url + "/v1/completions", body)
 
-        threads = [threading.Thread(target=client, args=(slot,)) for slot in range(slots)]
+        threads = [threading.Thread(target=client, args=(slot,)) for slot in holding]
         busy = 0
         t0 = time.time()
         for t in threads:
