@@ -599,6 +599,28 @@ void Session::window_from_recent_queries(int layer) {
     }
 }
 
+void Session::attention_block(int layer, const ops::RopeParams& rope, const int32_t* positions, int32_t T, Step step,
+                              bool final_chunk) {
+    const ModelConfig& c = model_.config();
+    const LayerWeights& L = model_.weights().layers[sz(layer)];
+    const int64_t E = c.n_embd, Q = c.q_dim(), KV = c.kv_dim(), D = c.head_dim;
+    ops::rms_norm(x_.data(), L.attn_norm.data(), xn_.data(), T, E, c.rms_eps);  // [T, E]
+    matmul(xn_.data(), T, L.wq, q_.data());                                     // [T, Q]
+    matmul(xn_.data(), T, L.wk, k_.data());                                     // [T, KV]
+    matmul(xn_.data(), T, L.wv, v_.data());                                     // [T, KV]
+    if (!L.bq.empty()) ops::add_bias(q_.data(), L.bq.data(), T, Q);
+    if (!L.bk.empty()) ops::add_bias(k_.data(), L.bk.data(), T, KV);
+    if (!L.bv.empty()) ops::add_bias(v_.data(), L.bv.data(), T, KV);
+    if (!L.q_norm.empty()) ops::rms_norm(q_.data(), L.q_norm.data(), q_.data(), T * c.n_head, D, c.rms_eps);
+    if (!L.k_norm.empty()) ops::rms_norm(k_.data(), L.k_norm.data(), k_.data(), T * c.n_head_kv, D, c.rms_eps);
+    remember_prerope_queries(layer, T, positions, step);
+    ops::rope(q_.data(), T, c.n_head, D, positions, rope);     // [T, n_head, D]
+    ops::rope(k_.data(), T, c.n_head_kv, D, positions, rope);  // [T, n_head_kv, D]
+    attention(layer, T, positions, step, final_chunk);         // att [T, Q]
+    matmul(att_.data(), T, L.wo, proj_.data());                // [T, E]
+    if (!L.bo.empty()) ops::add_bias(proj_.data(), L.bo.data(), T, E);
+}
+
 void Session::attention(int layer, int32_t T, const int32_t* positions, Step step, bool final_chunk) {
     if (batch_.empty()) {
         attention_sequence(layer, T, positions, step, final_chunk);

@@ -27,7 +27,7 @@ void Session::forward_gemma2(const int32_t* tokens, const int32_t* positions, in
                              bool final_chunk) {
     const ModelConfig& c = model_.config();
     const ModelWeights& W = model_.weights();
-    const int64_t E = c.n_embd, Q = c.q_dim(), KV = c.kv_dim(), F = c.n_ff, D = c.head_dim;
+    const int64_t E = c.n_embd, F = c.n_ff;
 
     ops::get_rows(W.token_embd, tokens, T, x_.data());  // x [T, E]
     const float embd_scale = std::sqrt(static_cast<float>(E));
@@ -36,18 +36,7 @@ void Session::forward_gemma2(const int32_t* tokens, const int32_t* positions, in
         const LayerWeights& L = W.layers[static_cast<size_t>(l)];
         const ops::RopeParams& rope = c.is_swa(l) ? rope_swa_ : rope_;
         // Attention block.
-        ops::rms_norm(x_.data(), L.attn_norm.data(), xn_.data(), T, E, c.rms_eps);  // [T, E]
-        matmul(xn_.data(), T, L.wq, q_.data());                                     // [T, Q]
-        matmul(xn_.data(), T, L.wk, k_.data());                                     // [T, KV]
-        matmul(xn_.data(), T, L.wv, v_.data());                                     // [T, KV]
-        if (!L.bq.empty()) ops::add_bias(q_.data(), L.bq.data(), T, Q);
-        if (!L.bk.empty()) ops::add_bias(k_.data(), L.bk.data(), T, KV);
-        if (!L.bv.empty()) ops::add_bias(v_.data(), L.bv.data(), T, KV);
-        remember_prerope_queries(l, T, positions, step);
-        ops::rope(q_.data(), T, c.n_head, D, positions, rope);     // [T, n_head, D]
-        ops::rope(k_.data(), T, c.n_head_kv, D, positions, rope);  // [T, n_head_kv, D]
-        attention(l, T, positions, step, final_chunk);             // att [T, Q], soft-capped logits
-        matmul(att_.data(), T, L.wo, proj_.data());                // [T, E]
+        attention_block(l, rope, positions, T, step, final_chunk);  // proj [T, E]
         ops::rms_norm(proj_.data(), L.attn_post_norm.data(), proj_.data(), T, E, c.rms_eps);
         ops::add(x_.data(), proj_.data(), T * E);
         // Feed-forward block (GELU-tanh gated).

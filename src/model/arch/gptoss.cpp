@@ -27,7 +27,7 @@ void Session::forward_gptoss(const int32_t* tokens, const int32_t* positions, in
                              bool final_chunk) {
     const ModelConfig& c = model_.config();
     const ModelWeights& W = model_.weights();
-    const int64_t E = c.n_embd, Q = c.q_dim(), KV = c.kv_dim(), D = c.head_dim;
+    const int64_t E = c.n_embd;
     const moe::Routing routing{c.n_expert, c.n_expert_used, c.expert_weights_norm,
                                c.expert_softmax_selected};
 
@@ -36,19 +36,7 @@ void Session::forward_gptoss(const int32_t* tokens, const int32_t* positions, in
         const LayerWeights& L = W.layers[static_cast<size_t>(l)];
         const ops::RopeParams& rope = c.is_swa(l) ? rope_swa_ : rope_;
         // Attention block (sinks inside Session::attention).
-        ops::rms_norm(x_.data(), L.attn_norm.data(), xn_.data(), T, E, c.rms_eps);  // [T, E]
-        matmul(xn_.data(), T, L.wq, q_.data());                                     // [T, Q]
-        matmul(xn_.data(), T, L.wk, k_.data());                                     // [T, KV]
-        matmul(xn_.data(), T, L.wv, v_.data());                                     // [T, KV]
-        if (!L.bq.empty()) ops::add_bias(q_.data(), L.bq.data(), T, Q);
-        if (!L.bk.empty()) ops::add_bias(k_.data(), L.bk.data(), T, KV);
-        if (!L.bv.empty()) ops::add_bias(v_.data(), L.bv.data(), T, KV);
-        remember_prerope_queries(l, T, positions, step);
-        ops::rope(q_.data(), T, c.n_head, D, positions, rope);     // [T, n_head, D]
-        ops::rope(k_.data(), T, c.n_head_kv, D, positions, rope);  // [T, n_head_kv, D]
-        attention(l, T, positions, step, final_chunk);             // att [T, Q]
-        matmul(att_.data(), T, L.wo, proj_.data());                // [T, E]
-        ops::add_bias(proj_.data(), L.bo.data(), T, E);
+        attention_block(l, rope, positions, T, step, final_chunk);  // proj [T, E]
         ops::add(x_.data(), proj_.data(), T * E);
         // Feed-forward block: the routed, biased experts with the clamped SwiGLU.
         ops::rms_norm(x_.data(), L.ffn_norm.data(), xn_.data(), T, E,

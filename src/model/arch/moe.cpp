@@ -29,29 +29,14 @@ void Session::forward_moe(const int32_t* tokens, const int32_t* positions, int32
                           bool final_chunk) {
     const ModelConfig& c = model_.config();
     const ModelWeights& W = model_.weights();
-    const int64_t E = c.n_embd, Q = c.q_dim(), KV = c.kv_dim(), D = c.head_dim, FS = c.n_ff_shexp;
+    const int64_t E = c.n_embd, FS = c.n_ff_shexp;
     const moe::Routing routing{c.n_expert, c.n_expert_used, c.expert_weights_norm};
 
     ops::get_rows(W.token_embd, tokens, T, x_.data());  // x [T, E]
     for (int l = 0; l < c.n_layer; ++l) {
         const LayerWeights& L = W.layers[static_cast<size_t>(l)];
         // Attention block.
-        ops::rms_norm(x_.data(), L.attn_norm.data(), xn_.data(), T, E, c.rms_eps);  // [T, E]
-        matmul(xn_.data(), T, L.wq, q_.data());                                     // [T, Q]
-        matmul(xn_.data(), T, L.wk, k_.data());                                     // [T, KV]
-        matmul(xn_.data(), T, L.wv, v_.data());                                     // [T, KV]
-        if (!L.bq.empty()) ops::add_bias(q_.data(), L.bq.data(), T, Q);
-        if (!L.bk.empty()) ops::add_bias(k_.data(), L.bk.data(), T, KV);
-        if (!L.bv.empty()) ops::add_bias(v_.data(), L.bv.data(), T, KV);
-        if (!L.q_norm.empty())
-            ops::rms_norm(q_.data(), L.q_norm.data(), q_.data(), T * c.n_head, D, c.rms_eps);
-        if (!L.k_norm.empty())
-            ops::rms_norm(k_.data(), L.k_norm.data(), k_.data(), T * c.n_head_kv, D, c.rms_eps);
-        remember_prerope_queries(l, T, positions, step);
-        ops::rope(q_.data(), T, c.n_head, D, positions, rope_);     // [T, n_head, D]
-        ops::rope(k_.data(), T, c.n_head_kv, D, positions, rope_);  // [T, n_head_kv, D]
-        attention(l, T, positions, step, final_chunk);              // att [T, Q]
-        matmul(att_.data(), T, L.wo, proj_.data());                 // [T, E]
+        attention_block(l, rope_, positions, T, step, final_chunk);  // proj [T, E]
         ops::add(x_.data(), proj_.data(), T * E);
         // Feed-forward block: the routed experts, then the shared expert (qwen2moe).
         ops::rms_norm(x_.data(), L.ffn_norm.data(), xn_.data(), T, E, c.rms_eps);
