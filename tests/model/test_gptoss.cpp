@@ -62,12 +62,6 @@ std::vector<float> all_logits(const Model& m, int n) {
     return {a.begin(), a.end()};
 }
 
-float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-    float d = 0;
-    for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(a[i] - b[i]));
-    return d;
-}
-
 TEST(GptOss, ReadsHyperParametersAndTensors) {
     const Model& m = gptoss_model();
     const ModelConfig& c = m.config();
@@ -116,7 +110,7 @@ TEST(GptOss, ReadsHyperParametersAndTensors) {
 // softmax over those logits only (summing to 1), against a naive stable sort.
 TEST(GptOss, RoutingIsTopKLogitsThenSoftmax) {
     Rng rng(3);
-    for (const auto [n, k] : {std::pair{8, 4}, {32, 4}, {128, 4}, {6, 1}, {5, 5}}) {
+    for (const auto& [n, k] : {std::pair{8, 4}, {32, 4}, {128, 4}, {6, 1}, {5, 5}}) {
         for (int trial = 0; trial < 20; ++trial) {
             std::vector<float> logits(static_cast<size_t>(n));
             for (float& x : logits) x = static_cast<float>(3.0 * (rng.uniform() - 0.5));
@@ -223,7 +217,7 @@ TEST(GptOss, SinksChangeTheLogits) {
     rewrite_gguf(gptoss_path(), zero, r);
     const auto m = Model::load(zero);
     const std::vector<float> other = all_logits(*m, n);
-    EXPECT_GT(max_diff(base, other), 0.05f);
+    EXPECT_GT(max_abs_diff(base, other), 0.05f);
 }
 
 TEST(GptOss, BadFilesGetOneClearError) {

@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -40,6 +42,13 @@ inline const std::filesystem::path& temp_dir() {
 }
 
 inline std::string temp_path(const std::string& name) { return (temp_dir() / name).string(); }
+
+// The largest |a[i] - b[i]| (logits against logits).
+inline float max_abs_diff(std::span<const float> a, std::span<const float> b) {
+    float d = 0;
+    for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(a[i] - b[i]));
+    return d;
+}
 
 // A tiny model: 2 layers, embd 128, 4 heads of 32, 2 KV heads, ff 256, a 512-token slice of the
 // SentencePiece vocabulary.

@@ -63,7 +63,7 @@ void naive_route(const float* logits, int n, int k, bool norm, std::vector<int32
 
 TEST(Moe, RoutingMatchesSortedSoftmax) {
     for (const bool norm : {true, false}) {
-        for (const auto [n, k] : {std::pair{8, 2}, {16, 4}, {128, 8}, {5, 5}, {60, 1}}) {
+        for (const auto& [n, k] : {std::pair{8, 2}, {16, 4}, {128, 8}, {5, 5}, {60, 1}}) {
             for (uint64_t seed = 1; seed <= 20; ++seed) {
                 std::vector<float> logits = random_values(n, seed * 31 + n, 2.0f);
                 if (seed == 1)
@@ -82,7 +82,9 @@ TEST(Moe, RoutingMatchesSortedSoftmax) {
                                 1e-6 * want_w[static_cast<size_t>(i)] + 1e-9);
                     sum += weights[static_cast<size_t>(i)];
                 }
-                if (norm) EXPECT_NEAR(sum, 1.0, 1e-6);
+                if (norm) {
+                    EXPECT_NEAR(sum, 1.0, 1e-6);
+                }
             }
         }
     }
@@ -161,7 +163,7 @@ TEST(Moe, FfnMatchesDenseComputation) {
     const MatmulPrecision saved = matmul_precision();
     for (const GgmlType type : {GgmlType::F32, GgmlType::Q8_0, GgmlType::Q4_K}) {
         const ExpertSet s(256, 256, 8, type, 100 + static_cast<uint64_t>(type));
-        for (const auto [k, norm] : {std::pair{2, true}, {3, false}}) {
+        for (const auto& [k, norm] : {std::pair{2, true}, {3, false}}) {
             const moe::Routing r{s.X, k, norm};
             for (const int64_t T : {1, 4, 40}) {
                 const std::vector<float> x = random_values(T * s.E, 7 + static_cast<uint64_t>(T));

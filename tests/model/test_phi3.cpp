@@ -49,12 +49,6 @@ std::vector<float> all_logits(const Model& m, int n, int n_ctx = 0) {
     return {a.begin(), a.end()};
 }
 
-float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-    float d = 0;
-    for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(a[i] - b[i]));
-    return d;
-}
-
 TEST(Phi3, ReadsHyperParameters) {
     const auto m = Model::load(phi3_path());
     const ModelConfig& c = m->config();
@@ -89,7 +83,7 @@ TEST(Phi3, LongRopeFactorsFollowTheContext) {
     EXPECT_EQ(long_rope.freq_factors, m->weights().rope_long.data());
     EXPECT_FLOAT_EQ(long_rope.attn_factor, m->config().rope_attn_factor);
     EXPECT_EQ(rope_params(*m).freq_factors, m->weights().rope_long.data());  // n_ctx_train 512 > 128
-    EXPECT_GT(max_diff(all_logits(*m, 64, 128), all_logits(*m, 64, 256)), 1e-2f);
+    EXPECT_GT(max_abs_diff(all_logits(*m, 64, 128), all_logits(*m, 64, 256)), 1e-2f);
 }
 
 // A file with attn_q/k/v.weight instead of attn_qkv.weight (llama.cpp reads both) holding the
@@ -118,7 +112,7 @@ TEST(Phi3, SeparateQkvEqualsFused) {
     }
     const auto fused = Model::load(phi3_path());
     const auto split = Model::load(separate);
-    EXPECT_EQ(max_diff(all_logits(*fused, 40), all_logits(*split, 40)), 0.0f);
+    EXPECT_EQ(max_abs_diff(all_logits(*fused, 40), all_logits(*split, 40)), 0.0f);
 }
 
 // ffn_up must hold 2 n_ff rows (llama.cpp reads no ffn_gate for phi3): one clear error.

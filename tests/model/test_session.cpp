@@ -27,12 +27,6 @@ std::vector<int32_t> some_tokens(int n, int seed = 1) {
 }
 
 
-float max_abs_diff(std::span<const float> a, std::span<const float> b) {
-    float m = 0;
-    for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
-    return m;
-}
-
 TEST(Session, LogitsAreFiniteAndNonDegenerate) {
     Session s(tiny_model(), f32_options());
     const auto logits = s.prefill(some_tokens(12));
