@@ -282,6 +282,52 @@ std::string render_inst(const std::string& tmpl, const std::vector<ChatMessage>&
     return out;
 }
 
+// Gemma (<start_of_turn>), Phi-3 / Phi-4-mini (<|user|> ... <|end|>), Phi-4 (<|im_sep|>) and
+// gpt-oss (harmony: <|start|> ... <|channel|>) are rendered as llama.cpp's built-in templates
+// render them (llama_chat_apply_template, src/llama-chat.cpp; llama-server without --jinja):
+// plain system / user / assistant turns.
+std::string render_gemma(const std::vector<ChatMessage>& msgs, bool add_generation_prompt) {
+    std::string out, system;  // Gemma has no system turn: its text opens the next user turn
+    for (const ChatMessage& m : msgs) {
+        if (m.role == "system") {
+            system += trim(m.content);
+            continue;
+        }
+        const std::string role = m.role == "assistant" ? "model" : m.role;
+        out += "<start_of_turn>" + role + "\n";
+        if (!system.empty() && role != "model") {
+            out += system + "\n\n";
+            system.clear();
+        }
+        out += trim(m.content) + "<end_of_turn>\n";
+    }
+    if (add_generation_prompt) out += "<start_of_turn>model\n";
+    return out;
+}
+
+std::string render_phi3(const std::vector<ChatMessage>& msgs, bool add_generation_prompt) {
+    std::string out;
+    for (const ChatMessage& m : msgs) out += "<|" + m.role + "|>\n" + m.content + "<|end|>\n";
+    if (add_generation_prompt) out += "<|assistant|>\n";
+    return out;
+}
+
+std::string render_phi4(const std::vector<ChatMessage>& msgs, bool add_generation_prompt) {
+    std::string out;
+    for (const ChatMessage& m : msgs) out += "<|im_start|>" + m.role + "<|im_sep|>" + m.content + "<|im_end|>";
+    if (add_generation_prompt) out += "<|im_start|>assistant<|im_sep|>";
+    return out;
+}
+
+std::string render_harmony(const std::vector<ChatMessage>& msgs, bool add_generation_prompt) {
+    std::string out;
+    for (const ChatMessage& m : msgs) {
+        out += "<|start|>" + m.role + "<|message|>" + m.content + (m.role == "assistant" ? "<|return|>" : "<|end|>");
+    }
+    if (add_generation_prompt) out += "<|start|>assistant";
+    return out;
+}
+
 }  // namespace
 
 std::string render_chat_template(const std::string& tmpl, const std::vector<ChatMessage>& messages,
@@ -289,9 +335,13 @@ std::string render_chat_template(const std::string& tmpl, const std::vector<Chat
                                  const std::string& eos_text) {
     constexpr const char* kSupported =
         "supported families: Llama 3 (<|start_header_id|>), Llama 2 / Mistral ([INST]), "
-        "ChatML (<|im_start|>, Qwen, SmolLM)";
+        "ChatML (<|im_start|>, Qwen, SmolLM), Phi-4 (<|im_sep|>), Phi-3 (<|assistant|>, <|end|>), "
+        "Gemma (<start_of_turn>), gpt-oss (<|start|>, <|channel|>)";
     if (tmpl.empty()) fail("tokenizer: the vocabulary has no chat template ({})", kSupported);
-    if (contains(tmpl, "<|im_start|>")) return render_chatml(tmpl, messages, add_generation_prompt);
+    if (contains(tmpl, "<|im_start|>")) {
+        if (contains(tmpl, "<|im_sep|>")) return render_phi4(messages, add_generation_prompt);
+        return render_chatml(tmpl, messages, add_generation_prompt);
+    }
     if (contains(tmpl, "<|start_header_id|>") && contains(tmpl, "<|end_header_id|>")) {
         return render_llama3(tmpl, messages, add_generation_prompt);
     }
@@ -301,6 +351,11 @@ std::string render_chat_template(const std::string& tmpl, const std::vector<Chat
                  kSupported);
         }
         return render_inst(tmpl, messages, bos_text, eos_text.empty() ? "</s>" : eos_text);
+    }
+    if (contains(tmpl, "<|assistant|>") && contains(tmpl, "<|end|>")) return render_phi3(messages, add_generation_prompt);
+    if (contains(tmpl, "<start_of_turn>")) return render_gemma(messages, add_generation_prompt);
+    if (contains(tmpl, "<|start|>") && contains(tmpl, "<|channel|>")) {
+        return render_harmony(messages, add_generation_prompt);
     }
     std::string head = tmpl.substr(0, 80);
     for (char& c : head) {

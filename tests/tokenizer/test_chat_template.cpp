@@ -113,6 +113,34 @@ TEST(ChatTemplate, Llama2BosBeforeEveryLaterTurn) {
     EXPECT_EQ(prompt, "[INST] a [/INST] b </s><s>[INST] a [/INST]");
 }
 
+// Gemma, Phi-3, Phi-4 and gpt-oss templates (recognised by the markers llama.cpp looks for) render
+// as llama.cpp's built-in templates render them (src/llama-chat.cpp).
+TEST(ChatTemplate, GemmaPhiAndGptOssAsLlamaCpp) {
+    const auto render = [](const std::string& tmpl, const std::string& which) {
+        return make_tokenizer(tmpl, "<bos>", "<eos>").apply_chat_template(conversation(which), true);
+    };
+    const std::string gemma = "{{ bos_token }}{% for message in messages %}<start_of_turn>...<end_of_turn>{% endfor %}";
+    EXPECT_EQ(render(gemma, "sys"),
+              "<start_of_turn>user\nYou are a helpful assistant\n\nHello<end_of_turn>\n"
+              "<start_of_turn>model\nHi there<end_of_turn>\n<start_of_turn>user\nWho are you<end_of_turn>\n"
+              "<start_of_turn>model\n");
+    const std::string phi3 = "{% for message in messages %}{{'<|' + message['role'] + '|>' + '\n' + "
+                             "message['content'] + '<|end|>\n'}}{% endfor %}{{ '<|assistant|>\n' }}";
+    EXPECT_EQ(render(phi3, "sys"),
+              "<|system|>\nYou are a helpful assistant<|end|>\n<|user|>\nHello<|end|>\n"
+              "<|assistant|>\n  Hi there  <|end|>\n<|user|>\nWho are you<|end|>\n<|assistant|>\n");
+    const std::string phi4 = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '<|im_sep|>' + "
+                             "message['content'] + '<|im_end|>'}}{% endfor %}";
+    EXPECT_EQ(render(phi4, "nosys"),
+              "<|im_start|>user<|im_sep|>Hello<|im_end|><|im_start|>assistant<|im_sep|>  Hi there  <|im_end|>"
+              "<|im_start|>user<|im_sep|>Who are you<|im_end|><|im_start|>assistant<|im_sep|>");
+    const std::string harmony = "<|start|>system<|message|>...<|end|>{% for m in messages %}<|channel|>final{% endfor %}";
+    EXPECT_EQ(render(harmony, "sys"),
+              "<|start|>system<|message|>You are a helpful assistant<|end|><|start|>user<|message|>Hello<|end|>"
+              "<|start|>assistant<|message|>  Hi there  <|return|><|start|>user<|message|>Who are you<|end|>"
+              "<|start|>assistant");
+}
+
 TEST(ChatTemplate, UnknownOrMissingTemplateIsAnError) {
     const Tokenizer zephyr = make_tokenizer(
         "{% for message in messages %}{{ '<|' + message['role'] + '|>\\n' + message['content'] + "
