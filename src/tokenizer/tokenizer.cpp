@@ -30,10 +30,10 @@ constexpr std::array<const char*, 7> kEotTexts = {
     "<\xEF\xBD\x9C"
     "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",  // DeepSeek
 };
-// Every token with one of these texts ends generation.
-constexpr std::array<const char*, 8> kEogTexts = {
-    "<|eot_id|>",    "<|im_end|>", "<|end|>", "<end_of_turn>",
-    "<|endoftext|>", "<|eom_id|>", "<EOT>",   "</s>",
+// Every token with one of these texts ends generation (<|return|> and <|call|>: gpt-oss's harmony).
+constexpr std::array<const char*, 10> kEogTexts = {
+    "<|eot_id|>",    "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+    "<|eom_id|>",    "<EOT>",      "</s>",    "<|return|>",    "<|call|>",
 };
 
 int hex_value(char c) {
@@ -180,6 +180,13 @@ void Tokenizer::Impl::init() {
     }
     if (d.eos_id >= 0) eog[d.eos_id] = 1;
     if (d.eot_id >= 0) eog[d.eot_id] = 1;
+    // Harmony (o200k_harmony): <|end|> closes a message (the analysis channel's too), not the
+    // answer, which ends at <|return|> or <|call|>; llama.cpp drops <|end|> from the end tokens
+    // when all three are there, and so does kvec.
+    if (const int32_t end = find_token("<|end|>");
+        end >= 0 && eog[end] && find_token("<|return|>") >= 0 && find_token("<|call|>") >= 0) {
+        eog[end] = 0;
+    }
     for (int32_t i = 0; i < n_vocab; ++i) {
         if (eog[i] && d.types[i] != TokenType::CONTROL && d.tokens[i].size() > 1 &&
             d.tokens[i].front() == '<' && d.tokens[i].back() == '>') {

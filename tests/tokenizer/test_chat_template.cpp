@@ -141,6 +141,28 @@ TEST(ChatTemplate, GemmaPhiAndGptOssAsLlamaCpp) {
               "<|start|>assistant");
 }
 
+// End-of-generation tokens as llama.cpp sets them: Phi-3's <|end|> ends the answer; in a harmony
+// vocabulary (gpt-oss) <|return|> and <|call|> do and <|end|> (the end of any message) does not.
+TEST(ChatTemplate, HarmonyAnswersEndAtReturnOrCall) {
+    VocabData phi;
+    phi.model = "gpt2";
+    phi.pre = "gpt-2";
+    phi.tokens = {"a", "<|end|>", "<|assistant|>"};
+    phi.types = {TokenType::NORMAL, TokenType::CONTROL, TokenType::CONTROL};
+    const Tokenizer p(phi);
+    EXPECT_TRUE(p.is_end_of_generation(1));
+    EXPECT_FALSE(p.is_end_of_generation(2));
+    VocabData harmony = phi;
+    harmony.tokens = {"a", "<|end|>", "<|return|>", "<|call|>", "<|start|>"};
+    harmony.types.assign(5, TokenType::CONTROL);
+    harmony.types[0] = TokenType::NORMAL;
+    const Tokenizer h(harmony);
+    EXPECT_FALSE(h.is_end_of_generation(1));
+    EXPECT_TRUE(h.is_end_of_generation(2));
+    EXPECT_TRUE(h.is_end_of_generation(3));
+    EXPECT_FALSE(h.is_end_of_generation(4));
+}
+
 TEST(ChatTemplate, UnknownOrMissingTemplateIsAnError) {
     const Tokenizer zephyr = make_tokenizer(
         "{% for message in messages %}{{ '<|' + message['role'] + '|>\\n' + message['content'] + "
