@@ -46,9 +46,6 @@ OptionSpec gqa_option_spec();
 // "the window <w>", for FramePolicy's kept_what.
 std::string window_text(int64_t window);
 
-// How a scored policy spreads a layer's budget over its KV heads: B - w per head, or Ada-KV's
-// allocation (ada_select in select.h on the raw scores: the layer's top H_kv x (B - w) pairs,
-// every head at least floor(alpha x (B - w))).
 // What an all-layer policy (layers = global) gathers in one compression round: one T per layer it
 // observed, in layer order. On a model with sliding-window layers only the global layers are
 // observed (the engine leaves the others alone), so the one pool spans those. A round ends when
@@ -91,6 +88,9 @@ size_t RoundLayers<T>::index(const LayerView& view, const std::string& policy) c
     fail("policy {}: the engine did not show layer {} before the round's first compression", policy, view.layer);
 }
 
+// How a scored policy spreads a layer's budget over its KV heads: B - w per head, or Ada-KV's
+// allocation (ada_select in select.h on the raw scores: the layer's top H_kv x (B - w) pairs,
+// every head at least floor(alpha x (B - w))).
 struct AllocOptions {
     bool ada = false;
     double alpha = 0.2;
