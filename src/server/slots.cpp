@@ -81,6 +81,9 @@ Slot* SlotPool::pick(const SlotRequest& request, int32_t& reuse) const {
 
 bool SlotPool::make_room(size_t bytes, const Slot* taking) {
     if (kv_memory_ == 0) return true;
+    // Beside the running requests' reservations it cannot fit, whatever is dropped: keep the
+    // kept conversations (dropping them would lose them and make no room).
+    if (reserved_ + bytes > kv_memory_) return false;
     std::vector<Slot*> kept;  // idle slots whose conversations hold memory
     size_t in_use = reserved_;
     for (Slot* s : free_) {

@@ -1273,6 +1273,35 @@ TEST(SlotPool, ANamedSlotIsTakenOrWaitedFor) {
     EXPECT_NE(pool.acquire().slot().id, 1);  // unnamed: a free one
 }
 
+// A request that cannot fit beside the running requests' reservations, whatever is dropped, waits
+// without dropping the kept conversations (they would be lost and make no room).
+TEST(SlotPool, KeptConversationsStayWhenDroppingThemCannotMakeRoom) {
+    SlotPool pool(*loaded().model, SessionOptions{}, 3, 60000);
+    {
+        SlotLease l = pool.acquire();
+        Slot& s = l.slot();
+        s.session->prefill(std::vector<int32_t>(40, 100));  // more than 20 kB
+        s.kept = Slot::Kept{};
+        s.publish_kv_bytes();
+    }
+    const size_t kept = pool.kv_bytes();
+    ASSERT_GT(kept, 20000u);
+    ASSERT_LT(kept, 30000u);
+    SlotRequest running;
+    running.kv_bytes = 60000 - kept;  // fits beside the kept conversation
+    SlotLease r = pool.acquire(running);
+    EXPECT_EQ(pool.kept(), 1);
+    SlotRequest waiting;
+    waiting.kv_bytes = kept + 1;  // more than the running request leaves even with it dropped
+    waiting.timeout = std::chrono::milliseconds(100);
+    EXPECT_THROW(pool.acquire(waiting), SlotPool::Timeout);
+    EXPECT_EQ(pool.kept(), 1);
+    EXPECT_EQ(pool.kv_bytes(), kept);
+    waiting.kv_bytes = kept;  // fits once the kept conversation is dropped
+    SlotLease w = pool.acquire(waiting);
+    EXPECT_EQ(pool.kept(), 0);
+}
+
 // A request that continues a kept conversation reserves what reserve_reused says for it (a
 // budgeted policy: the kept bytes and the rest of the prompt), not a fresh prompt's peak: here the
 // fresh peak would have dropped the other slot's conversation, the continuation leaves it kept.
