@@ -60,12 +60,12 @@ def main():
             start = (i * 97) % max(1, len(words) - a.words)
             body = {"prompt": " ".join(words[start:start + a.words]), "max_tokens": a.max_tokens,
                     "temperature": 0, "kv": kv}
-            req = urllib.request.Request(a.url + "/v1/completions", data=json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json"})
             try:
-                with urllib.request.urlopen(req) as r:
-                    json.load(r)
+                status, r = post(a.url + "/v1/completions", body)
+                if status == 200:
                     ok.append(i)
+                else:
+                    print(f"request {i}: {status} {r}")
             except Exception as e:  # noqa: BLE001
                 print(f"request {i}: {e}")
         busy = held = reserved = 0

@@ -35,11 +35,7 @@ const Model& gemma_model() {
     return *m;
 }
 
-std::vector<int32_t> tokens(int n) {
-    std::vector<int32_t> t(static_cast<size_t>(n));
-    for (int i = 0; i < n; ++i) t[static_cast<size_t>(i)] = (i * 53 + 17) % 512;
-    return t;
-}
+std::vector<int32_t> tokens(int n) { return token_cycle(n, 53, 17); }
 
 
 

@@ -50,17 +50,9 @@ const Model& gptoss_model() {
     return *m;
 }
 
-std::vector<int32_t> tokens(int n) {
-    std::vector<int32_t> t(static_cast<size_t>(n));
-    for (int i = 0; i < n; ++i) t[static_cast<size_t>(i)] = (i * 37 + 11) % kVocab;
-    return t;
-}
+std::vector<int32_t> tokens(int n) { return token_cycle(n, 37, 11, kVocab); }
 
-std::vector<float> all_logits(const Model& m, int n) {
-    Session s(m, f32_options());
-    const auto a = s.prefill(tokens(n), true);
-    return {a.begin(), a.end()};
-}
+std::vector<float> all_logits(const Model& m, int n) { return prefill_logits(m, tokens(n), f32_options()); }
 
 TEST(GptOss, ReadsHyperParametersAndTensors) {
     const Model& m = gptoss_model();

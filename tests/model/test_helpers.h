@@ -43,6 +43,21 @@ inline const std::filesystem::path& temp_dir() {
 
 inline std::string temp_path(const std::string& name) { return (temp_dir() / name).string(); }
 
+// A fixed, varied prompt for the family tests: token i is (i * mul + add) mod vocab.
+inline std::vector<int32_t> token_cycle(int n, int mul, int add, int vocab = 512) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) t[static_cast<size_t>(i)] = (i * mul + add) % vocab;
+    return t;
+}
+
+// The logits of every position [tokens, n_vocab] of one prefill of tokens on a fresh session.
+inline std::vector<float> prefill_logits(const Model& m, std::span<const int32_t> tokens,
+                                         const SessionOptions& options) {
+    Session s(m, options);
+    const auto a = s.prefill(tokens, true);
+    return {a.begin(), a.end()};
+}
+
 // The largest |a[i] - b[i]| (logits against logits).
 inline float max_abs_diff(std::span<const float> a, std::span<const float> b) {
     float d = 0;

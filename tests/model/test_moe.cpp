@@ -340,11 +340,7 @@ TEST(Moe, BadFilesGetOneClearError) {
 }
 
 
-std::vector<int32_t> tokens(int n) {
-    std::vector<int32_t> t(static_cast<size_t>(n));
-    for (int i = 0; i < n; ++i) t[static_cast<size_t>(i)] = (i * 37 + 11) % 512;
-    return t;
-}
+std::vector<int32_t> tokens(int n) { return token_cycle(n, 37, 11); }
 
 // Chunked prefill and decoding (other tokens in each chunk, so other expert groups) give the
 // logits of one prefill of the whole sequence, for each MoE family.

@@ -34,19 +34,13 @@ const std::string& phi3_path() {
     return p;
 }
 
-std::vector<int32_t> tokens(int n) {
-    std::vector<int32_t> t(static_cast<size_t>(n));
-    for (int i = 0; i < n; ++i) t[static_cast<size_t>(i)] = (i * 29 + 5) % 512;
-    return t;
-}
+std::vector<int32_t> tokens(int n) { return token_cycle(n, 29, 5); }
 
 std::vector<float> all_logits(const Model& m, int n, int n_ctx = 0) {
     SessionOptions o;
     o.kv_type_k = o.kv_type_v = KvType::F32;
     o.n_ctx = n_ctx;
-    Session s(m, o);
-    const auto a = s.prefill(tokens(n), true);
-    return {a.begin(), a.end()};
+    return prefill_logits(m, tokens(n), o);
 }
 
 TEST(Phi3, ReadsHyperParameters) {
