@@ -299,15 +299,20 @@ def config_from_gguf(reader: GGUFReader) -> ModelConfig:
         rope_freqs = reader.tensor_f32("rope_freqs.weight").reshape(-1).astype(np.float64).tolist()
 
     gemma: dict = {}
+
+    def alternating_swa_layers() -> list:
+        # attention.sliding_window_pattern: per-layer flags, or a period (default 2: the even layers).
+        n_layer = int(key("block_count", required=True))
+        pat = md.get(f"{arch}.attention.sliding_window_pattern")
+        if isinstance(pat, np.ndarray):
+            return [bool(x) for x in pat.reshape(-1)]
+        n = 2 if pat is None else int(pat)
+        return [n == 0 or l % n < n - 1 for l in range(n_layer)]
+
     if arch == "gemma2":
         n_layer = int(key("block_count", required=True))
         gemma["sliding_window"] = int(key("attention.sliding_window", 4096))
-        pat = md.get("gemma2.attention.sliding_window_pattern")
-        if isinstance(pat, np.ndarray):
-            gemma["swa_layers"] = [bool(x) for x in pat.reshape(-1)]
-        else:
-            n = 2 if pat is None else int(pat)
-            gemma["swa_layers"] = [n == 0 or l % n < n - 1 for l in range(n_layer)]
+        gemma["swa_layers"] = alternating_swa_layers()
         gemma["rope_theta_swa"] = float(key("rope.freq_base_swa", key("rope.freq_base", 10000.0)))
         gemma["rope_scale_swa"] = (1.0 / factor) if scaling == "linear" and factor else 1.0
         gemma["attn_softcap"] = float(key("attn_logit_softcapping", 50.0))
@@ -315,14 +320,8 @@ def config_from_gguf(reader: GGUFReader) -> ModelConfig:
         if n_layer == 46:
             gemma["attn_scale"] = 1.0 / math.sqrt(n_embd // n_head)
     if arch == "gpt-oss":
-        n_layer = int(key("block_count", required=True))
         gemma["sliding_window"] = int(key("attention.sliding_window", required=True))
-        pat = md.get("gpt-oss.attention.sliding_window_pattern")
-        if isinstance(pat, np.ndarray):
-            gemma["swa_layers"] = [bool(x) for x in pat.reshape(-1)]
-        else:
-            n = 2 if pat is None else int(pat)
-            gemma["swa_layers"] = [n == 0 or l % n < n - 1 for l in range(n_layer)]
+        gemma["swa_layers"] = alternating_swa_layers()
         gemma["rope_theta_swa"] = float(key("rope.freq_base_swa", key("rope.freq_base", 10000.0)))
         gemma["rope_scale_swa"] = (1.0 / factor) if scaling in ("linear", "yarn") and factor else 1.0
     if arch == "phi3":
