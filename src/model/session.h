@@ -195,14 +195,14 @@ private:
                  float* out, Step step, bool final_chunk);
     void forward_step(const int32_t* tokens, const int32_t* positions, int32_t T, bool all_logits,
                       float* out, Step step, bool final_chunk);
-    // Each family's forward pass, in a file of its own (src/model/arch/<family>.cpp): embeds the
-    // tokens and runs every layer, leaving the final residual stream in x_ [T, n_embd].
     // The attention block every family shares, from the residual stream x_ [T, E] to proj_ [T, E]:
     // pre-norm (attn_norm) -> q, k, v projections (their biases and per-head q/k norms where the
     // file has them) -> RoPE -> attention over the budgeted cache -> output projection (its bias).
     // What follows it (post-norm, residual add) is the family's.
     void attention_block(int layer, const ops::RopeParams& rope, const int32_t* positions, int32_t T, Step step,
                          bool final_chunk);
+    // Each family's forward pass, in a file of its own (src/model/arch/<family>.cpp): embeds the
+    // tokens and runs every layer, leaving the final residual stream in x_ [T, n_embd].
     void forward_llama(const int32_t* tokens, const int32_t* positions, int32_t T, Step step, bool final_chunk);
     void forward_gemma3(const int32_t* tokens, const int32_t* positions, int32_t T, Step step, bool final_chunk);
     void forward_moe(const int32_t* tokens, const int32_t* positions, int32_t T, Step step, bool final_chunk);
