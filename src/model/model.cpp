@@ -3,8 +3,11 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 
+#include "tensor/int8_gemm.h"
 #include "tensor/ops.h"
 #include "util/error.h"
 
@@ -132,13 +135,7 @@ void bind_moe_ffn(const gguf::File& f, TensorBinder& b, const ModelConfig& c, co
 }
 
 // Rows [first, first + n) of w, as a view of their own (a fused projection's part).
-WeightView row_range(const WeightView& w, int64_t first, int64_t n) {
-    if (w.empty()) return {};
-    WeightView v = w;
-    v.data = w.row(first);
-    v.n_out = n;
-    return v;
-}
+WeightView row_range(const WeightView& w, int64_t first, int64_t n) { return w.empty() ? w : w.rows(first, n); }
 
 // A per-frequency divisor table: every value a finite number > 0.
 void check_rope_factors(const gguf::File& f, const char* name, const std::vector<float>& factors) {
@@ -265,16 +262,76 @@ Model::Model(std::unique_ptr<gguf::File> file) : file_(std::move(file)) {
     b.finish(c.arch_name);
 }
 
+namespace {
+
+bool repack_enabled() {
+    const char* v = std::getenv("KVEC_REPACK");
+    return int8::vnni_enabled() && (v == nullptr || std::strcmp(v, "0") != 0);
+}
+
+// Whether most bytes of the file's matrices are Q8_0.
+bool mostly_q8_0(const gguf::File& f) {
+    uint64_t q8 = 0, all = 0;
+    for (const auto& t : f.tensors()) {
+        if (t.n_dims < 2) continue;
+        all += t.nbytes;
+        if (t.type == GgmlType::Q8_0) q8 += t.nbytes;
+    }
+    return 2 * q8 > all;
+}
+
+}  // namespace
+
 std::unique_ptr<Model> Model::load(const std::string& path, LoadMode mode) {
-    return std::unique_ptr<Model>(new Model(gguf::File::open(path, mode)));
+    std::unique_ptr<gguf::File> file = gguf::File::open(path, LoadMode::Map);
+    const bool repack = repack_enabled() && (mode == LoadMode::Map || (mode == LoadMode::Auto && mostly_q8_0(*file)));
+    if (mode != LoadMode::Map && !repack) file = gguf::File::open(path, mode);
+    std::unique_ptr<Model> model(new Model(std::move(file)));
+    if (repack) model->repack_q8_0();
+    return model;
+}
+
+void Model::repack_q8_0() {
+    std::vector<WeightView*> views;  // every Q8_0 matrix (the parts of a fused one each)
+    const auto add = [&views](WeightView& v) {
+        if (!v.empty() && v.type == GgmlType::Q8_0) views.push_back(&v);
+    };
+    add(weights_.output);
+    for (LayerWeights& L : weights_.layers) {
+        for (WeightView* v : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.ffn_gate_inp, &L.gate_exps,
+                              &L.up_exps, &L.down_exps, &L.gate_shexp, &L.up_shexp, &L.down_shexp}) {
+            add(*v);
+        }
+    }
+    size_t total = 0;
+    for (const WeightView* v : views) total += int8::q8_0_panels_bytes(v->n_out, v->n_in);
+    if (total == 0) return;
+    panels_ = HugeBuffer(total);
+    uint8_t* at = panels_.data();
+    for (WeightView* v : views) {
+        int8::pack_q8_0_panels(v->data, v->row_bytes, v->n_out, v->n_in, at);
+        v->q8_panels = at;
+        at += int8::q8_0_panels_bytes(v->n_out, v->n_in);
+    }
+    // The rows stay mapped for the paths that read them (exact precision, no VNNI) and for the
+    // embedding rows of a tied output; until then their pages leave this process's memory.
+    for (const WeightView* v : views) {
+        if (v->data != weights_.token_embd.data) file_->bytes().release_pages(v->data, v->row_bytes * v->n_out);
+    }
 }
 
 std::string Model::residency() const {
     const MappedFile& bytes = file_->bytes();
     constexpr double kMiB = 1 << 20;
-    return fmt::format("{}, {:.0f} of {:.0f} MiB in 2 MiB pages",
-                       bytes.copied() ? "copied into anonymous memory" : "mapped from the file",
-                       static_cast<double>(bytes.huge_page_bytes()) / kMiB, static_cast<double>(bytes.size()) / kMiB);
+    std::string s = fmt::format("{}, {:.0f} of {:.0f} MiB in 2 MiB pages",
+                                bytes.copied() ? "copied into anonymous memory" : "mapped from the file",
+                                static_cast<double>(bytes.huge_page_bytes()) / kMiB,
+                                static_cast<double>(bytes.size()) / kMiB);
+    if (panels_.size() > 0) {
+        s += fmt::format("; Q8_0 matrices repacked into VNNI panels ({:.0f} MiB, anonymous memory)",
+                         static_cast<double>(panels_.size()) / kMiB);
+    }
+    return s;
 }
 
 int64_t Model::n_params() const {

@@ -80,7 +80,10 @@ class Model {
 public:
     // Opens and validates the file, and maps it or copies it into huge pages (LoadMode; Auto
     // copies where transparent huge pages are on and the model takes at most half of the
-    // available memory). Throws kvec::Error.
+    // available memory). Where the CPU has AVX-512 VNNI, a mapped file's Q8_0 matrices are
+    // repacked into VNNI panels in 2 MiB pages (repacked_bytes(); Auto maps a file whose matrices
+    // are mostly Q8_0 for this; KVEC_REPACK=0 switches it off): batched decode and prefill then
+    // pack nothing per step. Throws kvec::Error.
     static std::unique_ptr<Model> load(const std::string& path, LoadMode mode = LoadMode::Auto);
 
     const ModelConfig& config() const { return config_; }
@@ -98,11 +101,17 @@ public:
     // anonymous memory, 2099 of 2099 MiB in 2 MiB pages", "mapped from the file, 1108 of 2099 MiB
     // in 2 MiB pages" (a mapping's pages come as they are first read).
     std::string residency() const;
+    // Bytes of Q8_0 matrices repacked into VNNI panels at load (0: none; see load()).
+    size_t repacked_bytes() const { return panels_.size(); }
 
 private:
     explicit Model(std::unique_ptr<gguf::File> file);
+    // Every Q8_0 matrix into VNNI panels (WeightView::q8_panels), all in panels_; the mapped
+    // rows they replace are given back to the page cache.
+    void repack_q8_0();
 
     std::unique_ptr<gguf::File> file_;
+    HugeBuffer panels_;  // [repacked_bytes()] the matrices' panels, one after another
     ModelConfig config_;
     ModelWeights weights_;
 };

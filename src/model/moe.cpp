@@ -26,10 +26,7 @@ constexpr int64_t kExpertsPerThreadMaxTokens = 16;
 
 WeightView expert_matrix(const WeightView& w, int e, int64_t n_out) {
     KVEC_CHECK(e >= 0 && (e + 1) * n_out <= w.n_out);
-    WeightView v = w;
-    v.data = w.row(int64_t{e} * n_out);
-    v.n_out = n_out;
-    return v;
+    return w.rows(int64_t{e} * n_out, n_out);
 }
 
 void route(const float* logits, const Routing& r, int32_t* experts, float* weights) {

@@ -102,4 +102,18 @@ using PanelPacker = bool (*)(const uint8_t* w, size_t row_bytes, int nr, int64_t
 void gemm_vnni_packed(const QuantRows& x, int64_t nx, PanelPacker pack, bool has_min, const uint8_t* w,
                       size_t row_bytes, int64_t nw, float* y, int64_t ldy);
 
+// Q8_0 weights repacked once (at load, WeightView::q8_panels) into the 16-row panels above, so no
+// matmul packs them: panel j holds rows 16 j..16 j + 15, and its block b, at byte
+// (j * nb + b) * kQ8PanelBlockBytes, is the [8, 16, 4] bytes w + 128 followed by the 16 rows' fp16
+// scales (0 past the last row). The same bytes as the Q8_0 rows (16 x 34 per block), the last
+// panel filled up to 16 rows.
+constexpr int64_t kQ8PanelBlockBytes = 16 * 34;
+size_t q8_0_panels_bytes(int64_t n_rows, int64_t k);
+// Packs n_rows Q8_0 rows (row_bytes apart, k elements each) into out[q8_0_panels_bytes]. Scalar
+// code (OpenMP over panels); runs on any CPU.
+void pack_q8_0_panels(const uint8_t* w, size_t row_bytes, int64_t n_rows, int64_t k, uint8_t* out);
+// The VNNI tiles on such panels: weight rows [0, nw) of the panels at `panels` (the first row of a
+// panel), same contract as gemm_ref and the same sums, in the same order, as gemm_q8_0_vnni.
+void gemm_q8_0_panels(const QuantRows& x, int64_t nx, const uint8_t* panels, int64_t nw, float* y, int64_t ldy);
+
 }  // namespace kvec::int8

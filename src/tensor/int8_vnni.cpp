@@ -115,13 +115,36 @@ bool pack_panel(const PackedRows& rows, int64_t j0, int nj, int64_t nb, uint8_t*
 }
 
 
-// y[i0 + i, j] for i < R, j < nj <= 16 NP, from NP consecutive panels (panel_bytes apart).
-// H = 2 keeps an int32 sum per half block (panels whose halves have their own scales); M adds
-// the min term from mp.
-template <int R, int NP, int H, bool M>
-KVEC_VNNI void tile(const QuantRows& x, int64_t i0, const uint8_t* qp, const float* sp, const float* mp, int64_t nb,
-                    float* y, int64_t ldy, int nj) {
-    const int64_t panel_bytes = nb * kPanelBlockBytes, panel_floats = nb * 2 * kPanelRows;
+// NP consecutive panels packed by gemm_rows (layout above): bytes at qp, scales and mins at sp
+// and mp, panel after panel.
+struct PackedPanels {
+    const uint8_t* qp;
+    const float* sp;
+    const float* mp;
+    int64_t nb;
+    const uint8_t* q(int p, int64_t b, int g) const { return qp + (p * nb + b) * kPanelBlockBytes + g * 64; }
+    KVEC_VNNI __m512 scale(int p, int64_t b, int h) const { return _mm512_loadu_ps(sp + ((p * nb + b) * 2 + h) * kPanelRows); }
+    KVEC_VNNI __m512 min(int p, int64_t b, int h) const { return _mm512_loadu_ps(mp + ((p * nb + b) * 2 + h) * kPanelRows); }
+};
+
+// NP consecutive panels of Q8_0 weights repacked at load (int8_gemm.h, pack_q8_0_panels): each
+// block's bytes followed by the 16 rows' fp16 scales. No min; one scale per block (H = 1).
+struct Q8Panels {
+    const uint8_t* base;
+    int64_t nb;
+    const uint8_t* q(int p, int64_t b, int g) const { return base + (p * nb + b) * kQ8PanelBlockBytes + g * 64; }
+    KVEC_VNNI __m512 scale(int p, int64_t b, int) const {
+        const uint8_t* scales = base + (p * nb + b) * kQ8PanelBlockBytes + kPanelBlockBytes;
+        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales)));
+    }
+    KVEC_VNNI __m512 min(int, int64_t, int) const { return _mm512_setzero_ps(); }
+};
+
+// y[i0 + i, j] for i < R, j < nj <= 16 NP, from NP consecutive panels. H = 2 keeps an int32 sum
+// per half block (panels whose halves have their own scales); M adds the min term.
+template <int R, int NP, int H, bool M, class P>
+KVEC_VNNI void tile(const QuantRows& x, int64_t i0, const P& panels, float* y, int64_t ldy, int nj) {
+    const int64_t nb = panels.nb;
     const int8_t* xr[R];   // activation rows
     const float* dr[R];    // their block scales [nb]
     const int32_t* sr[R];  // their half sums [nb, 2]
@@ -150,13 +173,12 @@ KVEC_VNNI void tile(const QuantRows& x, int64_t i0, const uint8_t* qp, const flo
                 for (int p = 0; p < NP; ++p) sum[i][p][h] = start;
             }
         }
-        const uint8_t* qb = qp + b * kPanelBlockBytes;
 #pragma GCC unroll 8
         for (int g = 0; g < 8; ++g) {
             const int h = H == 2 ? g / 4 : 0;
             __m512i wv[NP];
 #pragma GCC unroll 4
-            for (int p = 0; p < NP; ++p) wv[p] = _mm512_loadu_si512(qb + p * panel_bytes + g * 64);
+            for (int p = 0; p < NP; ++p) wv[p] = _mm512_loadu_si512(panels.q(p, b, g));
 #pragma GCC unroll 8
             for (int i = 0; i < R; ++i) {
                 int32_t four;
@@ -168,12 +190,11 @@ KVEC_VNNI void tile(const QuantRows& x, int64_t i0, const uint8_t* qp, const flo
         }
 #pragma GCC unroll 4
         for (int p = 0; p < NP; ++p) {
-            const int64_t at = p * panel_floats + b * 2 * kPanelRows;  // this block's [2, 16]
             __m512 sw[H], mw[H];
 #pragma GCC unroll 2
             for (int h = 0; h < H; ++h) {
-                sw[h] = _mm512_loadu_ps(sp + at + h * kPanelRows);
-                if constexpr (M) mw[h] = _mm512_loadu_ps(mp + at + h * kPanelRows);
+                sw[h] = panels.scale(p, b, h);
+                if constexpr (M) mw[h] = panels.min(p, b, h);
             }
 #pragma GCC unroll 8
             for (int i = 0; i < R; ++i) {
@@ -193,35 +214,32 @@ KVEC_VNNI void tile(const QuantRows& x, int64_t i0, const uint8_t* qp, const flo
     for (int i = 0; i < R; ++i) avx512::store_row<NP>(y + (i0 + i) * ldy, acc[i], nj, false);
 }
 
-// Every activation row against panels p0.. (nj rows in all), in tiles of at most R rows of equal
+// Every activation row against the panels (nj rows in all), in tiles of at most R rows of equal
 // height (8 rows with R = 6: two tiles of 4, not 6 + 1 + 1: a tile of one row reads the panels
 // for one row's work).
-template <int R, int NP, int H, bool M>
-KVEC_VNNI void tile_rows(const QuantRows& x, int64_t nx, const uint8_t* qp, const float* sp, const float* mp,
-                         int64_t nb, float* y, int64_t ldy, int nj) {
-    using Tile = void (*)(const QuantRows&, int64_t, const uint8_t*, const float*, const float*, int64_t, float*,
-                          int64_t, int);
+template <int R, int NP, int H, bool M, class P>
+KVEC_VNNI void tile_rows(const QuantRows& x, int64_t nx, const P& panels, float* y, int64_t ldy, int nj) {
+    using Tile = void (*)(const QuantRows&, int64_t, const P&, float*, int64_t, int);
     static constexpr auto kTiles = []<int... I>(std::integer_sequence<int, I...>) {
-        return std::array<Tile, R>{&tile<I + 1, NP, H, M>...};
+        return std::array<Tile, R>{&tile<I + 1, NP, H, M, P>...};
     }(std::make_integer_sequence<int, R>{});
     const int64_t n_tiles = (nx + R - 1) / R;
     for (int64_t t = 0, i = 0; t < n_tiles; ++t) {
         const int64_t rows = (nx - i + (n_tiles - t) - 1) / (n_tiles - t);  // <= R
-        kTiles[rows - 1](x, i, qp, sp, mp, nb, y, ldy, nj);
+        kTiles[rows - 1](x, i, panels, y, ldy, nj);
         i += rows;
     }
 }
 
 // The tile for the panels' shape: two panels or one, sums per half or per block.
-template <bool M>
-void tile_panels(const QuantRows& x, int64_t nx, const uint8_t* qp, const float* sp, const float* mp, int64_t nb,
-                 float* y, int64_t ldy, int nj, bool halves) {
+template <bool M, class P>
+void tile_panels(const QuantRows& x, int64_t nx, const P& panels, float* y, int64_t ldy, int nj, bool halves) {
     if (nj > kPanelRows) {
-        if (halves) tile_rows<4, 2, 2, M>(x, nx, qp, sp, mp, nb, y, ldy, nj);
-        else tile_rows<6, 2, 1, M>(x, nx, qp, sp, mp, nb, y, ldy, nj);
+        if (halves) tile_rows<4, 2, 2, M>(x, nx, panels, y, ldy, nj);
+        else tile_rows<6, 2, 1, M>(x, nx, panels, y, ldy, nj);
     } else {
-        if (halves) tile_rows<6, 1, 2, M>(x, nx, qp, sp, mp, nb, y, ldy, nj);
-        else tile_rows<8, 1, 1, M>(x, nx, qp, sp, mp, nb, y, ldy, nj);
+        if (halves) tile_rows<6, 1, 2, M>(x, nx, panels, y, ldy, nj);
+        else tile_rows<8, 1, 1, M>(x, nx, panels, y, ldy, nj);
     }
 }
 
@@ -248,10 +266,11 @@ void gemm_rows(const QuantRows& x, int64_t nx, const Rows& rows, int64_t nw, flo
                                  sbuf.data() + p * panel_floats,
                                  rows.has_min() ? mbuf.data() + p * panel_floats : nullptr);
         }
+        const PackedPanels panels{qbuf.data(), sbuf.data(), rows.has_min() ? mbuf.data() : nullptr, nb};
         if (rows.has_min()) {
-            tile_panels<true>(x, nx, qbuf.data(), sbuf.data(), mbuf.data(), nb, y + j0, ldy, nj, halves);
+            tile_panels<true>(x, nx, panels, y + j0, ldy, nj, halves);
         } else {
-            tile_panels<false>(x, nx, qbuf.data(), sbuf.data(), nullptr, nb, y + j0, ldy, nj, halves);
+            tile_panels<false>(x, nx, panels, y + j0, ldy, nj, halves);
         }
     }
 }
@@ -286,6 +305,16 @@ void gemm_vnni_packed(const QuantRows& x, int64_t nx, PanelPacker pack, bool has
     gemm_rows(x, nx, PackedRows{w, row_bytes, pack, has_min}, nw, y, ldy);
 }
 
+void gemm_q8_0_panels(const QuantRows& x, int64_t nx, const uint8_t* panels, int64_t nw, float* y, int64_t ldy) {
+    KVEC_CHECK(vnni_supported() && x.qsum != nullptr && x.k % kBlock == 0);
+    constexpr int NP = 2;
+    const int64_t nb = x.k / kBlock, panel_bytes = nb * kQ8PanelBlockBytes;
+    for (int64_t j0 = 0; j0 < nw; j0 += NP * kPanelRows) {
+        const int nj = static_cast<int>(nw - j0 < NP * kPanelRows ? nw - j0 : NP * kPanelRows);
+        tile_panels<false>(x, nx, Q8Panels{panels + j0 / kPanelRows * panel_bytes, nb}, y + j0, ldy, nj, false);
+    }
+}
+
 #else  // not x86-64
 
 bool vnni_supported() { return false; }
@@ -300,7 +329,40 @@ void gemm_vnni_packed(const QuantRows&, int64_t, PanelPacker, bool, const uint8_
                       int64_t) {
     fail("this build has no AVX-512 VNNI kernels");
 }
+void gemm_q8_0_panels(const QuantRows&, int64_t, const uint8_t*, int64_t, float*, int64_t) {
+    fail("this build has no AVX-512 VNNI kernels");
+}
 
 #endif
+
+size_t q8_0_panels_bytes(int64_t n_rows, int64_t k) {
+    return static_cast<size_t>((n_rows + 15) / 16) * static_cast<size_t>(k / kBlock) * kQ8PanelBlockBytes;
+}
+
+void pack_q8_0_panels(const uint8_t* w, size_t row_bytes, int64_t n_rows, int64_t k, uint8_t* out) {
+    KVEC_CHECK(k % kBlock == 0);
+    const int64_t nb = k / kBlock, n_panels = (n_rows + 15) / 16;
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < n_panels; ++j) {
+        for (int64_t b = 0; b < nb; ++b) {
+            uint8_t* qb = out + (j * nb + b) * kQ8PanelBlockBytes;  // [8, 16, 4] bytes, then [16] fp16 scales
+            for (int r = 0; r < 16; ++r) {
+                const int64_t row = j * 16 + r;
+                uint16_t scale = 0;
+                uint32_t words[8] = {};  // past the last row: scale 0 (the bytes do not matter then)
+                if (row < n_rows) {
+                    const auto* blk = reinterpret_cast<const quant::BlockQ8_0*>(w + static_cast<size_t>(row) * row_bytes) + b;
+                    scale = blk->d;
+                    std::memcpy(words, blk->qs, kBlock);
+                }
+                for (int g = 0; g < 8; ++g) {
+                    const uint32_t u = words[g] ^ 0x80808080u;  // each byte + 128
+                    std::memcpy(qb + g * 64 + 4 * r, &u, 4);
+                }
+                std::memcpy(qb + 8 * 64 + 2 * r, &scale, 2);
+            }
+        }
+    }
+}
 
 }  // namespace kvec::int8

@@ -330,6 +330,56 @@ void matmul_int8_decode(const float* x, int64_t n, const WeightView& w, float* y
     }
 }
 
+// Q8_0 weights repacked at load into VNNI panels (WeightView::q8_panels), any number of rows:
+// the activations are quantised once, then the panel tiles run with nothing packed per call.
+// Up to kMaxVnniRows rows (decode) each thread takes one contiguous share of the rows (one
+// stream, as matmul_int8_decode); more rows: items of (activation block, 64 weight rows), as the
+// VNNI path of matmul_int8.
+void matmul_q8_0_panels(const float* x, int64_t n, const WeightView& w, float* y) {
+    const int64_t k = w.n_in, nb = k / int8::kBlock;
+    thread_local std::vector<int8_t> aq;   // [n, k] quantised activations
+    thread_local std::vector<float> ad;    // [n, nb] their block scales
+    thread_local std::vector<float> ah;    // [n, nb, 2] their half-block sums (times the scale)
+    thread_local std::vector<int32_t> as;  // [n, nb, 2] their integer half-block sums
+    const int8::QuantRows xq{grow(aq, n * k), grow(ad, n * nb), grow(ah, n * nb * 2), k, grow(as, n * nb * 2)};
+    int8_t* q_out = aq.data();
+    float* d_out = ad.data();
+    float* h_out = ah.data();
+    int32_t* s_out = as.data();
+    const bool decode = n <= int8::decode::kMaxVnniRows;
+    const int64_t act_block = decode ? n : prefill_act_block(n);
+    const int64_t n_ab = (n + act_block - 1) / act_block;
+    const int64_t item_rows = decode ? 32 : kPackedItemRows;  // whole panels
+    const int64_t n_wb = (w.n_out + item_rows - 1) / item_rows;
+    const size_t item_bytes = int8::q8_0_panels_bytes(item_rows, k);
+    auto item = [&](int64_t wb, int64_t ab) {
+        const int64_t a0 = ab * act_block, a1 = std::min(n, a0 + act_block);
+        const int64_t r0 = wb * item_rows, r1 = std::min(w.n_out, r0 + item_rows);
+        int8::QuantRows xb = xq;
+        xb.q += a0 * k;
+        xb.d += a0 * nb;
+        xb.hsum += a0 * nb * 2;
+        xb.qsum += a0 * nb * 2;
+        int8::gemm_q8_0_panels(xb, a1 - a0, w.q8_panels + wb * item_bytes, r1 - r0, y + a0 * w.n_out + r0, w.n_out);
+    };
+#pragma omp parallel if (n * w.n_out * k >= (1 << 20))
+    {
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < n; ++r) {
+            int8::quantize_rows_avx2(x + r * k, 1, k, q_out + r * k, d_out + r * nb, h_out + r * nb * 2, s_out + r * nb * 2);
+        }
+        if (decode) {
+#pragma omp for schedule(static)
+            for (int64_t wb = 0; wb < n_wb; ++wb) item(wb, 0);
+        } else {
+#pragma omp for schedule(dynamic, 1) collapse(2)
+            for (int64_t wb = 0; wb < n_wb; ++wb) {
+                for (int64_t ab = 0; ab < n_ab; ++ab) item(wb, ab);
+            }
+        }
+    }
+}
+
 MatmulPrecision precision_from_env() {
     const char* v = std::getenv("KVEC_MATMUL");
     return v != nullptr && std::strcmp(v, "exact") == 0 ? MatmulPrecision::Exact : MatmulPrecision::Fast;
@@ -425,6 +475,10 @@ void matmul(const float* x, int64_t n, const WeightView& w, float* y) {
     // AVX2 without VNNI (pp512 Q4_K 1.6x, Q8_0 1.15x) and need no activation quantisation, so
     // there int8 dot products serve decode and small batches only; with AVX-512 VNNI they serve
     // prefill too.
+    if (w.q8_panels != nullptr && use_int8(w) && int8::vnni_enabled()) {
+        matmul_q8_0_panels(x, n, w, y);
+        return;
+    }
     if (use_int8(w) && (n < kernels::kPackedMinRows || int8::vnni_enabled())) {
         const int8::decode::Kernel decode = int8::decode::kernel_for(w.type, n);
         if (decode != nullptr) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "quant/quant.h"
+#include "tensor/int8_gemm.h"
 #include "tensor/kernels.h"
 #include "tensor/matmul.h"
 #include "util/error.h"
@@ -28,6 +29,17 @@ WeightView make_weight_view(const char* name, GgmlType type, const void* data, i
     w.n_out = n_out;
     w.row_bytes = ggml_row_size(type, n_in);
     return w;
+}
+
+WeightView WeightView::rows(int64_t first, int64_t n) const {
+    KVEC_CHECK(first >= 0 && n > 0 && first + n <= n_out);
+    WeightView v = *this;
+    v.data = row(first);
+    v.n_out = n;
+    v.q8_panels = q8_panels != nullptr && first % 16 == 0
+                      ? q8_panels + int8::q8_0_panels_bytes(first, n_in)
+                      : nullptr;
+    return v;
 }
 
 namespace ops {

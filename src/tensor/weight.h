@@ -16,9 +16,15 @@ struct WeightView {
     int64_t n_in = 0;               // ne[0]: elements per row
     int64_t n_out = 0;              // ne[1]: rows
     size_t row_bytes = 0;           // ggml_row_size(type, n_in)
+    // Q8_0 only: the same rows repacked into 16-row VNNI panels (int8::pack_q8_0_panels), which
+    // the matmul reads instead of `data` where it can (AVX-512 VNNI, fast precision), or null.
+    const uint8_t* q8_panels = nullptr;
 
     const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
     bool empty() const { return data == nullptr; }
+    // Rows [first, first + n) as a view of their own (one part of a fused projection, one expert);
+    // the panels stay with it when `first` starts one.
+    WeightView rows(int64_t first, int64_t n) const;
 };
 
 // Builds a view after checking that n_in is a whole number of the type's blocks

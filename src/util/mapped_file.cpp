@@ -161,6 +161,40 @@ size_t MappedFile::huge_page_bytes() const {
     return std::min(kib * 1024, size_);
 }
 
+void MappedFile::release_pages(const uint8_t* p, size_t n) const {
+    KVEC_CHECK(p >= data_ && p + n <= data_ + size_);
+    if (copied_) return;  // anonymous memory: dropped pages would read back as zeros
+    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    const auto begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+    const auto end = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+    if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
+HugeBuffer::HugeBuffer(size_t size) : size_(size) {
+    if (size == 0) return;
+    data_ = map_huge_region(size, region_size_);
+    if (data_ == nullptr) fail("cannot allocate {} bytes: {}", size, std::strerror(errno));
+}
+
+HugeBuffer::~HugeBuffer() {
+    if (data_ != nullptr) ::munmap(data_, region_size_);
+}
+
+HugeBuffer::HugeBuffer(HugeBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      region_size_(std::exchange(other.region_size_, 0)) {}
+
+HugeBuffer& HugeBuffer::operator=(HugeBuffer&& other) noexcept {
+    if (this != &other) {
+        if (data_ != nullptr) ::munmap(data_, region_size_);
+        data_ = std::exchange(other.data_, nullptr);
+        size_ = std::exchange(other.size_, 0);
+        region_size_ = std::exchange(other.region_size_, 0);
+    }
+    return *this;
+}
+
 void MappedFile::release() {
     if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), region_size_);
     region_size_ = 0;

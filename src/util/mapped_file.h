@@ -47,6 +47,10 @@ public:
     bool copied() const { return copied_; }
     // Bytes of the file now held in 2 MiB pages (from /proc/self/smaps; 0 where it is unreadable).
     size_t huge_page_bytes() const;
+    // A mapped file only (not copied): gives the whole pages inside [p, p + n) back to the page
+    // cache (MADV_DONTNEED), so they stop counting in this process's memory until read again
+    // (bytes that a repacked copy replaced).
+    void release_pages(const uint8_t* p, size_t n) const;
 
 private:
     void release();
@@ -57,6 +61,27 @@ private:
     size_t file_size_ = 0;
     size_t region_size_ = 0;  // bytes munmap releases from data_: size_, or the copy's whole 2 MiB pages
     bool copied_ = false;
+};
+
+// Anonymous read-write memory of `size` bytes, starting on a 2 MiB boundary and advised for
+// transparent huge pages (weights repacked at load). Throws kvec::Error if it cannot be allocated.
+class HugeBuffer {
+public:
+    HugeBuffer() = default;
+    explicit HugeBuffer(size_t size);
+    ~HugeBuffer();
+    HugeBuffer(HugeBuffer&& other) noexcept;
+    HugeBuffer& operator=(HugeBuffer&& other) noexcept;
+    HugeBuffer(const HugeBuffer&) = delete;
+    HugeBuffer& operator=(const HugeBuffer&) = delete;
+
+    uint8_t* data() const { return data_; }
+    size_t size() const { return size_; }
+
+private:
+    uint8_t* data_ = nullptr;
+    size_t size_ = 0;
+    size_t region_size_ = 0;
 };
 
 // Whether transparent huge pages can be had with madvise (THP "always" or "madvise").

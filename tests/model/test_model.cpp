@@ -1,11 +1,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include <string>
 
 #include "model/model.h"
+#include "tensor/int8_gemm.h"
 #include "test_helpers.h"
 #include "util/error.h"
 
@@ -61,6 +63,35 @@ TEST(Model, TiedOutputUsesTheEmbedding) {
     const auto m = Model::load(write_model(s, "tied.gguf"));
     EXPECT_TRUE(m->weights().tied_output);
     EXPECT_EQ(m->weights().output.data, m->weights().token_embd.data);
+}
+
+// Where the CPU has AVX-512 VNNI, a mapped Q8_0 model's matrices are repacked into VNNI panels at
+// load (the tied output too, but not the embedding rows); the logits stay within float rounding
+// of the rows read in place (KVEC_REPACK=0), and a copied model (--no-mmap) is not repacked.
+TEST(Model, Q8_0MatricesRepackedAtLoad) {
+    if (!int8::vnni_enabled()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU (or switched off)";
+    RandomModelSpec s = tiny_spec();
+    s.type = GgmlType::Q8_0;
+    s.tied = true;
+    const std::string path = write_model(s, "q8_0-repack.gguf");
+    const auto m = Model::load(path, LoadMode::Auto);
+    const ModelWeights& w = m->weights();
+    EXPECT_GT(m->repacked_bytes(), 0u);
+    EXPECT_NE(w.output.q8_panels, nullptr);
+    EXPECT_EQ(w.token_embd.q8_panels, nullptr);
+    for (const LayerWeights& L : w.layers) {
+        for (const WeightView* v : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
+            EXPECT_NE(v->q8_panels, nullptr);
+        }
+    }
+    EXPECT_EQ(Model::load(path, LoadMode::Copy)->repacked_bytes(), 0u);
+    ::setenv("KVEC_REPACK", "0", 1);
+    const auto rows = Model::load(path, LoadMode::Map);
+    ::unsetenv("KVEC_REPACK");
+    EXPECT_EQ(rows->repacked_bytes(), 0u);
+    const auto tokens = token_cycle(40, 37, 5);
+    const auto a = prefill_logits(*m, tokens, f32_options(16)), b = prefill_logits(*rows, tokens, f32_options(16));
+    EXPECT_LT(max_abs_diff(a, b), 1e-3f);
 }
 
 TEST(Model, UnknownArchitectureListsSupportedOnes) {

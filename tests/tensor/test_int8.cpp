@@ -428,5 +428,76 @@ TEST(Int8, RowsIndependentOfBatching) {
     }
 }
 
+// Q8_0 weights repacked into VNNI panels (pack_q8_0_panels, at load): the panel tiles against the
+// kernel that reads the rows in place (the same sums in the same order: equal bits) and against
+// the scalar reference, for every tile height; whole matrices and views that start at a panel.
+TEST(Int8, Q8_0PanelsMatchTheRowsInPlace) {
+    if (!int8::vnni_supported()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+    const int64_t k = 288;
+    for (int64_t nw : {37, 20, 64}) {
+        const Quantised w = quantise(GgmlType::Q8_0, gaussian(k * nw, 25, 0.5f), k, nw);
+        std::vector<uint8_t> panels(int8::q8_0_panels_bytes(nw, k));
+        ASSERT_EQ(panels.size(), static_cast<size_t>((nw + 15) / 16 * 16) * w.view.row_bytes);  // Q8_0's size
+        int8::pack_q8_0_panels(w.view.data, w.view.row_bytes, nw, k, panels.data());
+        const PanelForm p = panel_form(w.view);
+        const int64_t ldy = nw + 3;
+        for (int64_t nx : {1, 2, 3, 4, 5, 8, 11, 16, 25}) {
+            const Acts a = quantise_acts_ref(gaussian(nx * k, 90 + static_cast<uint32_t>(nx)), nx, k);
+            std::vector<float> want(static_cast<size_t>(nx * ldy)), in_place(want.size(), -7.0f), got(want.size(), -7.0f);
+            int8::gemm_ref(a.view(k), nx, p.view(k), nw, want.data(), ldy);
+            int8::gemm_q8_0_vnni(a.view(k), nx, w.view.data, w.view.row_bytes, nw, in_place.data(), ldy);
+            int8::gemm_q8_0_panels(a.view(k), nx, panels.data(), nw, got.data(), ldy);
+            EXPECT_EQ(got, in_place) << "nw " << nw << " nx " << nx;
+            for (int64_t i = 0; i < nx; ++i) {
+                for (int64_t j = 0; j < nw; ++j) {
+                    const size_t o = static_cast<size_t>(i * ldy + j);
+                    ASSERT_NEAR(got[o], want[o], 1e-5 * magnitude(a, p, k, i, j) + 1e-6) << nw << " " << nx;
+                }
+            }
+            // Rows 16.. as a view of their own (one part of a fused projection).
+            if (nw > 16) {
+                WeightView whole = w.view;
+                whole.q8_panels = panels.data();
+                const WeightView tail = whole.rows(16, nw - 16);
+                ASSERT_EQ(tail.q8_panels, panels.data() + int8::q8_0_panels_bytes(16, k));
+                EXPECT_EQ(whole.rows(3, 5).q8_panels, nullptr);  // not at a panel's start: the rows in place
+                std::vector<float> part(static_cast<size_t>(nx * ldy), -7.0f);
+                int8::gemm_q8_0_panels(a.view(k), nx, tail.q8_panels, nw - 16, part.data(), ldy);
+                for (int64_t i = 0; i < nx; ++i) {
+                    for (int64_t j = 0; j < nw - 16; ++j) {
+                        ASSERT_EQ(part[static_cast<size_t>(i * ldy + j)], got[static_cast<size_t>(i * ldy + 16 + j)]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+// With the panels, matmul gives every row the same bits however many rows it batches (decode
+// alone, 4 rows, batched decode of 8, a prefill chunk of 300) and stays within the
+// quantisation bound of the float reference.
+TEST(Int8, Q8_0PanelsRowsIndependentOfBatching) {
+    if (!int8::vnni_enabled()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU (or switched off)";
+    const int64_t k = 512, n_out = 72, n = 300;
+    set_matmul_precision(MatmulPrecision::Fast);
+    Quantised w = quantise(GgmlType::Q8_0, gaussian(k * n_out, 63, 0.5f), k, n_out);
+    std::vector<uint8_t> panels(int8::q8_0_panels_bytes(n_out, k));
+    int8::pack_q8_0_panels(w.view.data, w.view.row_bytes, n_out, k, panels.data());
+    w.view.q8_panels = panels.data();
+    const auto x = gaussian(n * k, 64);
+    std::vector<float> all(static_cast<size_t>(n * n_out)), part(all.size()), ref(all.size());
+    matmul(x.data(), n, w.view, all.data());
+    for (int64_t rows : {1, 4, 8, 13}) {
+        matmul(x.data() + 5 * k, rows, w.view, part.data());
+        for (int64_t i = 0; i < rows * n_out; ++i) {
+            ASSERT_EQ(part[static_cast<size_t>(i)], all[static_cast<size_t>(5 * n_out + i)]) << rows;
+        }
+    }
+    WeightView rows_only = w.view;  // the rows in place: within rounding of the same sums
+    rows_only.q8_panels = nullptr;
+    matmul(x.data(), n, rows_only, ref.data());
+    for (size_t i = 0; i < all.size(); ++i) ASSERT_NEAR(all[i], ref[i], 1e-4 * (1.0 + std::fabs(ref[i]))) << i;
+}
+
 }  // namespace
 }  // namespace kvec
