@@ -8,9 +8,21 @@
 # CPU). Needs npm (installed by scripts/install-deps.sh), cmake, ninja and a C++ compiler; the
 # first build takes about 8 minutes on 2 cores, later ones only build what is missing.
 
+#
+# LLAMA_CPP_QUICK=1 (.ci/run's oracle): a second build at -O1 in build/llama.cpp/build-quick, the
+# same source and the same arithmetic (no fast-math at either level; ggml's kernels are
+# intrinsics) in a fraction of the compile time (the library, llama-quantize and
+# llama-perplexity: 2 min 8 s on 2 cores against well over 10 min at -O3). Never for speed.
+
 NODE_LLAMA_CPP_VERSION=3.22.1  # ships llama.cpp commit de3ff81 (2026-09-28)
 llama_cpp="$root/build/llama.cpp"
-llama_cpp_bin="$llama_cpp/build/bin"
+llama_cpp_build_dir="$llama_cpp/build"
+llama_cpp_opt=()
+if [ "${LLAMA_CPP_QUICK:-0}" = 1 ]; then
+    llama_cpp_build_dir="$llama_cpp/build-quick"
+    llama_cpp_opt=(-DCMAKE_C_FLAGS_RELEASE="-O1 -DNDEBUG" -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG")
+fi
+llama_cpp_bin="$llama_cpp_build_dir/bin"
 
 # llama_cpp_build TARGET...: builds llama.cpp's TARGETs (llama-bench, llama-quantize,
 # llama-perplexity, llama for the library), fetching the source and configuring the build first if
@@ -24,11 +36,11 @@ llama_cpp_build() {
         git -c advice.detachedHead=false clone --quiet "$llama_cpp/package/llama/gitRelease.bundle" "$llama_cpp/src"
         rm -rf "$llama_cpp/package" "$llama_cpp/node-llama-cpp-$NODE_LLAMA_CPP_VERSION.tgz"
     fi
-    if [ ! -f "$llama_cpp/build/build.ninja" ]; then
-        cmake -S "$llama_cpp/src" -B "$llama_cpp/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+    if [ ! -f "$llama_cpp_build_dir/build.ninja" ]; then
+        cmake -S "$llama_cpp/src" -B "$llama_cpp_build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${llama_cpp_opt[@]}" -DGGML_NATIVE=ON \
             -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
             -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF > "$llama_cpp/configure.log"
     fi
     echo "building llama.cpp: $*" >&2
-    cmake --build "$llama_cpp/build" --target "$@" -j"$(nproc)" > "$llama_cpp/build.log"
+    cmake --build "$llama_cpp_build_dir" --target "$@" -j"$(nproc)" > "$llama_cpp/build.log"
 }

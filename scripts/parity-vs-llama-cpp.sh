@@ -83,10 +83,10 @@ if [ ${#missing[@]} -gt 0 ]; then
     fi
     llama_cpp_build llama llama-quantize llama-perplexity
 fi
-llama_logits="$llama_cpp/peer/llama-logits"
+llama_logits="$llama_cpp_build_dir/peer/llama-logits"
 src="$root/scripts/peer/llama-logits.cpp"
 if [ ! -x "$llama_logits" ] || [ "$src" -nt "$llama_logits" ] || [ "$llama_cpp_bin/libllama.so" -nt "$llama_logits" ]; then
-    mkdir -p "$llama_cpp/peer"
+    mkdir -p "$llama_cpp_build_dir/peer"
     "${CXX:-c++}" -std=c++17 -O2 -Wall -Wextra -o "$llama_logits" "$src" -I"$llama_cpp/src/include" \
         -I"$llama_cpp/src/ggml/include" -L"$llama_cpp_bin" -lllama -Wl,-rpath,"$llama_cpp_bin"
 fi

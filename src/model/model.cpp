@@ -328,7 +328,8 @@ std::string Model::residency() const {
                                 static_cast<double>(bytes.huge_page_bytes()) / kMiB,
                                 static_cast<double>(bytes.size()) / kMiB);
     if (panels_.size() > 0) {
-        s += fmt::format("; Q8_0 matrices repacked into VNNI panels ({:.0f} MiB, anonymous memory)",
+        s += fmt::format("; Q8_0 matrices repacked into VNNI panels in anonymous memory, {:.0f} of {:.0f} MiB in 2 MiB pages",
+                         static_cast<double>(std::min(panels_.huge_page_bytes(), panels_.size())) / kMiB,
                          static_cast<double>(panels_.size()) / kMiB);
     }
     return s;

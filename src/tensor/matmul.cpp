@@ -449,6 +449,9 @@ std::string matmul_backend_description() {
     } else {
         s += ", quantised decode: dequantised per block (exact)";
     }
+    if (avx2 && matmul_precision() == MatmulPrecision::Fast && int8::vnni_enabled()) {
+        s += ", q8_0 matrices repacked at load: avx512-vnni panels at every row count";
+    }
     if (avx2) s += ", f16/bf16 decode in place";
     return s;
 }

@@ -139,9 +139,9 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
     return *this;
 }
 
-size_t MappedFile::huge_page_bytes() const {
-    if (data_ == nullptr) return 0;
-    const auto lo = reinterpret_cast<uintptr_t>(data_), hi = lo + region_size_;
+size_t huge_page_bytes_in(const void* p, size_t n) {
+    if (p == nullptr || n == 0) return 0;
+    const auto lo = reinterpret_cast<uintptr_t>(p), hi = lo + n;
     std::ifstream f("/proc/self/smaps");
     std::string line;
     bool inside = false;
@@ -158,8 +158,10 @@ size_t MappedFile::huge_page_bytes() const {
             kib += v;
         }
     }
-    return std::min(kib * 1024, size_);
+    return std::min(kib * 1024, n);
 }
+
+size_t MappedFile::huge_page_bytes() const { return std::min(huge_page_bytes_in(data_, region_size_), size_); }
 
 void MappedFile::release_pages(const uint8_t* p, size_t n) const {
     KVEC_CHECK(p >= data_ && p + n <= data_ + size_);

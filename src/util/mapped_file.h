@@ -63,6 +63,10 @@ private:
     bool copied_ = false;
 };
 
+// Bytes of the memory [p, p + n) held in 2 MiB pages now (from /proc/self/smaps; 0 where it is
+// unreadable).
+size_t huge_page_bytes_in(const void* p, size_t n);
+
 // Anonymous read-write memory of `size` bytes, starting on a 2 MiB boundary and advised for
 // transparent huge pages (weights repacked at load). Throws kvec::Error if it cannot be allocated.
 class HugeBuffer {
@@ -77,6 +81,7 @@ public:
 
     uint8_t* data() const { return data_; }
     size_t size() const { return size_; }
+    size_t huge_page_bytes() const { return huge_page_bytes_in(data_, region_size_); }
 
 private:
     uint8_t* data_ = nullptr;
