@@ -283,9 +283,12 @@ bool mostly_q8_0(const gguf::File& f) {
 }  // namespace
 
 std::unique_ptr<Model> Model::load(const std::string& path, LoadMode mode) {
-    std::unique_ptr<gguf::File> file = gguf::File::open(path, LoadMode::Map);
-    const bool repack = repack_enabled() && (mode == LoadMode::Map || (mode == LoadMode::Auto && mostly_q8_0(*file)));
-    if (mode != LoadMode::Map && !repack) file = gguf::File::open(path, mode);
+    // Repacked: mapped files only (a copy's rows would stay beside their panels). Auto reads the
+    // header from a mapping first to see whether the matrices are mostly Q8_0.
+    const bool may_repack = repack_enabled() && mode != LoadMode::Copy;
+    std::unique_ptr<gguf::File> file = gguf::File::open(path, may_repack ? LoadMode::Map : mode);
+    const bool repack = may_repack && (mode == LoadMode::Map || mostly_q8_0(*file));
+    if (may_repack && !repack) file = gguf::File::open(path, mode);
     std::unique_ptr<Model> model(new Model(std::move(file)));
     if (repack) model->repack_q8_0();
     return model;
