@@ -41,6 +41,12 @@ struct QuantRows {
     const float* hsum = nullptr;   // [n, nb, 2] d * sum of q over each half block
     int64_t k = 0;
     const int32_t* qsum = nullptr; // [n, nb, 2] sum of q over each half block (the VNNI kernels)
+
+    // The rows from `row` on.
+    QuantRows from(int64_t row) const {
+        const int64_t nb = k / kBlock;
+        return {q + row * k, d + row * nb, hsum + row * nb * 2, k, qsum != nullptr ? qsum + row * nb * 2 : nullptr};
+    }
 };
 
 // Unpacked weight rows (see the header comment).

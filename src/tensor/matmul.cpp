@@ -277,11 +277,7 @@ void matmul_int8(const float* x, int64_t n, const WeightView& w, float* y) {
             for (int64_t ab = 0; ab < n_ab; ++ab) {
                 const int64_t a0 = ab * act_block, a1 = std::min(n, a0 + act_block);
                 const int64_t r0 = wb * item_rows, r1 = std::min(w.n_out, r0 + item_rows);
-                int8::QuantRows xb = xq;
-                xb.q += a0 * k;
-                xb.d += a0 * nb;
-                xb.hsum += a0 * nb * 2;
-                if (xb.qsum != nullptr) xb.qsum += a0 * nb * 2;
+                const int8::QuantRows xb = xq.from(a0);
                 float* yb = y + a0 * w.n_out + r0;
                 if (in_place) {
                     (vnni ? int8::gemm_q8_0_vnni : int8::gemm_q8_0_avx2)(xb, a1 - a0, w.row(r0), w.row_bytes, r1 - r0,
@@ -355,12 +351,7 @@ void matmul_q8_0_panels(const float* x, int64_t n, const WeightView& w, float* y
     auto item = [&](int64_t wb, int64_t ab) {
         const int64_t a0 = ab * act_block, a1 = std::min(n, a0 + act_block);
         const int64_t r0 = wb * item_rows, r1 = std::min(w.n_out, r0 + item_rows);
-        int8::QuantRows xb = xq;
-        xb.q += a0 * k;
-        xb.d += a0 * nb;
-        xb.hsum += a0 * nb * 2;
-        xb.qsum += a0 * nb * 2;
-        int8::gemm_q8_0_panels(xb, a1 - a0, w.q8_panels + wb * item_bytes, r1 - r0, y + a0 * w.n_out + r0, w.n_out);
+        int8::gemm_q8_0_panels(xq.from(a0), a1 - a0, w.q8_panels + wb * item_bytes, r1 - r0, y + a0 * w.n_out + r0, w.n_out);
     };
 #pragma omp parallel if (n * w.n_out * k >= (1 << 20))
     {
