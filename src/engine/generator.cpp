@@ -87,14 +87,23 @@ GenerationResult Generator::generate_from_tokens(const std::vector<int32_t>& pro
 
     // Under a scheduler, the prefill's chunks take turns with other generations' decode batches
     // (the session's step gate, for this generation only) and each decode step joins a batch.
+    // The gate also asks stop_prefill before each chunk.
+    struct PrefillStopped {};
     struct Gate {
         Session* session = nullptr;
         ~Gate() {
             if (session != nullptr) session->set_step_gate({});
         }
     } gate;
-    if (o.scheduler != nullptr) {
-        session_.set_step_gate([s = o.scheduler](const std::function<void()>& run) { s->run_exclusive(run); });
+    if (o.scheduler != nullptr || o.stop_prefill) {
+        session_.set_step_gate([s = o.scheduler, &stop = o.stop_prefill](const std::function<void()>& run) {
+            if (stop && stop()) throw PrefillStopped{};
+            if (s != nullptr) {
+                s->run_exclusive(run);
+            } else {
+                run();
+            }
+        });
         gate.session = &session_;
     }
     std::optional<StepScheduler::Decoding> decoding;  // from the first decode step on
@@ -121,7 +130,14 @@ GenerationResult Generator::generate_from_tokens(const std::vector<int32_t>& pro
     }
     Timer timer;
     const std::span<const int32_t> fresh = std::span<const int32_t>(prompt).subspan(reuse);
-    std::span<const float> logits = session_.prefill(fresh);
+    std::span<const float> logits;
+    try {
+        logits = session_.prefill(fresh);
+    } catch (const PrefillStopped&) {  // between two chunks: those before it are in the cache
+        st.prompt_seconds = timer.seconds();
+        st.stop_reason = StopReason::Cancelled;
+        return r;
+    }
     st.prompt_seconds = timer.seconds();
     st.kv_prompt_bytes = session_.kv_cache().bytes();
     st.kv_prompt_entries = session_.kv_cache().total_entries();

@@ -32,6 +32,10 @@ struct GenerateOptions {
     // false stops the generation there (StopReason::Cancelled). A server stops a stream whose
     // client has gone, and reads the cache's size at each step.
     std::function<bool()> keep_going;
+    // Asked before each forward step of the prompt's prefill (a long prompt runs as chunks of
+    // n_batch); true stops the generation there, part of the prompt in the cache, nothing
+    // generated (StopReason::Cancelled). A server stops the prefill of a client that has gone.
+    std::function<bool()> stop_prefill;
     // When set, every forward step goes through it: the prefill chunk by chunk, each decode step
     // batched with those of the other generations under the same scheduler (kvec serve).
     StepScheduler* scheduler = nullptr;

@@ -331,11 +331,18 @@ std::span<const float> Session::prefill_at(std::span<const int32_t> tokens,
         chunk_pos.assign(positions.begin() + i, positions.begin() + i + T);
         for (int32_t& p : chunk_pos) p -= shift;
         const int32_t last = chunk_pos.back();
+        const int32_t past_before = n_past_;
         tokens_.resize(sz(last + 1), -1);
         for (int32_t t = 0; t < T; ++t) tokens_[sz(chunk_pos[sz(t)])] = tokens[sz(i + t)];
         n_past_ = last + 1;
         float* out = all_logits ? all_logits_.data() + int64_t{i} * V : logits_.data();
-        forward(tokens.data() + i, chunk_pos.data(), T, all_logits, out, Step::PrefillChunk, i + T == n);
+        try {
+            forward(tokens.data() + i, chunk_pos.data(), T, all_logits, out, Step::PrefillChunk, i + T == n);
+        } catch (...) {  // a step gate that refused the chunk: the session ends before it
+            n_past_ = past_before;
+            tokens_.resize(sz(past_before));
+            throw;
+        }
         shift += last + 1 - n_past_;  // > 0 only after a re-positioning
     }
     if (defer_hook_) {

@@ -153,6 +153,8 @@ public:
     // How the forward steps of a prefill (its chunks, a reconstruction pass) reach the machine:
     // each runs as gate(step). kvec serve passes a scheduler that runs them between other
     // sessions' batched decode steps (engine/step_scheduler.h). Empty (the default): at once.
+    // A gate that throws instead of running a prefill chunk stops the prefill there: the
+    // exception propagates, and the session holds the chunks before it (n_past and tokens()).
     using StepGate = std::function<void(const std::function<void()>& step)>;
     void set_step_gate(StepGate gate) { step_gate_ = std::move(gate); }
 

@@ -100,7 +100,8 @@ KvPicture kv_picture(const Session& session, int32_t n_prompt, bool runs) {
 }
 
 CompletionResult run_completion(const PreparedRequest& p, const Tokenizer& tokenizer, SlotLease& lease,
-                                StepScheduler& scheduler, const std::function<bool(std::string_view)>& on_text) {
+                                StepScheduler& scheduler, const std::function<bool(std::string_view)>& on_text,
+                                const std::function<bool()>& gone) {
     Slot& slot = lease.slot();
     Session& session = *slot.session;
     // The policy attached for this generation: the kept conversation's, or the request's. The
@@ -122,14 +123,17 @@ CompletionResult run_completion(const PreparedRequest& p, const Tokenizer& token
     g.keep_going = [&] {
         slot.publish_kv_bytes();
         if (++steps == 2) lease.settle();  // before the first decode step: the prompt is in and evicted
+        if (listening && gone && gone()) listening = false;
         return listening;
     };
+    bool prefill_stopped = false;  // the session holds part of the prompt: not a conversation to keep
+    if (gone) g.stop_prefill = [&] { return prefill_stopped = gone(); };
     Timer timer;
     const GenerationResult r = generator.generate_from_tokens(p.prompt_tokens, g, [&](std::string_view text) {
         if (listening && on_text && !on_text(text)) listening = false;
     });
     slot.publish_kv_bytes();
-    if (p.request.kv.reuse && session.eviction_stats().repositioned == 0) slot.kept = policy;
+    if (p.request.kv.reuse && !prefill_stopped && session.eviction_stats().repositioned == 0) slot.kept = policy;
 
     CompletionResult out;
     out.seconds = timer.seconds();

@@ -69,9 +69,12 @@ struct CompletionResult {
 // slot keeps the conversation afterwards (not after a policy that re-positions the cache, whose
 // tokens no longer follow the text). on_text gets
 // the text as it becomes final and returns false when nobody is listening any more; the
-// generation then stops before its next forward step (StopReason::Cancelled). Forward steps take
-// the scheduler (batched with the other slots' steps). kvec::Error from the engine propagates.
+// generation then stops before its next forward step (StopReason::Cancelled), as it does when
+// `gone` (asked before every forward step: each prefill chunk and decode step) says the client
+// went away. Forward steps take the scheduler (batched with the other slots' steps). kvec::Error
+// from the engine propagates.
 CompletionResult run_completion(const PreparedRequest& request, const Tokenizer& tokenizer, SlotLease& lease,
-                                StepScheduler& scheduler, const std::function<bool(std::string_view)>& on_text);
+                                StepScheduler& scheduler, const std::function<bool(std::string_view)>& on_text,
+                                const std::function<bool()>& gone = {});
 
 }  // namespace kvec::server

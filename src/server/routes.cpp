@@ -10,6 +10,7 @@
 
 #include "index_html.h"
 #include "server/api_error.h"
+#include "server/client_connection.h"
 #include "server/completion.h"
 #include "server/responses.h"
 #include "server/server.h"
@@ -19,6 +20,16 @@
 namespace kvec::server {
 
 using nlohmann::json;
+
+namespace {
+
+// What a request whose client went away gets (nginx's 499: nobody reads it; /metrics counts it).
+ApiError client_closed() {
+    return ApiError(499, "invalid_request_error", "client_closed_request",
+                    "the client closed the connection before the response");
+}
+
+}  // namespace
 
 void Server::add_routes() {
     http_->Get("/", [](const httplib::Request&, httplib::Response& res) {
@@ -53,21 +64,26 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Endpo
     // Everything that can be wrong with the request is found here, before a slot is taken.
     auto prepared = std::make_shared<PreparedRequest>(
         prepare_request(parse_request(req.body, endpoint, defaults_), tokenizer_, slots_->n_ctx()));
+    // A client that goes away while its request waits or prefills frees the queue place or slot
+    // then, not when the answer would be written.
+    const auto client = std::make_shared<ClientConnection>(req);
+    std::function<bool()> gone = [client] { return client->gone(); };
     if (prepared->request.stream) {
-        stream(prepared, res);
+        stream(prepared, res, std::move(gone));
         return;
     }
     const ResponseHeader header = make_header(endpoint, options_.model_id);
-    SlotLease lease = acquire(*prepared);
-    const CompletionResult r = run_completion(*prepared, tokenizer_, lease, slots_->scheduler(), {});
+    SlotLease lease = acquire(*prepared, gone);
+    const CompletionResult r = run_completion(*prepared, tokenizer_, lease, slots_->scheduler(), {}, gone);
     metrics_.count_generation(r.prompt_tokens - r.cached_tokens, r.completion_tokens, r.kv.eviction.evicted, r.seconds);
+    if (r.reason == StopReason::Cancelled) throw client_closed();
     const json body = completion_json(header, r.text, r.reason,
                                       usage_json(r.prompt_tokens, r.completion_tokens, r.cached_tokens),
                                       kv_json(r.kv, r.kv_spec, r.slot, r.picture));
     res.set_content(dump(body), "application/json");
 }
 
-SlotLease Server::acquire(const PreparedRequest& p) {
+SlotLease Server::acquire(const PreparedRequest& p, const std::function<bool()>& gone) {
     SlotRequest r;
     r.prompt = p.prompt_tokens;
     r.reuse_spec = p.request.kv.reuse ? &p.request.kv.spec : nullptr;
@@ -79,12 +95,15 @@ SlotLease Server::acquire(const PreparedRequest& p) {
         return std::pair(k.peak, k.steady);
     };
     r.timeout = std::chrono::seconds(options_.queue_timeout_s);
+    r.gone = gone;
     r.slot = p.request.id_slot;
     if (r.slot >= slots_->size()) {
         bad_request("invalid_value", "'id_slot' is {}, but the server has slots 0 to {}", r.slot, slots_->size() - 1);
     }
     try {
         return slots_->acquire(r);
+    } catch (const SlotPool::Gone&) {
+        throw client_closed();
     } catch (const SlotPool::Timeout& e) {
         throw ApiError(503, "server_error", "server_busy", fmt::format("the server is busy: {}; try again", e.what()))
             .retry_after(std::max(1, options_.queue_timeout_s / 4));
@@ -93,14 +112,14 @@ SlotLease Server::acquire(const PreparedRequest& p) {
     }
 }
 
-void Server::stream(std::shared_ptr<PreparedRequest> prepared, httplib::Response& res) {
+void Server::stream(std::shared_ptr<PreparedRequest> prepared, httplib::Response& res, std::function<bool()> gone) {
     // The slot (and KV memory) is taken before the response starts, so that a request that
     // cannot have one gets its error status (503 after the queue timeout). The provider runs after
     // the headers are sent; a client gone by then releases the slot at its first write.
-    auto lease = std::make_shared<std::optional<SlotLease>>(acquire(*prepared));
+    auto lease = std::make_shared<std::optional<SlotLease>>(acquire(*prepared, gone));
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
-    res.set_chunked_content_provider("text/event-stream", [this, prepared, lease](size_t, httplib::DataSink& sink) {
+    res.set_chunked_content_provider("text/event-stream", [this, prepared, lease, gone](size_t, httplib::DataSink& sink) {
         SseStream out([&sink](std::string_view bytes) { return sink.write(bytes.data(), bytes.size()); });
         const ResponseHeader header = make_header(prepared->request.endpoint, options_.model_id);
         try {
@@ -112,7 +131,8 @@ void Server::stream(std::shared_ptr<PreparedRequest> prepared, httplib::Response
             const CompletionResult r = run_completion(*prepared, tokenizer_, **lease, slots_->scheduler(),
                                                       [&](std::string_view text) {
                                                           return out.send(text_chunk(header, std::string(text)));
-                                                      });
+                                                      },
+                                                      gone);
             lease->reset();  // the slot is free (or keeps the conversation) before the client hears the end
             metrics_.count_generation(r.prompt_tokens - r.cached_tokens, r.completion_tokens, r.kv.eviction.evicted,
                                       r.seconds);

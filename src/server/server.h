@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -76,8 +77,10 @@ private:
     void configure();       // timeouts, limits, authentication, errors, logging (server.cpp)
     void add_routes();      // the endpoints (routes.cpp)
     void complete(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
-    void stream(std::shared_ptr<PreparedRequest> request, httplib::Response& res);
-    SlotLease acquire(const PreparedRequest& request);  // a slot, the kept conversation it continues
+    void stream(std::shared_ptr<PreparedRequest> request, httplib::Response& res, std::function<bool()> gone);
+    // A slot, the kept conversation it continues; ApiError 503 after the queue timeout, 499 when
+    // `gone` says the client went away while it waited.
+    SlotLease acquire(const PreparedRequest& request, const std::function<bool()>& gone);
     void slot_action(const httplib::Request& req, httplib::Response& res);  // POST /slots/{id} (slot_files.cpp)
     const std::string& model_sha256();  // of the model file, computed at the first slot save or restore
 

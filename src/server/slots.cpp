@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <tuple>
 
 #include "util/error.h"
@@ -112,6 +113,17 @@ void SlotPool::next_ticket() {
     }
 }
 
+void SlotPool::leave_queue(std::unique_lock<std::mutex>& lock, uint64_t ticket) {
+    --queued_;
+    if (ticket == serving_) {
+        next_ticket();
+    } else {
+        abandoned_.push_back(ticket);
+    }
+    lock.unlock();
+    freed_.notify_all();
+}
+
 SlotLease SlotPool::acquire(const SlotRequest& request) {
     if (request.slot >= size()) fail("slot {} does not exist (the server has slots 0 to {})", request.slot, size() - 1);
     if (kv_memory_ > 0 && request.kv_bytes > kv_memory_) {
@@ -135,20 +147,26 @@ SlotLease SlotPool::acquire(const SlotRequest& request) {
         }
         return make_room(peak, slot);
     };
-    if (request.timeout.count() > 0) {
-        if (!freed_.wait_for(lock, request.timeout, ready)) {
-            --queued_;
-            if (ticket == serving_) {
-                next_ticket();
-            } else {
-                abandoned_.push_back(ticket);
-            }
-            lock.unlock();
-            freed_.notify_all();
+    // Waits until ready, the timeout, or the client gone (asked every 100 ms).
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point deadline =
+        request.timeout.count() > 0 ? Clock::now() + request.timeout : Clock::time_point::max();
+    while (!ready()) {
+        if (Clock::now() >= deadline) {
+            leave_queue(lock, ticket);
             throw Timeout(fmt::format("no slot and KV memory came free within {} s", request.timeout.count() / 1000.0));
         }
-    } else {
-        freed_.wait(lock, ready);
+        if (request.gone && request.gone()) {
+            leave_queue(lock, ticket);
+            throw Gone("the client went away while its request waited for a slot");
+        }
+        if (request.gone) {
+            freed_.wait_until(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(100)));
+        } else if (deadline != Clock::time_point::max()) {
+            freed_.wait_until(lock, deadline);
+        } else {
+            freed_.wait(lock);
+        }
     }
     --queued_;
     next_ticket();

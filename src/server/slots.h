@@ -98,6 +98,7 @@ struct SlotRequest {
     size_t kv_bytes = 0;                      // KV bytes to reserve (counted only under --kv-memory)
     size_t kv_steady_bytes = 0;               // what stays reserved after the prompt (SlotLease::settle)
     std::chrono::milliseconds timeout{0};     // how long it may wait in the queue (0: for ever)
+    std::function<bool()> gone;               // its client went away (asked while it waits); null: never
     int slot = -1;                            // the slot it must run on (llama-server's id_slot; -1: any)
     // The reservation (peak, steady) when the slot picked continues `reuse` prompt tokens of its
     // kept conversation, which holds `kept_bytes`; null: kv_bytes and kv_steady_bytes always.
@@ -108,6 +109,10 @@ class SlotPool {
 public:
     // Thrown by acquire() when the request waited for its timeout.
     struct Timeout : std::runtime_error {
+        using std::runtime_error::runtime_error;
+    };
+    // Thrown by acquire() when request.gone() said the client went away while it waited.
+    struct Gone : std::runtime_error {
         using std::runtime_error::runtime_error;
     };
 
@@ -123,7 +128,9 @@ public:
     // naming its slot (request.slot) takes that one (reusing its conversation as above), waiting
     // while it is busy; requests behind it in the queue wait too (first come, first served).
     // Under --kv-memory it also waits until request.kv_bytes fit (see above); kvec::Error when they
-    // exceed the bound by themselves or the named slot does not exist, Timeout after request.timeout.
+    // exceed the bound by themselves or the named slot does not exist, Timeout after request.timeout,
+    // Gone when request.gone() turns true (asked every 100 ms while it waits); either way the
+    // request leaves the queue and those behind it move up.
     SlotLease acquire(const SlotRequest& request = {});
     // Leases slot `id` if it is free now (slot save / restore / erase); nullopt if it is busy.
     // kvec::Error for an id that is not a slot.
@@ -157,6 +164,7 @@ private:
     // conversations (other than `taking`), dropping those least recently used first if needed.
     bool make_room(size_t bytes, const Slot* taking);
     void next_ticket();  // under mutex_: serving_ moves past the tickets that left the queue
+    void leave_queue(std::unique_lock<std::mutex>& lock, uint64_t ticket);  // a waiter gives up
 
     std::vector<std::unique_ptr<Slot>> slots_;
     mutable std::mutex mutex_;

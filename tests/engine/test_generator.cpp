@@ -86,6 +86,39 @@ TEST(Generator, KeepGoingStopsBeforeTheNextForwardStep) {
     EXPECT_EQ(s.kv_cache().bytes(), 0u);
 }
 
+// stop_prefill is asked before each chunk of the prompt: a long prompt stops between chunks, the
+// chunks before in the cache, nothing generated; the session then serves the next generation.
+TEST(Generator, StopPrefillStopsBetweenChunks) {
+    SessionOptions so;
+    so.n_batch = 8;
+    Session s(*fixture().model, so);
+    Generator g(s, *fixture().tokenizer);
+    GenerateOptions o = greedy(4);
+    o.prompt = "Once upon a time there was a lighthouse keeper who counted the steps every evening";
+    int calls = 0;
+    o.stop_prefill = [&] { return ++calls == 3; };  // two chunks run, the third is stopped
+    const auto r = g.generate(o);
+    ASSERT_GT(r.stats.n_prompt, 3 * so.n_batch) << "the prompt must run as more than three chunks";
+    EXPECT_EQ(r.stats.stop_reason, StopReason::Cancelled);
+    EXPECT_EQ(calls, 3);
+    EXPECT_EQ(r.stats.n_generated, 0);
+    EXPECT_EQ(s.n_past(), 2 * so.n_batch);  // the session ends before the stopped chunk
+    EXPECT_EQ(s.tokens().size(), static_cast<size_t>(2 * so.n_batch));
+    EXPECT_EQ(s.kv_cache().size(0, 0), 2 * so.n_batch);
+    // Never stopping changes nothing, with or without a scheduler.
+    GenerateOptions plain = o;
+    plain.stop_prefill = {};
+    const std::vector<int32_t> expected = g.generate(plain).tokens;
+    EXPECT_FALSE(expected.empty());
+    StepScheduler scheduler;
+    for (StepScheduler* sched : {static_cast<StepScheduler*>(nullptr), &scheduler}) {
+        GenerateOptions again = o;
+        again.stop_prefill = [] { return false; };
+        again.scheduler = sched;
+        EXPECT_EQ(g.generate(again).tokens, expected);
+    }
+}
+
 TEST(Generator, StopStringCutsTheOutput) {
     Session s(*fixture().model);
     Generator g(s, *fixture().tokenizer);

@@ -706,6 +706,47 @@ TEST(Server, AClientThatHangsUpStopsItsGenerationAndFreesTheSlot) {
     EXPECT_EQ(ok->status, 200);
 }
 
+// Clients that give up while their requests wait for the only slot (a read timeout: the client
+// closes its connection) free their places in the queue then, not when the slot comes free; each
+// is counted as 499, and the slot serves the next request.
+TEST(Server, AClientThatHangsUpWhileQueuedLeavesTheQueue) {
+    ServerOptions o;
+    o.parallel = 1;
+    TestServer s(o);
+    std::optional<SlotLease> held = s.server().slots().try_acquire(0);
+    ASSERT_TRUE(held);
+    std::vector<std::thread> clients;
+    for (const bool stream : {false, true}) {
+        clients.emplace_back([&s, stream] {
+            httplib::Client c("127.0.0.1", s.port());
+            c.set_read_timeout(0, 300000);  // gives up after 0.3 s and closes the connection
+            auto res = post(c, "/v1/completions", json{{"prompt", "hi"}, {"max_tokens", 2}, {"stream", stream}}.dump());
+            EXPECT_FALSE(res);
+        });
+    }
+    std::map<std::string, double> m;
+    for (int i = 0; i < 100 && m["kvec_queue_length"] < 2; ++i) {
+        m = scrape(s);
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    EXPECT_EQ(m["kvec_queue_length"], 2);
+    for (auto& t : clients) t.join();
+    const std::string gone = "kvec_requests_total{path=\"/v1/completions\",code=\"499\"}";
+    for (int i = 0; i < 200; ++i) {
+        m = scrape(s);
+        if (m["kvec_queue_length"] == 0 && m[gone] == 2) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_EQ(m["kvec_queue_length"], 0);  // while the slot is still held
+    EXPECT_EQ(m[gone], 2);
+    EXPECT_EQ(m["kvec_generations_total"], 0);
+    held.reset();
+    auto c = s.client();
+    auto ok = post(c, "/v1/completions", json{{"prompt", "hi"}, {"max_tokens", 2}}.dump());
+    ASSERT_TRUE(ok);
+    EXPECT_EQ(ok->status, 200);
+}
+
 // Resident memory of this process (the server runs in it), from /proc/self/statm.
 size_t resident_bytes() {
     std::ifstream f("/proc/self/statm");
@@ -1226,6 +1267,35 @@ TEST(SlotPool, KvMemoryQueuesRefusesAndTimesOutInOrder) {
     EXPECT_EQ(pool.kv_reserved(), 500u);
     SlotLease q = pool.acquire(small);  // fits now
     EXPECT_EQ(pool.kv_reserved(), 900u);
+}
+
+// A waiter whose client goes away leaves the queue (Gone) within the 100 ms it polls; those
+// behind it keep their place and are served in order.
+TEST(SlotPool, AWaiterWhoseClientWentAwayLeavesTheQueue) {
+    SlotPool pool(*loaded().model, SessionOptions{}, 1);
+    std::optional<SlotLease> held(pool.acquire());
+    std::atomic<bool> hung_up{false};
+    SlotRequest leaving;
+    leaving.gone = [&] { return hung_up.load(); };
+    std::atomic<int> served{0};
+    std::thread b([&] { EXPECT_THROW(pool.acquire(leaving), SlotPool::Gone); });
+    while (pool.queued() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::thread c([&] {
+        SlotLease l = pool.acquire();
+        ++served;
+    });
+    while (pool.queued() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    hung_up = true;
+    const auto t0 = std::chrono::steady_clock::now();
+    b.join();
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+    EXPECT_EQ(pool.queued(), 1);  // c still waits for the slot
+    EXPECT_EQ(served.load(), 0);
+    held.reset();
+    c.join();
+    EXPECT_EQ(served.load(), 1);
+    EXPECT_EQ(pool.queued(), 0);
+    EXPECT_EQ(pool.busy(), 0);
 }
 
 TEST(SlotPool, KeptConversationsGiveTheirMemoryUpToNewRequests) {
