@@ -13,7 +13,9 @@
 # mixture-of-experts presets qwen3moe-test, qwen2moe-test and mixtral-test as F16, with their Q8_0,
 # Q4_K_M and IQ4_XS by llama-quantize (fewer cells: time); gpt-oss (the gpt-oss-test preset) as
 # F16, its Q8_0, Q4_K_M and MXFP4_MOE by llama-quantize and gen-model's MXFP4 experts; the
-# bundled models/kvec-tiny.gguf (F16) and its Q8_0 and Q4_K_M by llama-quantize. Tokens: TOKENS
+# bundled models/kvec-tiny.gguf (F16) and its Q8_0 and Q4_K_M by llama-quantize; kv-types: a
+# one-layer llama (head dim 128) with the KV cache in every element type pair both engines hold
+# (llama.cpp with flash attention; quantised types rotated as llama.cpp rotates them). Tokens: TOKENS
 # (default 256) ids drawn with a fixed seed from the model's ordinary tokens, BOS first
 # (scripts/peer/compare_logits.py). Each run evaluates them in one batch: `kvec logits`, or
 # llama-logits (scripts/peer/llama-logits.cpp, built here against llama.cpp's library).
@@ -29,7 +31,7 @@
 # (target: within 0.1 %). Exit status 1 when an oracle cell or the perplexity misses its target,
 # llama.cpp refuses a file, or kvec refuses a type other than the documented ones
 # (expected_refusals below; docs/compatibility.md). --only runs just the named models (the
-# first column of the tables: llama, ..., qwen3moe, qwen2moe, mixtral, gpt-oss, kvec-tiny) and skips the
+# first column of the tables: llama, ..., qwen3moe, qwen2moe, mixtral, gpt-oss, kvec-tiny, kv-types) and skips the
 # perplexity comparison unless kvec-tiny is named.
 #
 # Needs: kvec built in build/release (or --kvec PATH), /usr/bin/python3 with numpy, and llama.cpp's
@@ -88,7 +90,7 @@ src="$root/scripts/peer/llama-logits.cpp"
 if [ ! -x "$llama_logits" ] || [ "$src" -nt "$llama_logits" ] || [ "$llama_cpp_bin/libllama.so" -nt "$llama_logits" ]; then
     mkdir -p "$llama_cpp_build_dir/peer"
     "${CXX:-c++}" -std=c++17 -O2 -Wall -Wextra -o "$llama_logits" "$src" -I"$llama_cpp/src/include" \
-        -I"$llama_cpp/src/ggml/include" -L"$llama_cpp_bin" -lllama -Wl,-rpath,"$llama_cpp_bin"
+        -I"$llama_cpp/src/ggml/include" -L"$llama_cpp_bin" -lllama -lggml-base -Wl,-rpath,"$llama_cpp_bin"
 fi
 
 out="${out:-$(mktemp -d)}"
@@ -105,21 +107,28 @@ wanted() { [ -z "$only" ] || [[ ",$only," == *",$1,"* ]]; }
 # quantize SRC DST TYPE: llama.cpp's llama-quantize (F32: its dequantisation of SRC).
 quantize() { "$llama_cpp_bin/llama-quantize" --allow-requantize "$1" "$2" "$3" "$threads" >> "$log" 2>&1; }
 
-# cell NAME TYPE WRITER MODEL TOKENS: one row of each table (WRITER: what wrote MODEL).
+# cell NAME TYPE WRITER MODEL TOKENS [KTYPE VTYPE]: one row of each table (WRITER: what wrote
+# MODEL); with KTYPE and VTYPE both engines hold the KV cache in those types (llama.cpp with flash
+# attention, which it needs for a quantised V cache).
 cell() {
     local type="$2" model="$4" tokens="$5" stem head dequantised="$4" oracle defaults own
+    local peer_kv=() kvec_kv=()
     stem="$out/$(basename "$model" .gguf)"
+    if [ $# -eq 7 ]; then
+        peer_kv=("$6" "$7") kvec_kv=(-ctk "$6" -ctv "$7")
+        stem="$stem-kv-$6-$7"
+    fi
     head="| $1 | $2 | $3 | $(wc -w < "$tokens")"
     echo "  $type" >&2
     [ "$type" = F32 ] || { dequantised="$stem-dequantised.gguf"; quantize "$model" "$dequantised" F32; }
-    if ! "$llama_logits" "$model" "$tokens" "$stem.peer.f32" "$threads" 2>> "$log" ||
-       ! "$llama_logits" "$dequantised" "$tokens" "$stem.peer-f32.f32" "$threads" 2>> "$log"; then
+    if ! "$llama_logits" "$model" "$tokens" "$stem.peer.f32" "$threads" "${peer_kv[@]}" 2>> "$log" ||
+       ! "$llama_logits" "$dequantised" "$tokens" "$stem.peer-f32.f32" "$threads" "${peer_kv[@]}" 2>> "$log"; then
         oracle_rows+=("$head | llama.cpp refused the file (see $log) | | |")
         status=1
         return
     fi
     if ! KVEC_MATMUL=exact "$kvec" logits -m "$model" --tokens "$tokens" -o "$stem.exact.f32" -t "$threads" \
-            2> "$stem.kvec.err"; then
+            "${kvec_kv[@]}" 2> "$stem.kvec.err"; then
         local message
         message="$(sed -n "s|$out/||g; s/^error: //p" "$stem.kvec.err" | head -n 1)"
         oracle_rows+=("$head | refused by kvec: $message | | |")
@@ -127,7 +136,7 @@ cell() {
         [[ " $expected_refusals " == *" $type "* ]] || status=1
         return
     fi
-    "$kvec" logits -m "$model" --tokens "$tokens" -o "$stem.kvec.f32" -t "$threads" 2>> "$log"
+    "$kvec" logits -m "$model" --tokens "$tokens" -o "$stem.kvec.f32" -t "$threads" "${kvec_kv[@]}" 2>> "$log"
     oracle="$("$python" "$compare" compare "$tokens" "$stem.exact.f32" "$stem.peer-f32.f32")" || status=1
     defaults="$("$python" "$compare" compare "$tokens" "$stem.kvec.f32" "$stem.peer.f32")" || true
     own="$("$python" "$compare" compare "$tokens" "$stem.peer.f32" "$stem.peer-f32.f32")" || true
@@ -216,6 +225,23 @@ if wanted kvec-tiny; then
     for t in Q8_0 Q4_K_M; do
         quantize "$tiny" "$out/kvec-tiny-$t.gguf" "$t"
         cell kvec-tiny "$t" llama-quantize "$out/kvec-tiny-$t.gguf" "$out/kvec-tiny.tokens"
+    done
+fi
+
+# The KV cache in every element type pair (issue 26): keys and values rounded to blocks by each
+# engine (quantised types rotated first, as llama.cpp does), attention over them. One layer, head
+# dim 128 (keys rotated in 128s, values in 64s): the rounding of a deeper model's later layers
+# turns the engines' last-bit differences into different blocks (the bundled model's 4 layers
+# with q4_0: mean KL 1e-3 between the engines; docs/compatibility.md), which would hide a wrong
+# block or rotation behind that noise.
+if wanted kv-types; then
+    base="$out/kv-types"
+    echo "kv-types" >&2
+    "$kvec" gen-model --arch llama --layers 1 --embd 256 --heads 4 --kv-heads 2 --head-dim 128 --ff 512 \
+        --vocab 4096 --ctx 1024 --seed 5 --type f32 -o "$base-F32.gguf" 2>> "$log"
+    "$python" "$compare" tokens "$base-F32.gguf" "$n_tokens" 1 "$base.tokens"
+    for kv in f16/f16 bf16/bf16 q8_0/q8_0 q8_0/q4_0 q5_1/q5_1 q5_0/q5_0 q4_1/q4_1 iq4_nl/iq4_nl q4_0/q4_0 q4_0/f16; do
+        cell kv-types "F32, KV $kv" "kvec gen-model" "$base-F32.gguf" "$base.tokens" "${kv%/*}" "${kv#*/}"
     done
 fi
 

@@ -1,17 +1,20 @@
 // llama-logits: the logits llama.cpp computes at every position of a token sequence, the peer's
 // side of scripts/parity-vs-llama-cpp.sh (kvec's side is `kvec logits`).
 //
-//   llama-logits MODEL.gguf TOKENS.txt OUT.f32 [THREADS]
+//   llama-logits MODEL.gguf TOKENS.txt OUT.f32 [THREADS [TYPE_K TYPE_V]]
 //
 // TOKENS.txt holds token ids separated by white space, used exactly as given (no BOS is added).
 // The sequence is evaluated on the CPU in one batch (one micro-batch) with llama.cpp's default
 // context parameters otherwise (F16 KV cache, flash attention as llama.cpp chooses), and OUT.f32
-// receives float32 [n_tokens, n_vocab], row i the logits after token i. Built by the script
-// against the library of build/llama.cpp (the source scripts/llama-cpp.sh fetches).
+// receives float32 [n_tokens, n_vocab], row i the logits after token i. TYPE_K and TYPE_V (ggml's
+// names: f16, q8_0, q4_0, ...) set the KV cache's element types, with flash attention on (which
+// llama.cpp needs for a quantised V cache). Built by the script against the library of
+// build/llama.cpp (the source scripts/llama-cpp.sh fetches).
 #include <llama.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <vector>
 
@@ -30,11 +33,18 @@ void log_errors(ggml_log_level level, const char* text, void*) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    if (argc < 4 || argc > 5) {
-        std::fprintf(stderr, "usage: llama-logits MODEL.gguf TOKENS.txt OUT.f32 [THREADS]\n");
+    if (argc != 4 && argc != 5 && argc != 7) {
+        std::fprintf(stderr, "usage: llama-logits MODEL.gguf TOKENS.txt OUT.f32 [THREADS [TYPE_K TYPE_V]]\n");
         return 2;
     }
-    const int threads = argc == 5 ? std::atoi(argv[4]) : 2;
+    const int threads = argc >= 5 ? std::atoi(argv[4]) : 2;
+    ggml_type kv_types[2] = {GGML_TYPE_F16, GGML_TYPE_F16};
+    for (int i = 0; argc == 7 && i < 2; ++i) {
+        int t = 0;
+        while (t < GGML_TYPE_COUNT && std::strcmp(ggml_type_name(static_cast<ggml_type>(t)), argv[5 + i]) != 0) ++t;
+        if (t == GGML_TYPE_COUNT) return fail("unknown KV cache type (ggml's names: f16, q8_0, q4_0, ...)");
+        kv_types[i] = static_cast<ggml_type>(t);
+    }
     std::vector<llama_token> tokens;
     {
         std::ifstream in(argv[2]);
@@ -63,6 +73,11 @@ int main(int argc, char** argv) {
     cp.n_threads = threads;
     cp.n_threads_batch = threads;
     cp.no_perf = true;
+    if (argc == 7) {
+        cp.type_k = kv_types[0];
+        cp.type_v = kv_types[1];
+        cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;
+    }
     llama_context* ctx = llama_init_from_model(model, cp);
     if (!ctx) return fail("llama.cpp could not create a context");
 

@@ -16,7 +16,8 @@ namespace kvec {
 namespace {
 
 constexpr char kMagic[8] = {'K', 'V', 'E', 'C', 'S', 'L', 'O', 'T'};
-constexpr uint32_t kVersion = 1;
+// 2: quantised keys and values stored rotated (KvCache::key_rotation), 2026-12-02.
+constexpr uint32_t kVersion = 2;
 constexpr size_t kChecksumBytes = 4 + 64;  // the trailing str: length + hex digest
 
 void put_bytes(std::string& out, const void* p, size_t n) {

@@ -3,12 +3,13 @@
 // and next position, the policy that made it and the SHA-256 of the model file. `kvec serve`'s
 // slot save / restore (docs/server.md): compress a document once, ask many questions later.
 //
-// File layout (little-endian), version 1:
+// File layout (little-endian), version 2 (version 1 stored quantised rows unrotated; refused):
 //   "KVECSLOT" u32 version
 //   str model_sha256 (64 hex digits)   str policy spec ("" = full cache)
 //   u32 key_type u32 value_type u32 n_layer u32 n_head_kv u32 head_dim u32 n_aux
 //   i32 n_past i32 n_prompt i32 n_decoded u32 n_tokens i32 tokens[n_tokens]
 //   per layer, per KV head: i32 n, i32 positions[n], key rows [n], value rows [n], f32 aux[n_aux][n]
+//     (the rows as the cache stores them: quantised rows rotated, kvcache/kv_cache.h)
 //   str sha256 of every byte before it (integrity)
 // where str is u32 length + bytes. Written to a temporary file and renamed, so a crash never
 // leaves half a file under the name.

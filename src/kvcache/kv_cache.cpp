@@ -1,6 +1,7 @@
 #include "kvcache/kv_cache.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
@@ -67,6 +68,54 @@ void* resize_block(void* p, size_t bytes) {
 
 }  // namespace
 
+void hadamard_rotate(float* x, int64_t count, int n) {
+    KVEC_CHECK(n > 0 && (n & (n - 1)) == 0 && count % n == 0);
+    const float norm = 1.0f / std::sqrt(static_cast<float>(n));
+    for (float* v = x; v < x + count; v += n) {
+        for (int len = 1; len < n; len *= 2) {
+            for (int i = 0; i < n; i += 2 * len) {
+                for (int j = i; j < i + len; ++j) {
+                    const float a = v[j], b = v[j + len];
+                    v[j] = a + b;
+                    v[j + len] = a - b;
+                }
+            }
+        }
+        for (int j = 0; j < n; ++j) v[j] *= norm;
+    }
+}
+
+namespace {
+
+bool is_block_type(KvType t) { return ggml_type_traits(t).quantized; }
+
+// llama.cpp's choice (llama-kv-cache.cpp): keys, the largest power of two >= 64 dividing
+// head_dim; values, 64; only for a quantised type on a head_dim that is a multiple of 64.
+int key_rotation_for(KvType t, int head_dim) {
+    if (!is_block_type(t) || head_dim % 64 != 0) return 0;
+    int n = 64;
+    while (head_dim % (2 * n) == 0) n *= 2;
+    return n;
+}
+int value_rotation_for(KvType t, int head_dim) { return is_block_type(t) && head_dim % 64 == 0 ? 64 : 0; }
+
+// Rows [rows, d] (stride `stride` floats) rotated by H_n into out [rows, d]; n == 0: copied.
+void rotated_rows(const float* x, int64_t stride, int32_t rows, int d, int n, std::vector<float>& out) {
+    out.resize(static_cast<size_t>(rows) * d);
+    for (int32_t t = 0; t < rows; ++t) std::copy_n(x + t * stride, d, out.begin() + static_cast<ptrdiff_t>(t) * d);
+    if (n > 0) hadamard_rotate(out.data(), static_cast<int64_t>(rows) * d, n);
+}
+
+}  // namespace
+
+void KvCache::rotate_queries(float* q, int64_t count) const {
+    if (key_rot_ > 0) hadamard_rotate(q, count, key_rot_);
+}
+
+void KvCache::unrotate_outputs(float* out, int64_t count) const {
+    if (value_rot_ > 0) hadamard_rotate(out, count, value_rot_);
+}
+
 KvCache::KvCache(const KvCacheConfig& config) : config_(config) {
     if (config.n_layer <= 0 || config.n_head_kv <= 0 || config.head_dim <= 0 || config.n_aux < 0) {
         fail("invalid KV cache shape: {} layers, {} KV heads, head dim {}, {} aux scores",
@@ -74,6 +123,8 @@ KvCache::KvCache(const KvCacheConfig& config) : config_(config) {
     }
     key_row_ = kv_row_bytes(config.key_type, config.head_dim);
     value_row_ = kv_row_bytes(config.value_type, config.head_dim);
+    key_rot_ = key_rotation_for(config.key_type, config.head_dim);
+    value_rot_ = value_rotation_for(config.value_type, config.head_dim);
     heads_.resize(static_cast<size_t>(config.n_layer) * config.n_head_kv);
     for (Head& h : heads_) h.aux.assign(static_cast<size_t>(config.n_aux), nullptr);
 }
@@ -84,6 +135,8 @@ KvCache::KvCache(KvCache&& other) noexcept
     : config_(other.config_),
       key_row_(other.key_row_),
       value_row_(other.value_row_),
+      key_rot_(other.key_rot_),
+      value_rot_(other.value_rot_),
       heads_(std::move(other.heads_)),
       bytes_(std::exchange(other.bytes_, 0)),
       peak_bytes_(other.peak_bytes_) {
@@ -96,6 +149,8 @@ KvCache& KvCache::operator=(KvCache&& other) noexcept {
         config_ = other.config_;
         key_row_ = other.key_row_;
         value_row_ = other.value_row_;
+        key_rot_ = other.key_rot_;
+        value_rot_ = other.value_rot_;
         heads_ = std::move(other.heads_);
         other.heads_.clear();
         bytes_ = std::exchange(other.bytes_, 0);
@@ -164,10 +219,22 @@ void KvCache::append(int layer, int hi, int32_t n, const float* keys, int64_t ke
         }
     }
     const int d = config_.head_dim;
+    thread_local std::vector<float> rotated;  // [n, d] rows rotated before quantising
+    if (key_rot_ > 0) {
+        rotated_rows(keys, key_stride, n, d, key_rot_, rotated);
+        keys = rotated.data();
+        key_stride = d;
+    }
+    thread_local std::vector<float> rotated_v;  // [n, d]
+    if (value_rot_ > 0) {
+        rotated_rows(values, value_stride, n, d, value_rot_, rotated_v);
+        values = rotated_v.data();
+        value_stride = d;
+    }
     for (int32_t t = 0; t < n; ++t) {
         const size_t slot = static_cast<size_t>(h.size) + t;
-        quant::quantize_row(config_.key_type, keys + t * key_stride, h.keys + slot * key_row_, d);
-        quant::quantize_row(config_.value_type, values + t * value_stride, h.values + slot * value_row_, d);
+        quant::quantize_row_one_pass(config_.key_type, keys + t * key_stride, h.keys + slot * key_row_, d);
+        quant::quantize_row_one_pass(config_.value_type, values + t * value_stride, h.values + slot * value_row_, d);
         h.positions[slot] = positions[t];
         for (float* a : h.aux) a[slot] = 0.0f;
     }
@@ -217,8 +284,13 @@ void KvCache::reposition(int layer, int hi, int32_t begin, int32_t end, const fl
         }
     }
     const int d = config_.head_dim;
+    thread_local std::vector<float> rotated;  // [end - begin, d]
+    if (key_rot_ > 0) {
+        rotated_rows(keys, d, end - begin, d, key_rot_, rotated);
+        keys = rotated.data();
+    }
     for (int32_t i = begin; i < end; ++i) {
-        quant::quantize_row(config_.key_type, keys + static_cast<int64_t>(i - begin) * d,
+        quant::quantize_row_one_pass(config_.key_type, keys + static_cast<int64_t>(i - begin) * d,
                             h.keys + static_cast<size_t>(i) * key_row_, d);
         h.positions[i] = positions[i - begin];
     }
@@ -269,15 +341,17 @@ const int32_t* KvCache::positions(int layer, int h) const { return head(layer, h
 void KvCache::read_keys(int layer, int hi, int32_t begin, int32_t end, float* out) const {
     const Head& h = head(layer, hi);
     KVEC_CHECK(begin >= 0 && begin <= end && end <= h.size);
-    quant::dequantize_row(config_.key_type, h.keys + static_cast<size_t>(begin) * key_row_, out,
-                          static_cast<int64_t>(end - begin) * config_.head_dim);
+    const int64_t count = static_cast<int64_t>(end - begin) * config_.head_dim;
+    quant::dequantize_row(config_.key_type, h.keys + static_cast<size_t>(begin) * key_row_, out, count);
+    if (key_rot_ > 0) hadamard_rotate(out, count, key_rot_);
 }
 
 void KvCache::read_values(int layer, int hi, int32_t begin, int32_t end, float* out) const {
     const Head& h = head(layer, hi);
     KVEC_CHECK(begin >= 0 && begin <= end && end <= h.size);
-    quant::dequantize_row(config_.value_type, h.values + static_cast<size_t>(begin) * value_row_, out,
-                          static_cast<int64_t>(end - begin) * config_.head_dim);
+    const int64_t count = static_cast<int64_t>(end - begin) * config_.head_dim;
+    quant::dequantize_row(config_.value_type, h.values + static_cast<size_t>(begin) * value_row_, out, count);
+    if (value_rot_ > 0) hadamard_rotate(out, count, value_rot_);
 }
 
 const void* KvCache::key_data(int layer, int h) const { return head(layer, h).keys; }

@@ -6,8 +6,20 @@
 // type (q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl: ggml's block layouts, quant/blocks.h). A key or value is one
 // row of head_dim elements, head_dim / 32 whole blocks for a quantised type (a head_dim that is not
 // a multiple of 32 is refused), so compaction moves whole rows and eviction is the same for every
-// type. Rows are quantised on append() and reposition() (quant::quantize_row) and dequantised by
+// type. Rows are quantised on append() and reposition() (quant::quantize_row_one_pass, as llama.cpp's
+// cache) and dequantised by
 // read_keys() / read_values().
+//
+// Rotation (as llama.cpp since its commit of PR 21038, attn_rot_k / attn_rot_v): a quantised key
+// type on a head_dim that is a multiple of 64 stores H k instead of k, with H the orthonormal
+// Walsh-Hadamard matrix of the largest power of two n >= 64 dividing head_dim, applied to each n
+// consecutive elements; a quantised value type stores H v with n = 64. H spreads a row's outliers
+// over its elements, so the blocks' rounding loses less (mean KL against the f16 cache of 4-bit
+// keys and values about 0.6x; docs/evaluation.md). H is symmetric and its own inverse, and
+// preserves dot products: attention scores the queries rotated the same way (rotate_queries),
+// and takes the weighted sum of the stored values back with H (unrotate_outputs). read_keys() and
+// read_values() return the rows unrotated, reposition() takes them unrotated, so that nothing but
+// the attention kernels sees the rotation.
 //
 // Memory is real: compact() moves the kept entries together and shrinks the allocation to
 // exactly the kept count, so bytes() drops; there are no masks. bytes() reports exactly the bytes
@@ -31,6 +43,11 @@
 #include "gguf/ggml_type.h"
 
 namespace kvec {
+
+// y = H_n x for each n consecutive elements of x [count] (count a multiple of n, n a power of
+// two): H_n the orthonormal Walsh-Hadamard matrix of Sylvester's construction, H_2m = [[H_m, H_m],
+// [H_m, -H_m]] / sqrt(2), symmetric and its own inverse (a fast transform, n log2 n additions).
+void hadamard_rotate(float* x, int64_t count, int n);
 
 // The element type of cached keys or values: one of kKvTypes.
 using KvType = GgmlType;
@@ -109,6 +126,15 @@ public:
     // Original positions of the entries: [size].
     const int32_t* positions(int layer, int head) const;
 
+    // The n of the keys' and values' rotation (0: stored as they are).
+    int key_rotation() const { return key_rot_; }
+    int value_rotation() const { return value_rot_; }
+    // Query rows [count floats, a multiple of head_dim] into the keys' rotated space, and the
+    // attention outputs (weighted sums of stored values) out of the values'; nothing without a
+    // rotation.
+    void rotate_queries(float* q, int64_t count) const;
+    void unrotate_outputs(float* out, int64_t count) const;
+
     // Keys / values of entries [begin, end) as float (dequantised): out [end - begin, head_dim].
     void read_keys(int layer, int head, int32_t begin, int32_t end, float* out) const;
     void read_values(int layer, int head, int32_t begin, int32_t end, float* out) const;
@@ -142,6 +168,8 @@ private:
     KvCacheConfig config_;
     size_t key_row_ = 0;    // bytes of one key: kv_row_bytes(key_type, head_dim)
     size_t value_row_ = 0;  // bytes of one value
+    int key_rot_ = 0;       // key_rotation()
+    int value_rot_ = 0;     // value_rotation()
     std::vector<Head> heads_;  // [n_layer * n_head_kv]
     size_t bytes_ = 0;
     size_t peak_bytes_ = 0;

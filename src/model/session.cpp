@@ -630,7 +630,7 @@ void Session::attention_block(int layer, const ops::RopeParams& rope, const int3
 
 void Session::attention(int layer, int32_t T, const int32_t* positions, Step step, bool final_chunk) {
     if (batch_.empty()) {
-        attention_sequence(layer, T, positions, step, final_chunk);
+        attention_rotated(layer, T, positions, step, final_chunk);
         return;
     }
     const int64_t Q = model_.config().q_dim(), KV = model_.config().kv_dim();
@@ -641,9 +641,16 @@ void Session::attention(int layer, int32_t T, const int32_t* positions, Step ste
             std::copy_n(k_.begin() + sz(b) * KV, KV, s.k_.begin());
             std::copy_n(v_.begin() + sz(b) * KV, KV, s.v_.begin());
         }
-        s.attention_sequence(layer, 1, positions + b, step, final_chunk);
+        s.attention_rotated(layer, 1, positions + b, step, final_chunk);
         if (b > 0) std::copy_n(s.att_.begin(), Q, att_.begin() + sz(b) * Q);
     }
+}
+
+void Session::attention_rotated(int layer, int32_t T, const int32_t* positions, Step step, bool final_chunk) {
+    const int64_t Q = model_.config().q_dim();
+    kv_.rotate_queries(q_.data(), T * Q);    // q [T, Q] as the cache's keys are stored
+    attention_sequence(layer, T, positions, step, final_chunk);
+    kv_.unrotate_outputs(att_.data(), T * Q);  // att [T, Q] out of the values' storage
 }
 
 void Session::attention_sequence(int layer, int32_t T, const int32_t* positions, Step step, bool final_chunk) {

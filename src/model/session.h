@@ -216,6 +216,9 @@ private:
     // (ModelConfig::is_swa) mask by position and are left alone by eviction policies. In a
     // batched decode step, each sequence attends over its own cache with its row of q_, k_, v_.
     void attention(int layer, int32_t T, const int32_t* positions, Step step, bool final_chunk);
+    // attention_sequence with the queries rotated into the space of the cache's stored keys and
+    // the outputs rotated back from its values' (KvCache::rotate_queries, unrotate_outputs).
+    void attention_rotated(int layer, int32_t T, const int32_t* positions, Step step, bool final_chunk);
     void attention_sequence(int layer, int32_t T, const int32_t* positions, Step step, bool final_chunk);
     void attention_sliding(int layer, int32_t T, const int32_t* positions);
     // Drops the entries of sliding-window layers that no later query can see (positions at or

@@ -708,6 +708,39 @@ void quantize_iq4_nl(const float* x, BlockIQ4_NL* y, int64_t nb) {
     }
 }
 
+// llama.cpp's one-pass IQ4_NL (quantize_row_iq4_nl_impl with ntry = -1): the levels nearest to
+// x * (-127 / max), then d fitted to them by least squares weighted by x^2 (float sums, in
+// element order), the levels kept.
+void quantize_iq4_nl_one_pass(const float* x_in, BlockIQ4_NL* y, int64_t nb) {
+    constexpr float kBig = kFp16Max * 100.0f;
+    for (int64_t i = 0; i < nb; ++i, x_in += QK4_NL) {
+        float x[QK4_NL];
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < QK4_NL; ++j) {
+            x[j] = x_in[j] == x_in[j] ? std::clamp(x_in[j], -kBig, kBig) : 0.0f;
+            if (std::fabs(x[j]) > amax) {
+                amax = std::fabs(x[j]);
+                max = x[j];
+            }
+        }
+        uint8_t L[QK4_NL] = {};
+        float d = 0.0f;
+        if (amax >= kGroupMaxEps) {
+            const float id = 1.0f / (max / static_cast<float>(kIq4nlValues[0]));
+            float sumqx = 0.0f, sumq2 = 0.0f;
+            for (int j = 0; j < QK4_NL; ++j) {
+                L[j] = static_cast<uint8_t>(nearest_iq4nl(id * x[j]));
+                const float q = kIq4nlValues[L[j]], w = x[j] * x[j];
+                sumqx += w * q * x[j];
+                sumq2 += w * q * q;
+            }
+            d = sumq2 > 0.0f ? sumqx / sumq2 : 0.0f;
+        }
+        y[i].d = to_half(d);
+        pack_nibbles(L, y[i].qs);
+    }
+}
+
 // IQ4_XS: each sub-block of 32 gets its best IQ4_NL scale; the super-block scale d maps the
 // largest of them to -32, the sub-block scales become 6-bit multiples of d (ls - 32 in
 // [-32, 31]), and every sub-block is quantised again on its stored scale.
@@ -1081,6 +1114,14 @@ void quantize_row(GgmlType type, const float* src, void* dst, int64_t n) {
         case GgmlType::MXFP4: quantize_mxfp4(src, static_cast<BlockMXFP4*>(dst), nb); return;
     }
     fail("quantize_row: unsupported type {}", static_cast<uint32_t>(type));
+}
+
+void quantize_row_one_pass(GgmlType type, const float* src, void* dst, int64_t n) {
+    if (type == GgmlType::IQ4_NL) {
+        quantize_iq4_nl_one_pass(src, static_cast<BlockIQ4_NL*>(dst), n_blocks(type, n, "quantize_row_one_pass"));
+        return;
+    }
+    quantize_row(type, src, dst, n);
 }
 
 }  // namespace kvec::quant

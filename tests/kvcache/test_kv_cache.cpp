@@ -1,12 +1,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "kvcache/kv_cache.h"
+#include "quant/quant.h"
 #include "util/error.h"
 #include "util/fp16.h"
 
@@ -345,14 +347,22 @@ TEST(KvCacheQuantised, EveryTypeStoresRowsWithinItsRoundingAndCountsItsBytes) {
             const std::string what = std::string(kv_type_name(k)) + "/" + kv_type_name(v);
             EXPECT_EQ(kv.entry_bytes(), ggml_row_size(k, d) + ggml_row_size(v, d) + 4) << what;
             EXPECT_EQ(kv.bytes(), n * kv.entry_bytes()) << what;
+            // Compared where the rounding happens: rotated as stored (kv.key_rotation()).
+            auto stored = [](std::vector<float> x, int rot) {
+                if (rot > 0) hadamard_rotate(x.data(), static_cast<int64_t>(x.size()), rot);
+                return x;
+            };
+            const std::vector<float> want_k = stored(keys, kv.key_rotation()), want_v = stored(values, kv.value_rotation());
             std::vector<float> out(keys.size());
             kv.read_keys(0, 1, 0, n, out.data());
+            out = stored(out, kv.key_rotation());
             for (size_t i = 0; i < out.size(); ++i) {
-                ASSERT_NEAR(out[i], keys[i], max_error(k, &keys[i / 32 * 32])) << what << " key element " << i;
+                ASSERT_NEAR(out[i], want_k[i], max_error(k, &want_k[i / 32 * 32]) + 1e-5f) << what << " key element " << i;
             }
             kv.read_values(0, 1, 0, n, out.data());
+            out = stored(out, kv.value_rotation());
             for (size_t i = 0; i < out.size(); ++i) {
-                ASSERT_NEAR(out[i], values[i], max_error(v, &values[i / 32 * 32])) << what << " value element " << i;
+                ASSERT_NEAR(out[i], want_v[i], max_error(v, &want_v[i / 32 * 32]) + 1e-5f) << what << " value element " << i;
             }
         }
     }
@@ -397,7 +407,10 @@ TEST(KvCacheQuantised, RepositionRequantisesTheNewKeys) {
     kv.reposition(0, 0, 1, 3, fresh.data(), moved.data());
     std::vector<float> out(2 * d);
     kv.read_keys(0, 0, 1, 3, out.data());
-    for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], fresh[i], max_error(KvType::Q8_0, &fresh[i / 32 * 32]));
+    std::vector<float> want = fresh;  // compared as stored: rotated
+    hadamard_rotate(want.data(), 2 * d, kv.key_rotation());
+    hadamard_rotate(out.data(), 2 * d, kv.key_rotation());
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want[i], max_error(KvType::Q8_0, &want[i / 32 * 32]) + 1e-5f);
     kv.read_values(0, 0, 0, n, values_after.data());
     EXPECT_EQ(values_after, values_before);
     EXPECT_EQ(kv.positions(0, 0)[2], 2);
@@ -435,6 +448,116 @@ TEST(KvCacheQuantised, ParsesTypeNamesAsLlamaCppSpellsThem) {
         EXPECT_NE(m.find("--cache-type-k"), std::string::npos) << m;
         EXPECT_NE(m.find("q8_0"), std::string::npos) << m;  // the list of types
     }
+}
+
+// hadamard_rotate is Sylvester's orthonormal matrix, built here entry by entry: H[i][j] =
+// (-1)^popcount(i & j) / sqrt(n); applying it twice gives the input back.
+TEST(KvCacheRotation, HadamardIsSylvestersOrthonormalMatrixAndItsOwnInverse) {
+    for (int n : {64, 128, 256}) {
+        std::vector<float> x(static_cast<size_t>(2 * n));
+        std::mt19937 rng(static_cast<uint32_t>(n));
+        std::normal_distribution<float> g(0.0f, 1.0f);
+        for (float& v : x) v = g(rng);
+        std::vector<float> y = x;
+        hadamard_rotate(y.data(), 2 * n, n);  // two rows of n
+        for (int r = 0; r < 2; ++r) {
+            for (int i = 0; i < n; ++i) {
+                double want = 0.0;
+                for (int j = 0; j < n; ++j) {
+                    want += (__builtin_popcount(static_cast<unsigned>(i & j)) % 2 ? -1.0 : 1.0) * x[static_cast<size_t>(r * n + j)];
+                }
+                ASSERT_NEAR(y[static_cast<size_t>(r * n + i)], want / std::sqrt(n), 1e-4) << "n " << n << " row " << r;
+            }
+        }
+        hadamard_rotate(y.data(), 2 * n, n);
+        for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(y[i], x[i], 1e-5) << "n " << n;
+    }
+}
+
+// Which rows are stored rotated, as llama.cpp chooses (llama-kv-cache.cpp): quantised types on a
+// head dim that is a multiple of 64; keys by the largest power of two dividing it, values by 64.
+TEST(KvCacheRotation, QuantisedTypesOnMultiplesOf64AreRotatedAsLlamaCppRotates) {
+    struct Case {
+        KvType k, v;
+        int head_dim, key_rot, value_rot;
+    };
+    for (const Case& c : {Case{KvType::Q4_0, KvType::Q8_0, 64, 64, 64}, Case{KvType::Q8_0, KvType::Q4_0, 128, 128, 64},
+                          Case{KvType::IQ4_NL, KvType::Q5_1, 256, 256, 64}, Case{KvType::Q4_1, KvType::Q5_0, 192, 64, 64},
+                          Case{KvType::Q4_0, KvType::Q4_0, 96, 0, 0}, Case{KvType::Q8_0, KvType::Q8_0, 32, 0, 0},
+                          Case{KvType::F16, KvType::BF16, 128, 0, 0}, Case{KvType::F32, KvType::Q4_0, 128, 0, 64}}) {
+        KvCacheConfig cfg = quant_config(c.k, c.v);
+        cfg.head_dim = c.head_dim;
+        const KvCache kv(cfg);
+        EXPECT_EQ(kv.key_rotation(), c.key_rot) << kv_type_name(c.k) << " head dim " << c.head_dim;
+        EXPECT_EQ(kv.value_rotation(), c.value_rot) << kv_type_name(c.v) << " head dim " << c.head_dim;
+    }
+}
+
+// The stored rows are the rotated rows quantised in one pass; read_keys / read_values undo the
+// rotation; a query rotated as the keys scores the stored keys as it scores the keys read back;
+// an output summed from the stored values and unrotated is the sum of the values read back.
+TEST(KvCacheRotation, StoredRowsAreRotatedAndEverythingElseSeesThemUnrotated) {
+    const int d = 128, n = 6;
+    KvCacheConfig cfg = quant_config(KvType::Q4_0, KvType::Q8_0);
+    cfg.head_dim = d;
+    KvCache kv(cfg);
+    const auto keys = random_rows(n, d, 7), values = random_rows(n, d, 8);
+    std::vector<int32_t> pos(n);
+    std::iota(pos.begin(), pos.end(), 0);
+    kv.append(0, 1, n, keys.data(), d, values.data(), d, pos.data());
+
+    std::vector<float> rotated = keys;
+    hadamard_rotate(rotated.data(), n * d, 128);
+    std::vector<uint8_t> want(ggml_row_size(KvType::Q4_0, n * d));
+    quant::quantize_row_one_pass(KvType::Q4_0, rotated.data(), want.data(), n * d);
+    EXPECT_EQ(std::memcmp(kv.key_data(0, 1), want.data(), want.size()), 0);
+
+    std::vector<float> k_read(keys.size()), v_read(values.size());
+    kv.read_keys(0, 1, 0, n, k_read.data());
+    kv.read_values(0, 1, 0, n, v_read.data());
+    std::vector<float> k_stored(keys.size()), v_stored(values.size());
+    quant::dequantize_row(KvType::Q4_0, kv.key_data(0, 1), k_stored.data(), n * d);
+    quant::dequantize_row(KvType::Q8_0, kv.value_data(0, 1), v_stored.data(), n * d);
+    double k_err = 0.0, k_norm = 0.0;
+    for (size_t i = 0; i < keys.size(); ++i) {
+        k_err += (k_read[i] - keys[i]) * (k_read[i] - keys[i]);
+        k_norm += keys[i] * keys[i];
+    }
+    EXPECT_LT(std::sqrt(k_err / k_norm), 0.15);  // 4-bit rounding, not a rotated row
+    for (size_t i = 0; i < values.size(); ++i) ASSERT_NEAR(v_read[i], values[i], 0.02f) << i;
+
+    std::vector<float> q = random_rows(1, d, 9);
+    std::vector<float> q_rot = q;
+    kv.rotate_queries(q_rot.data(), d);
+    std::vector<float> out(d, 0.0f), want_out(d, 0.0f);
+    for (int t = 0; t < n; ++t) {
+        double stored = 0.0, read = 0.0;
+        for (int i = 0; i < d; ++i) {
+            stored += q_rot[static_cast<size_t>(i)] * k_stored[static_cast<size_t>(t * d + i)];
+            read += q[static_cast<size_t>(i)] * k_read[static_cast<size_t>(t * d + i)];
+        }
+        EXPECT_NEAR(stored, read, 1e-3 * (1.0 + std::fabs(read))) << "entry " << t;
+        const float p = 1.0f / static_cast<float>(t + 1);  // any weights
+        for (int i = 0; i < d; ++i) {
+            out[static_cast<size_t>(i)] += p * v_stored[static_cast<size_t>(t * d + i)];
+            want_out[static_cast<size_t>(i)] += p * v_read[static_cast<size_t>(t * d + i)];
+        }
+    }
+    kv.unrotate_outputs(out.data(), d);
+    for (int i = 0; i < d; ++i) ASSERT_NEAR(out[static_cast<size_t>(i)], want_out[static_cast<size_t>(i)], 1e-4) << i;
+
+    // Re-positioning takes unrotated keys and stores them rotated.
+    const auto fresh = random_rows(1, d, 10);
+    const int32_t moved = 1;
+    kv.reposition(0, 1, 1, 2, fresh.data(), &moved);
+    std::vector<float> back(d);
+    kv.read_keys(0, 1, 1, 2, back.data());
+    double err = 0.0, norm = 0.0;
+    for (int i = 0; i < d; ++i) {
+        err += (back[static_cast<size_t>(i)] - fresh[static_cast<size_t>(i)]) * (back[static_cast<size_t>(i)] - fresh[static_cast<size_t>(i)]);
+        norm += fresh[static_cast<size_t>(i)] * fresh[static_cast<size_t>(i)];
+    }
+    EXPECT_LT(std::sqrt(err / norm), 0.15);
 }
 
 }  // namespace
