@@ -8,6 +8,7 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "quant/quant.h"
@@ -123,8 +124,12 @@ KvCache::KvCache(const KvCacheConfig& config) : config_(config) {
     }
     key_row_ = kv_row_bytes(config.key_type, config.head_dim);
     value_row_ = kv_row_bytes(config.value_type, config.head_dim);
-    key_rot_ = key_rotation_for(config.key_type, config.head_dim);
-    value_rot_ = value_rotation_for(config.value_type, config.head_dim);
+    // KVEC_KV_ROTATION=0 stores the rows as they are (llama.cpp: LLAMA_ATTN_ROT_DISABLE=1).
+    const char* rotation = std::getenv("KVEC_KV_ROTATION");
+    if (rotation == nullptr || std::string_view(rotation) != "0") {
+        key_rot_ = key_rotation_for(config.key_type, config.head_dim);
+        value_rot_ = value_rotation_for(config.value_type, config.head_dim);
+    }
     heads_.resize(static_cast<size_t>(config.n_layer) * config.n_head_kv);
     for (Head& h : heads_) h.aux.assign(static_cast<size_t>(config.n_aux), nullptr);
 }

@@ -14,12 +14,13 @@
 // type on a head_dim that is a multiple of 64 stores H k instead of k, with H the orthonormal
 // Walsh-Hadamard matrix of the largest power of two n >= 64 dividing head_dim, applied to each n
 // consecutive elements; a quantised value type stores H v with n = 64. H spreads a row's outliers
-// over its elements, so the blocks' rounding loses less (mean KL against the f16 cache of 4-bit
-// keys and values about 0.6x; docs/evaluation.md). H is symmetric and its own inverse, and
+// over its elements, which usually lets the blocks round with less loss (not always: on one
+// held-out text 4-bit keys lost more; docs/evaluation.md). H is symmetric and its own inverse, and
 // preserves dot products: attention scores the queries rotated the same way (rotate_queries),
 // and takes the weighted sum of the stored values back with H (unrotate_outputs). read_keys() and
 // read_values() return the rows unrotated, reposition() takes them unrotated, so that nothing but
-// the attention kernels sees the rotation.
+// the attention kernels sees the rotation. KVEC_KV_ROTATION=0 in the environment switches it off
+// for caches made afterwards (llama.cpp: LLAMA_ATTN_ROT_DISABLE=1).
 //
 // Memory is real: compact() moves the kept entries together and shrinks the allocation to
 // exactly the kept count, so bytes() drops; there are no masks. bytes() reports exactly the bytes

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -491,6 +492,13 @@ TEST(KvCacheRotation, QuantisedTypesOnMultiplesOf64AreRotatedAsLlamaCppRotates) 
         EXPECT_EQ(kv.key_rotation(), c.key_rot) << kv_type_name(c.k) << " head dim " << c.head_dim;
         EXPECT_EQ(kv.value_rotation(), c.value_rot) << kv_type_name(c.v) << " head dim " << c.head_dim;
     }
+    // KVEC_KV_ROTATION=0 stores them as they are.
+    setenv("KVEC_KV_ROTATION", "0", 1);
+    const KvCache plain(quant_config(KvType::Q4_0, KvType::Q4_0));
+    unsetenv("KVEC_KV_ROTATION");
+    EXPECT_EQ(plain.key_rotation(), 0);
+    EXPECT_EQ(plain.value_rotation(), 0);
+    EXPECT_EQ(KvCache(quant_config(KvType::Q4_0, KvType::Q4_0)).key_rotation(), 64);
 }
 
 // The stored rows are the rotated rows quantised in one pass; read_keys / read_values undo the
