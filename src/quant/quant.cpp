@@ -652,16 +652,13 @@ int nearest_iq4nl(float v) {
     return v - g[lo] < g[hi] - v ? lo : hi;
 }
 
-// Best scale d of n values on the IQ4_NL grid: tries inverse scales around the one that puts the
-// largest-magnitude value on the grid's long end (-127), fits d by weighted least squares to the
-// levels each trial chose, and keeps the fit with the least weighted error. L receives the levels
-// chosen for the returned d (recomputed for it, so that they are the nearest ones).
-float iq4nl_scale(const float* x_in, int n, uint8_t* L) {
-    // Non-finite and huge inputs saturate at a scale fp16 can hold; NaN counts as 0.
+// The n inputs of an IQ4 block as its quantisers read them, into x: non-finite and huge values
+// saturated at a scale fp16 can hold, NaN as 0. Returns the largest magnitude; max gets the
+// (first) value having it, with its sign.
+float iq4nl_inputs(const float* x_in, int n, float* x, float& max) {
     constexpr float kBig = kFp16Max * 100.0f;
-    float x[32];
-    KVEC_CHECK(n <= 32);
-    float amax = 0.0f, max = 0.0f;
+    float amax = 0.0f;
+    max = 0.0f;
     for (int j = 0; j < n; ++j) {
         x[j] = x_in[j] == x_in[j] ? std::clamp(x_in[j], -kBig, kBig) : 0.0f;
         if (std::fabs(x[j]) > amax) {
@@ -669,6 +666,18 @@ float iq4nl_scale(const float* x_in, int n, uint8_t* L) {
             max = x[j];
         }
     }
+    return amax;
+}
+
+// Best scale d of n values on the IQ4_NL grid: tries inverse scales around the one that puts the
+// largest-magnitude value on the grid's long end (-127), fits d by weighted least squares to the
+// levels each trial chose, and keeps the fit with the least weighted error. L receives the levels
+// chosen for the returned d (recomputed for it, so that they are the nearest ones).
+float iq4nl_scale(const float* x_in, int n, uint8_t* L) {
+    float x[32];
+    KVEC_CHECK(n <= 32);
+    float max = 0.0f;
+    const float amax = iq4nl_inputs(x_in, n, x, max);
     if (amax < kGroupMaxEps) {
         for (int j = 0; j < n; ++j) L[j] = 8;
         return 0.0f;
@@ -712,17 +721,10 @@ void quantize_iq4_nl(const float* x, BlockIQ4_NL* y, int64_t nb) {
 // x * (-127 / max), then d fitted to them by least squares weighted by x^2 (float sums, in
 // element order), the levels kept.
 void quantize_iq4_nl_one_pass(const float* x_in, BlockIQ4_NL* y, int64_t nb) {
-    constexpr float kBig = kFp16Max * 100.0f;
     for (int64_t i = 0; i < nb; ++i, x_in += QK4_NL) {
         float x[QK4_NL];
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < QK4_NL; ++j) {
-            x[j] = x_in[j] == x_in[j] ? std::clamp(x_in[j], -kBig, kBig) : 0.0f;
-            if (std::fabs(x[j]) > amax) {
-                amax = std::fabs(x[j]);
-                max = x[j];
-            }
-        }
+        float max = 0.0f;
+        const float amax = iq4nl_inputs(x_in, QK4_NL, x, max);
         uint8_t L[QK4_NL] = {};
         float d = 0.0f;
         if (amax >= kGroupMaxEps) {
