@@ -100,11 +100,15 @@ int key_rotation_for(KvType t, int head_dim) {
 }
 int value_rotation_for(KvType t, int head_dim) { return is_block_type(t) && head_dim % 64 == 0 ? 64 : 0; }
 
-// Rows [rows, d] (stride `stride` floats) rotated by H_n into out [rows, d]; n == 0: copied.
-void rotated_rows(const float* x, int64_t stride, int32_t rows, int d, int n, std::vector<float>& out) {
-    out.resize(static_cast<size_t>(rows) * d);
-    for (int32_t t = 0; t < rows; ++t) std::copy_n(x + t * stride, d, out.begin() + static_cast<ptrdiff_t>(t) * d);
-    if (n > 0) hadamard_rotate(out.data(), static_cast<int64_t>(rows) * d, n);
+// Rows [rows, d] (stride `stride` floats) as they are stored: x itself without a rotation (n == 0),
+// else rotated by H_n into buf [rows, d], with stride set to d.
+const float* as_stored(const float* x, int64_t& stride, int32_t rows, int d, int n, std::vector<float>& buf) {
+    if (n == 0) return x;
+    buf.resize(static_cast<size_t>(rows) * d);
+    for (int32_t t = 0; t < rows; ++t) std::copy_n(x + t * stride, d, buf.begin() + static_cast<ptrdiff_t>(t) * d);
+    hadamard_rotate(buf.data(), static_cast<int64_t>(rows) * d, n);
+    stride = d;
+    return buf.data();
 }
 
 }  // namespace
@@ -224,18 +228,9 @@ void KvCache::append(int layer, int hi, int32_t n, const float* keys, int64_t ke
         }
     }
     const int d = config_.head_dim;
-    thread_local std::vector<float> rotated;  // [n, d] rows rotated before quantising
-    if (key_rot_ > 0) {
-        rotated_rows(keys, key_stride, n, d, key_rot_, rotated);
-        keys = rotated.data();
-        key_stride = d;
-    }
-    thread_local std::vector<float> rotated_v;  // [n, d]
-    if (value_rot_ > 0) {
-        rotated_rows(values, value_stride, n, d, value_rot_, rotated_v);
-        values = rotated_v.data();
-        value_stride = d;
-    }
+    thread_local std::vector<float> key_buf, value_buf;  // [n, d] rows rotated before quantising
+    keys = as_stored(keys, key_stride, n, d, key_rot_, key_buf);
+    values = as_stored(values, value_stride, n, d, value_rot_, value_buf);
     for (int32_t t = 0; t < n; ++t) {
         const size_t slot = static_cast<size_t>(h.size) + t;
         quant::quantize_row_one_pass(config_.key_type, keys + t * key_stride, h.keys + slot * key_row_, d);
@@ -289,11 +284,9 @@ void KvCache::reposition(int layer, int hi, int32_t begin, int32_t end, const fl
         }
     }
     const int d = config_.head_dim;
-    thread_local std::vector<float> rotated;  // [end - begin, d]
-    if (key_rot_ > 0) {
-        rotated_rows(keys, d, end - begin, d, key_rot_, rotated);
-        keys = rotated.data();
-    }
+    thread_local std::vector<float> key_buf;  // [end - begin, d]
+    int64_t stride = d;
+    keys = as_stored(keys, stride, end - begin, d, key_rot_, key_buf);
     for (int32_t i = begin; i < end; ++i) {
         quant::quantize_row_one_pass(config_.key_type, keys + static_cast<int64_t>(i - begin) * d,
                             h.keys + static_cast<size_t>(i) * key_row_, d);

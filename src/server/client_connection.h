@@ -21,7 +21,6 @@ public:
     // The client closed or reset its end of the connection. Does not block; what the client has
     // sent but the server not read yet (a pipelined request) does not count as gone.
     bool gone() const;
-    bool found() const { return fd_ >= 0; }
 
 private:
     int fd_ = -1;
