@@ -269,35 +269,42 @@ bool repack_enabled() {
     return int8::vnni_enabled() && (v == nullptr || std::strcmp(v, "0") != 0);
 }
 
-// Whether most bytes of the file's matrices are Q8_0.
-bool mostly_q8_0(const gguf::File& f) {
-    uint64_t q8 = 0, all = 0;
+// Whether any of the file's matrices has a type repacked at load.
+bool has_repackable_matrix(const gguf::File& f) {
     for (const auto& t : f.tensors()) {
-        if (t.n_dims < 2) continue;
-        all += t.nbytes;
-        if (t.type == GgmlType::Q8_0) q8 += t.nbytes;
+        if (t.n_dims >= 2 && int8::has_load_panels(t.type)) return true;
     }
-    return 2 * q8 > all;
+    return false;
 }
 
 }  // namespace
 
 std::unique_ptr<Model> Model::load(const std::string& path, LoadMode mode) {
-    // Repacked: mapped files only (a copy's rows would stay beside their panels). Auto reads the
-    // header from a mapping first to see whether the matrices are mostly Q8_0.
+    // Repacked: mapped files only (a copy's rows would stay beside their panels). In Auto the
+    // other matrices are then copied into 2 MiB pages where Auto would have copied the file.
     const bool may_repack = repack_enabled() && mode != LoadMode::Copy;
     std::unique_ptr<gguf::File> file = gguf::File::open(path, may_repack ? LoadMode::Map : mode);
-    const bool repack = may_repack && (mode == LoadMode::Map || mostly_q8_0(*file));
-    if (may_repack && !repack) file = gguf::File::open(path, mode);
+    const bool repack = may_repack && has_repackable_matrix(*file);
+    if (may_repack && !repack && mode == LoadMode::Auto) file = gguf::File::open(path, mode);
+    const bool copy_rest = repack && mode == LoadMode::Auto && auto_copies(file->bytes().size());
     std::unique_ptr<Model> model(new Model(std::move(file)));
-    if (repack) model->repack_q8_0();
+    if (repack) model->repack(copy_rest);
     return model;
 }
 
-void Model::repack_q8_0() {
-    std::vector<WeightView*> views;  // every Q8_0 matrix (the parts of a fused one each)
-    const auto add = [&views](WeightView& v) {
-        if (!v.empty() && v.type == GgmlType::Q8_0) views.push_back(&v);
+void Model::repack(bool copy_rest) {
+    struct Item {
+        WeightView* view;
+        bool panels;  // repacked into panels, else copied as they are
+        size_t bytes;
+    };
+    std::vector<Item> items;  // the matrices (the parts of a fused one each)
+    const auto add = [&](WeightView& v) {
+        if (v.empty()) return;
+        const bool panels = int8::has_load_panels(v.type);
+        if (!panels && !copy_rest) return;
+        const size_t bytes = panels ? int8::load_panels_bytes(v.type, v.n_out, v.n_in) : v.row_bytes * v.n_out;
+        items.push_back({&v, panels, (bytes + 63) & ~size_t{63}});  // each on a cache line
     };
     add(weights_.output);
     for (LayerWeights& L : weights_.layers) {
@@ -307,19 +314,25 @@ void Model::repack_q8_0() {
         }
     }
     size_t total = 0;
-    for (const WeightView* v : views) total += int8::q8_0_panels_bytes(v->n_out, v->n_in);
+    for (const Item& it : items) total += it.bytes;
     if (total == 0) return;
     panels_ = HugeBuffer(total);
+    copied_rest_ = copy_rest;
     uint8_t* at = panels_.data();
-    for (WeightView* v : views) {
-        int8::pack_q8_0_panels(v->data, v->row_bytes, v->n_out, v->n_in, at);
-        v->q8_panels = at;
-        at += int8::q8_0_panels_bytes(v->n_out, v->n_in);
-    }
-    // The rows stay mapped for the paths that read them (exact precision, no VNNI) and for the
-    // embedding rows of a tied output; until then their pages leave this process's memory.
-    for (const WeightView* v : views) {
-        if (v->data != weights_.token_embd.data) file_->bytes().release_pages(v->data, v->row_bytes * v->n_out);
+    for (const Item& it : items) {
+        WeightView& v = *it.view;
+        const uint8_t* rows = v.data;
+        if (it.panels) {
+            int8::pack_load_panels(v.type, rows, v.row_bytes, v.n_out, v.n_in, at);
+            v.panels = at;
+        } else {
+            std::memcpy(at, rows, v.row_bytes * v.n_out);
+            v.data = at;
+        }
+        at += it.bytes;
+        // Repacked rows stay mapped for the paths that read them (exact precision, no VNNI) and
+        // for the embedding rows of a tied output; until then their pages leave this process's memory.
+        if (rows != weights_.token_embd.data) file_->bytes().release_pages(rows, v.row_bytes * v.n_out);
     }
 }
 
@@ -331,7 +344,8 @@ std::string Model::residency() const {
                                 static_cast<double>(bytes.huge_page_bytes()) / kMiB,
                                 static_cast<double>(bytes.size()) / kMiB);
     if (panels_.size() > 0) {
-        s += fmt::format("; Q8_0 matrices repacked into VNNI panels in anonymous memory, {:.0f} of {:.0f} MiB in 2 MiB pages",
+        s += fmt::format("; Q8_0, Q4_K and Q6_K matrices repacked into panels{} in anonymous memory, {:.0f} of {:.0f} MiB in 2 MiB pages",
+                         copied_rest_ ? ", the other matrices copied beside them" : "",
                          static_cast<double>(std::min(panels_.huge_page_bytes(), panels_.size())) / kMiB,
                          static_cast<double>(panels_.size()) / kMiB);
     }

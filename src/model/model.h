@@ -80,10 +80,11 @@ class Model {
 public:
     // Opens and validates the file, and maps it or copies it into huge pages (LoadMode; Auto
     // copies where transparent huge pages are on and the model takes at most half of the
-    // available memory). Where the CPU has AVX-512 VNNI, a mapped file's Q8_0 matrices are
-    // repacked into VNNI panels in 2 MiB pages (repacked_bytes(); Auto maps a file whose matrices
-    // are mostly Q8_0 for this; KVEC_REPACK=0 switches it off): batched decode and prefill then
-    // pack nothing per step. Throws kvec::Error.
+    // available memory). Where the CPU has AVX-512 VNNI, a mapped file's Q8_0, Q4_K and Q6_K matrices
+    // are repacked into panels in 2 MiB pages (repacked_bytes(); Auto maps a file that has such
+    // matrices for this, and copies its other matrices beside them where it would have copied the
+    // file; KVEC_REPACK=0 switches it off): decode reads 16 rows in one stream and prefill packs
+    // nothing (Q8_0) or only splits the bits (Q4_K, Q6_K) per step. Throws kvec::Error.
     static std::unique_ptr<Model> load(const std::string& path, LoadMode mode = LoadMode::Auto);
 
     const ModelConfig& config() const { return config_; }
@@ -101,17 +102,20 @@ public:
     // anonymous memory, 2099 of 2099 MiB in 2 MiB pages", "mapped from the file, 1108 of 2099 MiB
     // in 2 MiB pages" (a mapping's pages come as they are first read).
     std::string residency() const;
-    // Bytes of Q8_0 matrices repacked into VNNI panels at load (0: none; see load()).
+    // Bytes of the matrices repacked into panels at load, and of those copied beside them
+    // (0: none; see load()).
     size_t repacked_bytes() const { return panels_.size(); }
 
 private:
     explicit Model(std::unique_ptr<gguf::File> file);
-    // Every Q8_0 matrix into VNNI panels (WeightView::q8_panels), all in panels_; the mapped
-    // rows they replace are given back to the page cache.
-    void repack_q8_0();
+    // Every Q8_0, Q4_K and Q6_K matrix into panels (WeightView::panels), and with copy_rest every other
+    // matrix copied as it is (WeightView::data repointed), all in panels_; the mapped rows they
+    // replace are given back to the page cache.
+    void repack(bool copy_rest);
 
     std::unique_ptr<gguf::File> file_;
-    HugeBuffer panels_;  // [repacked_bytes()] the matrices' panels, one after another
+    HugeBuffer panels_;  // [repacked_bytes()] the matrices' panels (or copies), one after another
+    bool copied_rest_ = false;
     ModelConfig config_;
     ModelWeights weights_;
 };

@@ -351,4 +351,32 @@ void gemm_ref(const QuantRows& x, int64_t nx, const Panel& w, int64_t nw, float*
     }
 }
 
+bool has_load_panels(GgmlType type) {
+    return type == GgmlType::Q8_0 || type == GgmlType::Q4_K || type == GgmlType::Q6_K;
+}
+
+size_t load_panels_bytes(GgmlType type, int64_t n_rows, int64_t k) {
+    KVEC_CHECK(has_load_panels(type));
+    return type == GgmlType::Q8_0 ? q8_0_panels_bytes(n_rows, k) : k_panels_bytes(type, n_rows, k);
+}
+
+void pack_load_panels(GgmlType type, const uint8_t* w, size_t row_bytes, int64_t n_rows, int64_t k, uint8_t* out) {
+    KVEC_CHECK(has_load_panels(type));
+    if (type == GgmlType::Q8_0) {
+        pack_q8_0_panels(w, row_bytes, n_rows, k, out);
+    } else {
+        pack_k_panels(type, w, row_bytes, n_rows, k, out);
+    }
+}
+
+void gemm_load_panels(GgmlType type, const QuantRows& x, int64_t nx, const uint8_t* panels, int64_t nw, float* y,
+                      int64_t ldy) {
+    KVEC_CHECK(has_load_panels(type));
+    if (type == GgmlType::Q8_0) {
+        gemm_q8_0_panels(x, nx, panels, nw, y, ldy);
+    } else {
+        gemm_k_panels(type, x, nx, panels, nw, y, ldy);
+    }
+}
+
 }  // namespace kvec::int8

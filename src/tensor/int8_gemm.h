@@ -108,7 +108,7 @@ using PanelPacker = bool (*)(const uint8_t* w, size_t row_bytes, int nr, int64_t
 void gemm_vnni_packed(const QuantRows& x, int64_t nx, PanelPacker pack, bool has_min, const uint8_t* w,
                       size_t row_bytes, int64_t nw, float* y, int64_t ldy);
 
-// Q8_0 weights repacked once (at load, WeightView::q8_panels) into the 16-row panels above, so no
+// Q8_0 weights repacked once (at load, WeightView::panels) into the 16-row panels above, so no
 // matmul packs them: panel j holds rows 16 j..16 j + 15, and its block b, at byte
 // (j * nb + b) * kQ8PanelBlockBytes, is the [8, 16, 4] bytes w + 128 followed by the 16 rows' fp16
 // scales (0 past the last row). The same bytes as the Q8_0 rows (16 x 34 per block), the last
@@ -121,5 +121,28 @@ void pack_q8_0_panels(const uint8_t* w, size_t row_bytes, int64_t n_rows, int64_
 // The VNNI tiles on such panels: weight rows [0, nw) of the panels at `panels` (the first row of a
 // panel), same contract as gemm_ref and the same sums, in the same order, as gemm_q8_0_vnni.
 void gemm_q8_0_panels(const QuantRows& x, int64_t nx, const uint8_t* panels, int64_t nw, float* y, int64_t ldy);
+
+// Q4_K and Q6_K weights repacked once (at load, WeightView::panels) into 16-row panels that keep
+// their bits (layouts in int8_k_panels.cpp): per 16 rows and super-block of 256 elements, the
+// nibbles of 4 elements of each row side by side (Q6_K: then their high 2 bits), and the rows'
+// scales one byte each (Q4_K: 2.8 % more bytes than its rows; Q6_K: the same bytes).
+size_t k_panels_bytes(GgmlType type, int64_t n_rows, int64_t k);
+// Packs n_rows rows of the type (row_bytes apart, k elements each) into out[k_panels_bytes].
+// Scalar code (OpenMP over panels); runs on any CPU.
+void pack_k_panels(GgmlType type, const uint8_t* w, size_t row_bytes, int64_t n_rows, int64_t k, uint8_t* out);
+// Weight rows [0, nw) of such panels (from a panel's first row), same contract as gemm_ref: up to
+// 4 activation rows by a kernel that unpacks the bits in registers (decode), more by the VNNI
+// tiles on each panel unpacked (prefill; x.qsum must be set), with the sums, in the same order,
+// of gemm_vnni_packed on the rows (int8::decode::panel_packer).
+void gemm_k_panels(GgmlType type, const QuantRows& x, int64_t nx, const uint8_t* panels, int64_t nw, float* y,
+                   int64_t ldy);
+
+// The weight types repacked at load (Q8_0, Q4_K, Q6_K), dispatching to the functions above: the bytes
+// of n_rows rows of k elements repacked, their packing, and the matmul on them.
+bool has_load_panels(GgmlType type);
+size_t load_panels_bytes(GgmlType type, int64_t n_rows, int64_t k);
+void pack_load_panels(GgmlType type, const uint8_t* w, size_t row_bytes, int64_t n_rows, int64_t k, uint8_t* out);
+void gemm_load_panels(GgmlType type, const QuantRows& x, int64_t nx, const uint8_t* panels, int64_t nw, float* y,
+                      int64_t ldy);
 
 }  // namespace kvec::int8

@@ -326,12 +326,13 @@ void matmul_int8_decode(const float* x, int64_t n, const WeightView& w, float* y
     }
 }
 
-// Q8_0 weights repacked at load into VNNI panels (WeightView::q8_panels), any number of rows:
-// the activations are quantised once, then the panel tiles run with nothing packed per call.
+// Q8_0, Q4_K and Q6_K weights repacked at load into panels (WeightView::panels), any number of
+// rows: the activations are quantised once, then the panel kernels run (Q8_0: nothing packed per
+// call; K-quant prefill: each panel's bits unpacked into the VNNI form).
 // Up to kMaxVnniRows rows (decode) each thread takes one contiguous share of the rows (one
 // stream, as matmul_int8_decode); more rows: items of (activation block, 64 weight rows), as the
 // VNNI path of matmul_int8.
-void matmul_q8_0_panels(const float* x, int64_t n, const WeightView& w, float* y) {
+void matmul_panels(const float* x, int64_t n, const WeightView& w, float* y) {
     const int64_t k = w.n_in, nb = k / int8::kBlock;
     thread_local std::vector<int8_t> aq;   // [n, k] quantised activations
     thread_local std::vector<float> ad;    // [n, nb] their block scales
@@ -347,11 +348,11 @@ void matmul_q8_0_panels(const float* x, int64_t n, const WeightView& w, float* y
     const int64_t n_ab = (n + act_block - 1) / act_block;
     const int64_t item_rows = decode ? 32 : kPackedItemRows;  // whole panels
     const int64_t n_wb = (w.n_out + item_rows - 1) / item_rows;
-    const size_t item_bytes = int8::q8_0_panels_bytes(item_rows, k);
+    const size_t item_bytes = int8::load_panels_bytes(w.type, item_rows, k);
     auto item = [&](int64_t wb, int64_t ab) {
         const int64_t a0 = ab * act_block, a1 = std::min(n, a0 + act_block);
         const int64_t r0 = wb * item_rows, r1 = std::min(w.n_out, r0 + item_rows);
-        int8::gemm_q8_0_panels(xq.from(a0), a1 - a0, w.q8_panels + wb * item_bytes, r1 - r0, y + a0 * w.n_out + r0, w.n_out);
+        int8::gemm_load_panels(w.type, xq.from(a0), a1 - a0, w.panels + wb * item_bytes, r1 - r0, y + a0 * w.n_out + r0, w.n_out);
     };
 #pragma omp parallel if (n * w.n_out * k >= (1 << 20))
     {
@@ -441,7 +442,7 @@ std::string matmul_backend_description() {
         s += ", quantised decode: dequantised per block (exact)";
     }
     if (avx2 && matmul_precision() == MatmulPrecision::Fast && int8::vnni_enabled()) {
-        s += ", q8_0 matrices repacked at load: avx512-vnni panels at every row count";
+        s += ", q8_0, q4_k and q6_k matrices repacked at load: avx512-vnni panels at every row count";
     }
     if (avx2) s += ", f16/bf16 decode in place";
     return s;
@@ -469,8 +470,8 @@ void matmul(const float* x, int64_t n, const WeightView& w, float* y) {
     // AVX2 without VNNI (pp512 Q4_K 1.6x, Q8_0 1.15x) and need no activation quantisation, so
     // there int8 dot products serve decode and small batches only; with AVX-512 VNNI they serve
     // prefill too.
-    if (w.q8_panels != nullptr && use_int8(w) && int8::vnni_enabled()) {
-        matmul_q8_0_panels(x, n, w, y);
+    if (w.panels != nullptr && use_int8(w) && int8::vnni_enabled()) {
+        matmul_panels(x, n, w, y);
         return;
     }
     if (use_int8(w) && (n < kernels::kPackedMinRows || int8::vnni_enabled())) {

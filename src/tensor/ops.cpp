@@ -36,9 +36,7 @@ WeightView WeightView::rows(int64_t first, int64_t n) const {
     WeightView v = *this;
     v.data = row(first);
     v.n_out = n;
-    v.q8_panels = q8_panels != nullptr && first % 16 == 0
-                      ? q8_panels + int8::q8_0_panels_bytes(first, n_in)
-                      : nullptr;
+    v.panels = panels != nullptr && first % 16 == 0 ? panels + int8::load_panels_bytes(type, first, n_in) : nullptr;
     return v;
 }
 

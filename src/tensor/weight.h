@@ -16,9 +16,9 @@ struct WeightView {
     int64_t n_in = 0;               // ne[0]: elements per row
     int64_t n_out = 0;              // ne[1]: rows
     size_t row_bytes = 0;           // ggml_row_size(type, n_in)
-    // Q8_0 only: the same rows repacked into 16-row VNNI panels (int8::pack_q8_0_panels), which
-    // the matmul reads instead of `data` where it can (AVX-512 VNNI, fast precision), or null.
-    const uint8_t* q8_panels = nullptr;
+    // Q8_0 and Q4_K: the same rows repacked at load into 16-row panels (int8::pack_load_panels),
+    // which the matmul reads instead of `data` where it can (AVX-512 VNNI, fast precision), or null.
+    const uint8_t* panels = nullptr;
 
     const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
     bool empty() const { return data == nullptr; }

@@ -89,9 +89,7 @@ MappedFile::MappedFile(const std::string& path, LoadMode mode, size_t max_bytes)
     file_size_ = static_cast<size_t>(st.st_size);
     size_ = std::min(file_size_, max_bytes);
     if (size_ == 0) return;
-    const bool copy = mode == LoadMode::Copy ||
-                      (mode == LoadMode::Auto && transparent_huge_pages_available() &&
-                       size_ <= available_memory_bytes() / 2);
+    const bool copy = mode == LoadMode::Copy || (mode == LoadMode::Auto && auto_copies(size_));
     uint8_t* p = copy ? map_huge_region(size_, region_size_) : nullptr;
     if (copy && p == nullptr && mode == LoadMode::Copy) {
         fail("cannot allocate {} bytes to copy '{}' into: {} (--mmap maps it instead)", size_, path,
@@ -204,6 +202,10 @@ void MappedFile::release() {
     size_ = 0;
     file_size_ = 0;
     copied_ = false;
+}
+
+bool auto_copies(size_t bytes) {
+    return transparent_huge_pages_available() && bytes <= available_memory_bytes() / 2;
 }
 
 }  // namespace kvec

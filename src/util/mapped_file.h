@@ -93,5 +93,7 @@ private:
 bool transparent_huge_pages_available();
 // MemAvailable of /proc/meminfo in bytes (0 where it is unreadable).
 size_t available_memory_bytes();
+// Whether LoadMode::Auto copies a file of this many bytes (the rule above).
+bool auto_copies(size_t bytes);
 
 }  // namespace kvec

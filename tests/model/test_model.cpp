@@ -7,9 +7,11 @@
 #include <string>
 
 #include "model/model.h"
+#include "quant/quantize_model.h"
 #include "tensor/int8_gemm.h"
 #include "test_helpers.h"
 #include "util/error.h"
+#include "util/mapped_file.h"
 
 namespace kvec {
 namespace {
@@ -77,11 +79,11 @@ TEST(Model, Q8_0MatricesRepackedAtLoad) {
     const auto m = Model::load(path, LoadMode::Auto);
     const ModelWeights& w = m->weights();
     EXPECT_GT(m->repacked_bytes(), 0u);
-    EXPECT_NE(w.output.q8_panels, nullptr);
-    EXPECT_EQ(w.token_embd.q8_panels, nullptr);
+    EXPECT_NE(w.output.panels, nullptr);
+    EXPECT_EQ(w.token_embd.panels, nullptr);
     for (const LayerWeights& L : w.layers) {
         for (const WeightView* v : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
-            EXPECT_NE(v->q8_panels, nullptr);
+            EXPECT_NE(v->panels, nullptr);
         }
     }
     EXPECT_EQ(Model::load(path, LoadMode::Copy)->repacked_bytes(), 0u);
@@ -92,6 +94,68 @@ TEST(Model, Q8_0MatricesRepackedAtLoad) {
     const auto tokens = token_cycle(40, 37, 5);
     const auto a = prefill_logits(*m, tokens, f32_options(16)), b = prefill_logits(*rows, tokens, f32_options(16));
     EXPECT_LT(max_abs_diff(a, b), 1e-3f);
+}
+
+// K-quant matrices are repacked into panels at load: every matrix of a Q4_K_M mix (Q4_K, and Q6_K
+// for the output and some ffn_down), the Q6_K ones of a Q5_K_M mix, whose Q5_K matrices are
+// instead copied beside them (2 MiB pages) in Auto where the file would have been copied; the
+// file stays mapped. Prefill and token-by-token decode stay within float rounding of the rows
+// read in place (KVEC_REPACK=0).
+TEST(Model, KQuantMatricesRepackedAtLoad) {
+    if (!int8::vnni_enabled()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU (or switched off)";
+    RandomModelSpec s = tiny_spec();
+    s.n_embd = 256;  // rows of whole super-blocks
+    s.n_ff = 512;
+    const std::string source = write_model(s, "k-quant-source.gguf");
+    for (const char* target : {"q4_k_m", "q5_k_m"}) {
+        const std::string path = temp_path(std::string(target) + "-repack.gguf");
+        quant::QuantizeOptions mix;
+        mix.mixed = true;
+        quant::quantize_gguf(source, path, quant::parse_quantize_target(target)->type, mix);
+        const auto m = Model::load(path, LoadMode::Auto);
+        const ModelWeights& w = m->weights();
+        const uint8_t* file = m->file().bytes().data();
+        const size_t file_bytes = m->file().bytes().size();
+        const bool copy_rest = auto_copies(file_bytes);
+        int repacked = 0, other = 0;
+        for (const WeightView* v : {&w.output, &w.layers[0].wq, &w.layers[0].w_down, &w.layers[1].wo, &w.layers[1].w_down}) {
+            const bool in_file = v->data >= file && v->data < file + file_bytes;
+            if (int8::has_load_panels(v->type)) {
+                ++repacked;
+                EXPECT_NE(v->panels, nullptr) << target;
+                EXPECT_TRUE(in_file) << target;  // kept for the exact path
+            } else {
+                ++other;
+                EXPECT_EQ(v->panels, nullptr) << target;
+                EXPECT_EQ(in_file, !copy_rest) << target;
+            }
+        }
+        EXPECT_EQ(w.output.type, GgmlType::Q6_K) << target;
+        EXPECT_EQ(repacked, std::string(target) == "q4_k_m" ? 5 : 2) << target;
+        EXPECT_GT(m->repacked_bytes(), 0u);
+        ::setenv("KVEC_REPACK", "0", 1);
+        const auto rows = Model::load(path, LoadMode::Auto);
+        ::unsetenv("KVEC_REPACK");
+        EXPECT_EQ(rows->repacked_bytes(), 0u);
+        // Both add the same integer sums in different float orders; where that moves an activation of
+        // the next layer across a rounding step of its int8 quantisation, the logits move by that
+        // quantisation's noise (~0.1 here, as Fast against Exact), so: most positions within float
+        // rounding, every position within the noise.
+        const auto tokens = token_cycle(24, 37, 5);
+        const int64_t n_vocab = m->config().n_vocab;
+        for (int n_batch : {16, 1}) {  // prefill chunks, then one token at a time (decode)
+            const auto a = prefill_logits(*m, tokens, f32_options(n_batch));
+            const auto b = prefill_logits(*rows, tokens, f32_options(n_batch));
+            int close = 0;
+            for (size_t t = 0; t < tokens.size(); ++t) {
+                const float d = max_abs_diff(std::span(a).subspan(t * n_vocab, n_vocab),
+                                             std::span(b).subspan(t * n_vocab, n_vocab));
+                EXPECT_LT(d, 0.25f) << target << " " << n_batch << " " << t;
+                close += d < 1e-4f;
+            }
+            EXPECT_GE(close, 20) << target << " " << n_batch;
+        }
+    }
 }
 
 TEST(Model, UnknownArchitectureListsSupportedOnes) {

@@ -428,41 +428,59 @@ TEST(Int8, RowsIndependentOfBatching) {
     }
 }
 
-// Q8_0 weights repacked into VNNI panels (pack_q8_0_panels, at load): the panel tiles against the
-// kernel that reads the rows in place (the same sums in the same order: equal bits) and against
-// the scalar reference, for every tile height; whole matrices and views that start at a panel.
-TEST(Int8, Q8_0PanelsMatchTheRowsInPlace) {
+// The types repacked at load (int8::pack_load_panels): Q8_0 (VNNI panels), Q4_K and Q6_K (the
+// bits of 16 rows side by side, int8_k_panels.cpp).
+class LoadPanels : public ::testing::TestWithParam<GgmlType> {};
+
+// Rows k of 32 x odd elements (Q8_0's tail blocks), or 2 super-blocks.
+int64_t panel_test_k(GgmlType type) { return type == GgmlType::Q8_0 ? 288 : 512; }
+
+// The panel kernels against the scalar reference for every tile height, and against the kernels
+// on the rows they replace where those add the same sums in the same order (equal bits): Q8_0's
+// in-place VNNI kernel, and for Q4_K prefill (more than 4 rows) the VNNI tiles on the rows packed
+// from the blocks. Whole matrices and views that start at a panel.
+TEST_P(LoadPanels, MatchTheRowsAndTheReference) {
     if (!int8::vnni_supported()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
-    const int64_t k = 288;
+    const GgmlType type = GetParam();
+    const int64_t k = panel_test_k(type);
     for (int64_t nw : {37, 20, 64}) {
-        const Quantised w = quantise(GgmlType::Q8_0, gaussian(k * nw, 25, 0.5f), k, nw);
-        std::vector<uint8_t> panels(int8::q8_0_panels_bytes(nw, k));
-        ASSERT_EQ(panels.size(), static_cast<size_t>((nw + 15) / 16 * 16) * w.view.row_bytes);  // Q8_0's size
-        int8::pack_q8_0_panels(w.view.data, w.view.row_bytes, nw, k, panels.data());
+        const Quantised w = quantise(type, gaussian(k * nw, 25, 0.5f), k, nw);
+        std::vector<uint8_t> panels(int8::load_panels_bytes(type, nw, k));
+        // Q8_0, Q6_K: the rows' bytes; Q4_K: 148 bytes per 144 (the scales one byte each).
+        const size_t padded_rows = static_cast<size_t>((nw + 15) / 16 * 16) * w.view.row_bytes;
+        ASSERT_EQ(panels.size(), type == GgmlType::Q4_K ? padded_rows / 144 * 148 : padded_rows);
+        int8::pack_load_panels(type, w.view.data, w.view.row_bytes, nw, k, panels.data());
         const PanelForm p = panel_form(w.view);
         const int64_t ldy = nw + 3;
         for (int64_t nx : {1, 2, 3, 4, 5, 8, 11, 16, 25}) {
             const Acts a = quantise_acts_ref(gaussian(nx * k, 90 + static_cast<uint32_t>(nx)), nx, k);
-            std::vector<float> want(static_cast<size_t>(nx * ldy)), in_place(want.size(), -7.0f), got(want.size(), -7.0f);
+            std::vector<float> want(static_cast<size_t>(nx * ldy)), rows(want.size(), -7.0f), got(want.size(), -7.0f);
             int8::gemm_ref(a.view(k), nx, p.view(k), nw, want.data(), ldy);
-            int8::gemm_q8_0_vnni(a.view(k), nx, w.view.data, w.view.row_bytes, nw, in_place.data(), ldy);
-            int8::gemm_q8_0_panels(a.view(k), nx, panels.data(), nw, got.data(), ldy);
-            EXPECT_EQ(got, in_place) << "nw " << nw << " nx " << nx;
+            int8::gemm_load_panels(type, a.view(k), nx, panels.data(), nw, got.data(), ldy);
+            if (type == GgmlType::Q8_0) {
+                int8::gemm_q8_0_vnni(a.view(k), nx, w.view.data, w.view.row_bytes, nw, rows.data(), ldy);
+                EXPECT_EQ(got, rows) << "nw " << nw << " nx " << nx;
+            } else if (nx > 4) {
+                int8::gemm_vnni_packed(a.view(k), nx, int8::decode::panel_packer(type), int8::panel_has_min(type), w.view.data,
+                                       w.view.row_bytes, nw, rows.data(), ldy);
+                EXPECT_EQ(got, rows) << "nw " << nw << " nx " << nx;
+            }
             for (int64_t i = 0; i < nx; ++i) {
                 for (int64_t j = 0; j < nw; ++j) {
                     const size_t o = static_cast<size_t>(i * ldy + j);
                     ASSERT_NEAR(got[o], want[o], 1e-5 * magnitude(a, p, k, i, j) + 1e-6) << nw << " " << nx;
                 }
+                ASSERT_EQ(got[static_cast<size_t>(i * ldy + nw)], -7.0f);  // nothing past the last row
             }
             // Rows 16.. as a view of their own (one part of a fused projection).
             if (nw > 16) {
                 WeightView whole = w.view;
-                whole.q8_panels = panels.data();
+                whole.panels = panels.data();
                 const WeightView tail = whole.rows(16, nw - 16);
-                ASSERT_EQ(tail.q8_panels, panels.data() + int8::q8_0_panels_bytes(16, k));
-                EXPECT_EQ(whole.rows(3, 5).q8_panels, nullptr);  // not at a panel's start: the rows in place
+                ASSERT_EQ(tail.panels, panels.data() + int8::load_panels_bytes(type, 16, k));
+                EXPECT_EQ(whole.rows(3, 5).panels, nullptr);  // not at a panel's start: the rows in place
                 std::vector<float> part(static_cast<size_t>(nx * ldy), -7.0f);
-                int8::gemm_q8_0_panels(a.view(k), nx, tail.q8_panels, nw - 16, part.data(), ldy);
+                int8::gemm_load_panels(type, a.view(k), nx, tail.panels, nw - 16, part.data(), ldy);
                 for (int64_t i = 0; i < nx; ++i) {
                     for (int64_t j = 0; j < nw - 16; ++j) {
                         ASSERT_EQ(part[static_cast<size_t>(i * ldy + j)], got[static_cast<size_t>(i * ldy + 16 + j)]);
@@ -473,31 +491,41 @@ TEST(Int8, Q8_0PanelsMatchTheRowsInPlace) {
     }
 }
 
-// With the panels, matmul gives every row the same bits however many rows it batches (decode
-// alone, 4 rows, batched decode of 8, a prefill chunk of 300) and stays within the
-// quantisation bound of the float reference.
-TEST(Int8, Q8_0PanelsRowsIndependentOfBatching) {
+// With the panels, matmul gives every row the same bits however many rows it batches, within
+// decode (1 to 4 rows) and within prefill (Q8_0: across both; the K-quants' decode and prefill add
+// the same sums in different orders, as the kernels on their rows do), and stays within the rounding of the
+// same sums from the rows in place.
+TEST_P(LoadPanels, RowsIndependentOfBatching) {
     if (!int8::vnni_enabled()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU (or switched off)";
+    const GgmlType type = GetParam();
     const int64_t k = 512, n_out = 72, n = 300;
     set_matmul_precision(MatmulPrecision::Fast);
-    Quantised w = quantise(GgmlType::Q8_0, gaussian(k * n_out, 63, 0.5f), k, n_out);
-    std::vector<uint8_t> panels(int8::q8_0_panels_bytes(n_out, k));
-    int8::pack_q8_0_panels(w.view.data, w.view.row_bytes, n_out, k, panels.data());
-    w.view.q8_panels = panels.data();
+    Quantised w = quantise(type, gaussian(k * n_out, 63, 0.5f), k, n_out);
+    std::vector<uint8_t> panels(int8::load_panels_bytes(type, n_out, k));
+    int8::pack_load_panels(type, w.view.data, w.view.row_bytes, n_out, k, panels.data());
+    w.view.panels = panels.data();
     const auto x = gaussian(n * k, 64);
-    std::vector<float> all(static_cast<size_t>(n * n_out)), part(all.size()), ref(all.size());
+    std::vector<float> all(static_cast<size_t>(n * n_out)), one(static_cast<size_t>(n_out)), part(all.size()),
+        ref(all.size());
     matmul(x.data(), n, w.view, all.data());
-    for (int64_t rows : {1, 4, 8, 13}) {
+    matmul(x.data() + 5 * k, 1, w.view, one.data());
+    for (int64_t rows : {1, 2, 4, 8, 13}) {
         matmul(x.data() + 5 * k, rows, w.view, part.data());
-        for (int64_t i = 0; i < rows * n_out; ++i) {
-            ASSERT_EQ(part[static_cast<size_t>(i)], all[static_cast<size_t>(5 * n_out + i)]) << rows;
+        const bool same_kernel = type == GgmlType::Q8_0 || rows > 4;
+        for (int64_t i = 0; i < (same_kernel ? rows * n_out : n_out); ++i) {
+            ASSERT_EQ(part[static_cast<size_t>(i)], same_kernel ? all[static_cast<size_t>(5 * n_out + i)] : one[i]) << rows;
         }
     }
     WeightView rows_only = w.view;  // the rows in place: within rounding of the same sums
-    rows_only.q8_panels = nullptr;
+    rows_only.panels = nullptr;
     matmul(x.data(), n, rows_only, ref.data());
     for (size_t i = 0; i < all.size(); ++i) ASSERT_NEAR(all[i], ref[i], 1e-4 * (1.0 + std::fabs(ref[i]))) << i;
+    matmul(x.data() + 5 * k, 1, rows_only, ref.data());
+    for (int64_t i = 0; i < n_out; ++i) ASSERT_NEAR(one[i], ref[i], 1e-4 * (1.0 + std::fabs(ref[i]))) << i;
 }
+
+INSTANTIATE_TEST_SUITE_P(Types, LoadPanels, ::testing::Values(GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K),
+                         [](const auto& info) { return std::string(ggml_type_name(info.param)); });
 
 }  // namespace
 }  // namespace kvec
