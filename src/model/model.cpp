@@ -330,9 +330,10 @@ void Model::repack(bool copy_rest) {
             v.data = at;
         }
         at += it.bytes;
-        // Repacked rows stay mapped for the paths that read them (exact precision, no VNNI) and
-        // for the embedding rows of a tied output; until then their pages leave this process's memory.
-        if (rows != weights_.token_embd.data) file_->bytes().release_pages(rows, v.row_bytes * v.n_out);
+        // The rows stay mapped for the paths that read them (exact precision, no VNNI; the
+        // embedding rows of a tied output, a few per token); until then their pages leave this
+        // process's memory (a tied output's would otherwise be held twice, as rows and as panels).
+        file_->bytes().release_pages(rows, v.row_bytes * v.n_out);
     }
 }
 

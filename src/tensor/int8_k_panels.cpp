@@ -46,11 +46,15 @@ struct Q4K {
     static constexpr size_t kD = 0, kDmin = 32, kScales = 64, kMins = 192, kQuants = 320, kBlockBytes = 256;
     static constexpr size_t kGroupBytes = kQuants + 8 * kBlockBytes;
     static_assert(kGroupBytes * 144 == 148 * 16 * sizeof(quant::BlockQ4_K));
-    // 4-bit quant q of element e of a block (quant/blocks.h).
-    static uint8_t quant(const uint8_t* blk, int e) {
+    // The 4-bit quants q[256] of a block (quant/blocks.h).
+    static void quants(const uint8_t* blk, uint8_t* q) {
         const auto& b = *reinterpret_cast<const quant::BlockQ4_K*>(blk);
-        const uint8_t byte = b.qs[32 * (e / 64) + e % 32];
-        return (e % 64) < 32 ? byte & 0x0F : byte >> 4;
+        for (int c = 0; c < 4; ++c) {
+            for (int l = 0; l < 32; ++l) {
+                q[64 * c + l] = b.qs[32 * c + l] & 0x0F;
+                q[64 * c + 32 + l] = b.qs[32 * c + l] >> 4;
+            }
+        }
     }
     static void pack_scales(const uint8_t* blk, int r, uint8_t* pg) {
         const auto& b = *reinterpret_cast<const quant::BlockQ4_K*>(blk);
@@ -64,13 +68,21 @@ struct Q6K {
     static constexpr size_t kD = 0, kScales = 32, kQuants = 288, kBlockBytes = 384, kHigh = 256;
     static constexpr size_t kGroupBytes = kQuants + 8 * kBlockBytes;
     static_assert(kGroupBytes == 16 * sizeof(quant::BlockQ6_K));
-    // 6-bit quant q of element e of a block (quant/blocks.h).
-    static uint8_t quant(const uint8_t* blk, int e) {
+    // The 6-bit quants q[256] of a block (quant/blocks.h): per half of 128, quarter i takes the
+    // low (i < 2) or high nibbles of ql[32 (i % 2) + l] and bits 2 i, 2 i + 1 of qh[l].
+    static void quants(const uint8_t* blk, uint8_t* q) {
         const auto& b = *reinterpret_cast<const quant::BlockQ6_K*>(blk);
-        const int quarter = (e % 128) / 32;
-        const uint8_t byte = b.ql[64 * (e / 128) + 32 * (quarter % 2) + e % 32];
-        const int low = quarter < 2 ? byte & 0x0F : byte >> 4;
-        return static_cast<uint8_t>(low | ((b.qh[32 * (e / 128) + e % 32] >> (2 * quarter)) & 3) << 4);
+        for (int h = 0; h < 2; ++h) {
+            const uint8_t* ql = b.ql + 64 * h;
+            const uint8_t* qh = b.qh + 32 * h;
+            uint8_t* qo = q + 128 * h;
+            for (int l = 0; l < 32; ++l) {
+                qo[l] = static_cast<uint8_t>((ql[l] & 0x0F) | (qh[l] & 3) << 4);
+                qo[32 + l] = static_cast<uint8_t>((ql[32 + l] & 0x0F) | ((qh[l] >> 2) & 3) << 4);
+                qo[64 + l] = static_cast<uint8_t>((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4);
+                qo[96 + l] = static_cast<uint8_t>((ql[32 + l] >> 4) | ((qh[l] >> 6) & 3) << 4);
+            }
+        }
     }
     static void pack_scales(const uint8_t* blk, int r, uint8_t* pg) {
         const auto& b = *reinterpret_cast<const quant::BlockQ6_K*>(blk);
@@ -97,12 +109,14 @@ void pack_panels(const uint8_t* w, size_t row_bytes, int64_t n_rows, int64_t k, 
             for (int r = 0; r < kRows && p * kRows + r < n_rows; ++r) {
                 const uint8_t* blk = w + static_cast<size_t>(p * kRows + r) * row_bytes + g * block_bytes;
                 T::pack_scales(blk, r, pg);
+                uint8_t q[kSuper];
+                T::quants(blk, q);
                 for (int j = 0; j < 8; ++j) {
                     uint8_t* qb = pg + T::kQuants + j * T::kBlockBytes;
+                    const uint8_t* qj = q + 32 * j;
                     for (int v = 0; v < 4; ++v) {
                         for (int t = 0; t < 4; ++t) {
-                            const int e = 32 * j + 4 * v + t;
-                            const uint8_t lo = T::quant(blk, e), hi = T::quant(blk, e + 16);
+                            const uint8_t lo = qj[4 * v + t], hi = qj[16 + 4 * v + t];
                             qb[64 * v + 4 * r + t] = static_cast<uint8_t>((lo & 0x0F) | (hi & 0x0F) << 4);
                             if constexpr (std::is_same_v<T, Q6K>) {
                                 // High bits of segment v (first half) and 4 + v (second half).
