@@ -131,11 +131,13 @@ size_t k_panels_bytes(GgmlType type, int64_t n_rows, int64_t k);
 // Scalar code (OpenMP over panels); runs on any CPU.
 void pack_k_panels(GgmlType type, const uint8_t* w, size_t row_bytes, int64_t n_rows, int64_t k, uint8_t* out);
 // Weight rows [0, nw) of such panels (from a panel's first row), same contract as gemm_ref: up to
-// 4 activation rows by a kernel that unpacks the bits in registers (decode), more by the VNNI
+// 8 activation rows (k_panels_decode_rows) by a kernel that unpacks the bits in registers (decode
+// and batched decode), more by the VNNI
 // tiles on each panel unpacked (prefill; x.qsum must be set), with the sums, in the same order,
 // of gemm_vnni_packed on the rows (int8::decode::panel_packer).
 void gemm_k_panels(GgmlType type, const QuantRows& x, int64_t nx, const uint8_t* panels, int64_t nw, float* y,
                    int64_t ldy);
+constexpr int64_t k_panels_decode_rows = 8;
 
 // The weight types repacked at load (Q8_0, Q4_K, Q6_K), dispatching to the functions above: the bytes
 // of n_rows rows of k elements repacked, their packing, and the matmul on them.

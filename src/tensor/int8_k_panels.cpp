@@ -283,19 +283,23 @@ void gemm_panels(const QuantRows& x, int64_t nx, const uint8_t* panels, int64_t 
     KVEC_CHECK(vnni_supported() && x.k % kSuper == 0);
     const int64_t ng = x.k / kSuper;
     const size_t panel_bytes = panels_bytes<T>(kRows, x.k);
-    if (nx > 4) {  // prefill: more rows than the decode kernels take (int8::decode::kMaxVnniRows)
+    if (nx > k_panels_decode_rows) {  // prefill: the VNNI tiles on each panel unpacked
         KVEC_CHECK(x.qsum != nullptr);
         gemm_vnni_packed(x, nx, &unpack_panel<T>, !std::is_same_v<T, Q6K>, panels, panel_bytes / kRows, nw, y, ldy);
         return;
     }
+    // Each panel against the rows 4 at a time: read from memory by the first 4, from the cache by
+    // the next (a panel of 16 rows is a few tens of KiB).
     for (int64_t j0 = 0; j0 < nw; j0 += kRows, panels += panel_bytes) {
         const int nj = static_cast<int>(nw - j0 < kRows ? nw - j0 : kRows);
-        switch (nx) {
-            case 1: gemv_panel<T, 1>(x, 0, panels, ng, y + j0, ldy, nj); break;
-            case 2: gemv_panel<T, 2>(x, 0, panels, ng, y + j0, ldy, nj); break;
-            case 3: gemv_panel<T, 3>(x, 0, panels, ng, y + j0, ldy, nj); break;
-            case 4: gemv_panel<T, 4>(x, 0, panels, ng, y + j0, ldy, nj); break;
-            default: break;
+        for (int64_t i0 = 0; i0 < nx; i0 += 4) {
+            float* yi = y + i0 * ldy + j0;
+            switch (nx - i0) {
+                case 1: gemv_panel<T, 1>(x, i0, panels, ng, yi, ldy, nj); break;
+                case 2: gemv_panel<T, 2>(x, i0, panels, ng, yi, ldy, nj); break;
+                case 3: gemv_panel<T, 3>(x, i0, panels, ng, yi, ldy, nj); break;
+                default: gemv_panel<T, 4>(x, i0, panels, ng, yi, ldy, nj); break;
+            }
         }
     }
 }

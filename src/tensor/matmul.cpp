@@ -329,9 +329,9 @@ void matmul_int8_decode(const float* x, int64_t n, const WeightView& w, float* y
 // Q8_0, Q4_K and Q6_K weights repacked at load into panels (WeightView::panels), any number of
 // rows: the activations are quantised once, then the panel kernels run (Q8_0: nothing packed per
 // call; K-quant prefill: each panel's bits unpacked into the VNNI form).
-// Up to kMaxVnniRows rows (decode) each thread takes one contiguous share of the rows (one
-// stream, as matmul_int8_decode); more rows: items of (activation block, 64 weight rows), as the
-// VNNI path of matmul_int8.
+// Up to the panels' decode rows (Q8_0: kMaxVnniRows; K-quants: 8) each thread takes one contiguous
+// share of the rows (one stream, as matmul_int8_decode); more rows: items of (activation block,
+// 64 weight rows), as the VNNI path of matmul_int8.
 void matmul_panels(const float* x, int64_t n, const WeightView& w, float* y) {
     const int64_t k = w.n_in, nb = k / int8::kBlock;
     thread_local std::vector<int8_t> aq;   // [n, k] quantised activations
@@ -343,7 +343,7 @@ void matmul_panels(const float* x, int64_t n, const WeightView& w, float* y) {
     float* d_out = ad.data();
     float* h_out = ah.data();
     int32_t* s_out = as.data();
-    const bool decode = n <= int8::decode::kMaxVnniRows;
+    const bool decode = n <= (w.type == GgmlType::Q8_0 ? int8::decode::kMaxVnniRows : int8::k_panels_decode_rows);
     const int64_t act_block = decode ? n : prefill_act_block(n);
     const int64_t n_ab = (n + act_block - 1) / act_block;
     const int64_t item_rows = decode ? 32 : kPackedItemRows;  // whole panels

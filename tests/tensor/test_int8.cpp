@@ -452,7 +452,7 @@ TEST_P(LoadPanels, MatchTheRowsAndTheReference) {
         int8::pack_load_panels(type, w.view.data, w.view.row_bytes, nw, k, panels.data());
         const PanelForm p = panel_form(w.view);
         const int64_t ldy = nw + 3;
-        for (int64_t nx : {1, 2, 3, 4, 5, 8, 11, 16, 25}) {
+        for (int64_t nx : {1, 2, 3, 4, 5, 7, 8, 9, 11, 16, 25}) {
             const Acts a = quantise_acts_ref(gaussian(nx * k, 90 + static_cast<uint32_t>(nx)), nx, k);
             std::vector<float> want(static_cast<size_t>(nx * ldy)), rows(want.size(), -7.0f), got(want.size(), -7.0f);
             int8::gemm_ref(a.view(k), nx, p.view(k), nw, want.data(), ldy);
@@ -460,7 +460,7 @@ TEST_P(LoadPanels, MatchTheRowsAndTheReference) {
             if (type == GgmlType::Q8_0) {
                 int8::gemm_q8_0_vnni(a.view(k), nx, w.view.data, w.view.row_bytes, nw, rows.data(), ldy);
                 EXPECT_EQ(got, rows) << "nw " << nw << " nx " << nx;
-            } else if (nx > 4) {
+            } else if (nx > int8::k_panels_decode_rows) {
                 int8::gemm_vnni_packed(a.view(k), nx, int8::decode::panel_packer(type), int8::panel_has_min(type), w.view.data,
                                        w.view.row_bytes, nw, rows.data(), ldy);
                 EXPECT_EQ(got, rows) << "nw " << nw << " nx " << nx;
@@ -492,8 +492,8 @@ TEST_P(LoadPanels, MatchTheRowsAndTheReference) {
 }
 
 // With the panels, matmul gives every row the same bits however many rows it batches, within
-// decode (1 to 4 rows) and within prefill (Q8_0: across both; the K-quants' decode and prefill add
-// the same sums in different orders, as the kernels on their rows do), and stays within the rounding of the
+// decode (K-quants: 1 to 8 rows) and within prefill (Q8_0: across both; the K-quants' decode and
+// prefill add the same sums in different orders, as the kernels on their rows do), and stays within the rounding of the
 // same sums from the rows in place.
 TEST_P(LoadPanels, RowsIndependentOfBatching) {
     if (!int8::vnni_enabled()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU (or switched off)";
@@ -511,7 +511,7 @@ TEST_P(LoadPanels, RowsIndependentOfBatching) {
     matmul(x.data() + 5 * k, 1, w.view, one.data());
     for (int64_t rows : {1, 2, 4, 8, 13}) {
         matmul(x.data() + 5 * k, rows, w.view, part.data());
-        const bool same_kernel = type == GgmlType::Q8_0 || rows > 4;
+        const bool same_kernel = type == GgmlType::Q8_0 || rows > int8::k_panels_decode_rows;
         for (int64_t i = 0; i < (same_kernel ? rows * n_out : n_out); ++i) {
             ASSERT_EQ(part[static_cast<size_t>(i)], same_kernel ? all[static_cast<size_t>(5 * n_out + i)] : one[i]) << rows;
         }
