@@ -326,47 +326,76 @@ void matmul_int8_decode(const float* x, int64_t n, const WeightView& w, float* y
     }
 }
 
+// Quantised activation rows in the calling thread's own buffers (grow-only).
+struct ActRows {
+    int8_t* q;   // [n, k] quantised values
+    float* d;    // [n, nb] block scales
+    float* h;    // [n, nb, 2] half-block sums times the scale
+    int32_t* s;  // [n, nb, 2] integer half-block sums
+    int64_t k;
+    static ActRows of_this_thread(int64_t n, int64_t k) {
+        thread_local std::vector<int8_t> aq;
+        thread_local std::vector<float> ad, ah;
+        thread_local std::vector<int32_t> as;
+        const int64_t nb = k / int8::kBlock;
+        return {grow(aq, n * k), grow(ad, n * nb), grow(ah, n * nb * 2), grow(as, n * nb * 2), k};
+    }
+    void quantise(const float* x, int64_t r) const {
+        const int64_t nb = k / int8::kBlock;
+        int8::quantize_rows_avx2(x + r * k, 1, k, q + r * k, d + r * nb, h + r * nb * 2, s + r * nb * 2);
+    }
+    int8::QuantRows view() const { return {q, d, h, k, s}; }
+};
+
 // Q8_0, Q4_K and Q6_K weights repacked at load into panels (WeightView::panels), any number of
-// rows: the activations are quantised once, then the panel kernels run (Q8_0: nothing packed per
+// rows: the activations are quantised, then the panel kernels run (Q8_0: nothing packed per
 // call; K-quant prefill: each panel's bits unpacked into the VNNI form).
-// Up to the panels' decode rows (Q8_0: kMaxVnniRows; K-quants: 8) each thread takes one contiguous
-// share of the rows (one stream, as matmul_int8_decode); more rows: items of (activation block,
-// 64 weight rows), as the VNNI path of matmul_int8.
+// Up to the panels' decode rows (Q8_0: kMaxVnniRows; K-quants: 8) the threads take contiguous
+// chunks of the rows in turn; more rows: items of (activation block, 64 weight rows), as the VNNI
+// path of matmul_int8.
 void matmul_panels(const float* x, int64_t n, const WeightView& w, float* y) {
-    const int64_t k = w.n_in, nb = k / int8::kBlock;
-    thread_local std::vector<int8_t> aq;   // [n, k] quantised activations
-    thread_local std::vector<float> ad;    // [n, nb] their block scales
-    thread_local std::vector<float> ah;    // [n, nb, 2] their half-block sums (times the scale)
-    thread_local std::vector<int32_t> as;  // [n, nb, 2] their integer half-block sums
-    const int8::QuantRows xq{grow(aq, n * k), grow(ad, n * nb), grow(ah, n * nb * 2), k, grow(as, n * nb * 2)};
-    int8_t* q_out = aq.data();
-    float* d_out = ad.data();
-    float* h_out = ah.data();
-    int32_t* s_out = as.data();
-    const bool decode = n <= (w.type == GgmlType::Q8_0 ? int8::decode::kMaxVnniRows : int8::k_panels_decode_rows);
-    const int64_t act_block = decode ? n : prefill_act_block(n);
+    const int64_t k = w.n_in;
+    const bool parallel = n * w.n_out * k >= (1 << 20);
+    if (n <= (w.type == GgmlType::Q8_0 ? int8::decode::kMaxVnniRows : int8::k_panels_decode_rows)) {
+        // Decode: every thread quantises the few rows itself (a few microseconds, cheaper than a
+        // barrier), then streams the panels in contiguous chunks of about 1/16 of its share, handed
+        // out in turn: a thread whose memory runs slower takes fewer, where equal static shares
+        // left the other waiting at the end of the matmul (14 % of decode in libgomp's spin on the
+        // Phi-4-mini shape; Gemma-3-4B shape tg64 +19 %, Phi +1-7 %; docs/performance.md).
+        constexpr int64_t kItemRows = 32;  // whole panels
+        constexpr int64_t kChunksPerThread = 16;
+        const int64_t n_wb = (w.n_out + kItemRows - 1) / kItemRows;
+        const size_t item_bytes = int8::load_panels_bytes(w.type, kItemRows, k);
+#pragma omp parallel if (parallel)
+        {
+            const ActRows a = ActRows::of_this_thread(n, k);
+            for (int64_t r = 0; r < n; ++r) a.quantise(x, r);
+            const int64_t chunk = std::max<int64_t>(1, n_wb / (kChunksPerThread * omp_get_num_threads()));
+#pragma omp for schedule(dynamic, chunk) nowait
+            for (int64_t wb = 0; wb < n_wb; ++wb) {
+                const int64_t r0 = wb * kItemRows, r1 = std::min(w.n_out, r0 + kItemRows);
+                int8::gemm_load_panels(w.type, a.view(), n, w.panels + wb * item_bytes, r1 - r0, y + r0, w.n_out);
+            }
+        }
+        return;
+    }
+    const ActRows a = ActRows::of_this_thread(n, k);
+    const int8::QuantRows xq = a.view();
+    const int64_t act_block = prefill_act_block(n);
     const int64_t n_ab = (n + act_block - 1) / act_block;
-    const int64_t item_rows = decode ? 32 : kPackedItemRows;  // whole panels
-    const int64_t n_wb = (w.n_out + item_rows - 1) / item_rows;
-    const size_t item_bytes = int8::load_panels_bytes(w.type, item_rows, k);
-    auto item = [&](int64_t wb, int64_t ab) {
-        const int64_t a0 = ab * act_block, a1 = std::min(n, a0 + act_block);
-        const int64_t r0 = wb * item_rows, r1 = std::min(w.n_out, r0 + item_rows);
-        int8::gemm_load_panels(w.type, xq.from(a0), a1 - a0, w.panels + wb * item_bytes, r1 - r0, y + a0 * w.n_out + r0, w.n_out);
-    };
-#pragma omp parallel if (n * w.n_out * k >= (1 << 20))
+    const int64_t n_wb = (w.n_out + kPackedItemRows - 1) / kPackedItemRows;
+    const size_t item_bytes = int8::load_panels_bytes(w.type, kPackedItemRows, k);
+#pragma omp parallel if (parallel)
     {
 #pragma omp for schedule(static)
-        for (int64_t r = 0; r < n; ++r) {
-            int8::quantize_rows_avx2(x + r * k, 1, k, q_out + r * k, d_out + r * nb, h_out + r * nb * 2, s_out + r * nb * 2);
-        }
-        if (decode) {
-#pragma omp for schedule(static)
-            for (int64_t wb = 0; wb < n_wb; ++wb) item(wb, 0);
-        } else {
+        for (int64_t r = 0; r < n; ++r) a.quantise(x, r);
 #pragma omp for schedule(dynamic, 1) collapse(2)
-            for (int64_t wb = 0; wb < n_wb; ++wb) {
-                for (int64_t ab = 0; ab < n_ab; ++ab) item(wb, ab);
+        for (int64_t wb = 0; wb < n_wb; ++wb) {
+            for (int64_t ab = 0; ab < n_ab; ++ab) {
+                const int64_t a0 = ab * act_block, a1 = std::min(n, a0 + act_block);
+                const int64_t r0 = wb * kPackedItemRows, r1 = std::min(w.n_out, r0 + kPackedItemRows);
+                int8::gemm_load_panels(w.type, xq.from(a0), a1 - a0, w.panels + wb * item_bytes, r1 - r0,
+                                       y + a0 * w.n_out + r0, w.n_out);
             }
         }
     }
