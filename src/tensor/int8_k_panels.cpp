@@ -45,7 +45,7 @@ constexpr int64_t kSuper = 256;  // elements per super-block
 struct Q4K {
     static constexpr size_t kD = 0, kDmin = 32, kScales = 64, kMins = 192, kQuants = 320, kBlockBytes = 256;
     static constexpr size_t kGroupBytes = kQuants + 8 * kBlockBytes;
-    static_assert(kGroupBytes * 144 == 148 * 16 * sizeof(quant::BlockQ4_K));
+    static_assert(kGroupBytes == 16 * 148 && sizeof(quant::BlockQ4_K) == 144);  // 148 bytes a row for 144
     // The 4-bit quants q[256] of a block (quant/blocks.h).
     static void quants(const uint8_t* blk, uint8_t* q) {
         const auto& b = *reinterpret_cast<const quant::BlockQ4_K*>(blk);

@@ -16,7 +16,7 @@ struct WeightView {
     int64_t n_in = 0;               // ne[0]: elements per row
     int64_t n_out = 0;              // ne[1]: rows
     size_t row_bytes = 0;           // ggml_row_size(type, n_in)
-    // Q8_0 and Q4_K: the same rows repacked at load into 16-row panels (int8::pack_load_panels),
+    // Q8_0, Q4_K, Q6_K: the same rows repacked at load into 16-row panels (int8::pack_load_panels),
     // which the matmul reads instead of `data` where it can (AVX-512 VNNI, fast precision), or null.
     const uint8_t* panels = nullptr;
 
