@@ -85,8 +85,9 @@ void run_expert(const float* x, const Experts& w, int e, const int32_t* slot, in
         const int64_t t = slot[i] / K;
         std::copy(x + t * E, x + (t + 1) * E, xg + int64_t{i} * E);
     }
-    matmul(xg, n, expert_matrix(*w.gate, e, F), g);  // [n, F]
-    matmul(xg, n, expert_matrix(*w.up, e, F), u);    // [n, F]
+    const WeightView gate = expert_matrix(*w.gate, e, F), up = expert_matrix(*w.up, e, F);
+    const MatmulOut gate_up[] = {{&gate, g}, {&up, u}};
+    matmul_group(xg, n, gate_up);  // g [n, F], u [n, F]
     if (w.gate_b != nullptr) ops::add_bias(g, w.gate_b + int64_t{e} * F, n, F);
     if (w.up_b != nullptr) ops::add_bias(u, w.up_b + int64_t{e} * F, n, F);
     if (w.swiglu_oai) {

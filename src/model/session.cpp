@@ -612,9 +612,8 @@ void Session::attention_block(int layer, const ops::RopeParams& rope, const int3
     const LayerWeights& L = model_.weights().layers[sz(layer)];
     const int64_t E = c.n_embd, Q = c.q_dim(), KV = c.kv_dim(), D = c.head_dim;
     ops::rms_norm(x_.data(), L.attn_norm.data(), xn_.data(), T, E, c.rms_eps);  // [T, E]
-    matmul(xn_.data(), T, L.wq, q_.data());                                     // [T, Q]
-    matmul(xn_.data(), T, L.wk, k_.data());                                     // [T, KV]
-    matmul(xn_.data(), T, L.wv, v_.data());                                     // [T, KV]
+    const MatmulOut qkv[] = {{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}};
+    matmul_group(xn_.data(), T, qkv);  // q [T, Q], k [T, KV], v [T, KV]
     if (!L.bq.empty()) ops::add_bias(q_.data(), L.bq.data(), T, Q);
     if (!L.bk.empty()) ops::add_bias(k_.data(), L.bk.data(), T, KV);
     if (!L.bv.empty()) ops::add_bias(v_.data(), L.bv.data(), T, KV);

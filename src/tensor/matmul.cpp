@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -347,36 +348,63 @@ struct ActRows {
     int8::QuantRows view() const { return {q, d, h, k, s}; }
 };
 
+// Whether matmul_panels takes n rows of w in its decode form.
+bool panels_decode(int64_t n, const WeightView& w) {
+    return n <= (w.type == GgmlType::Q8_0 ? int8::decode::kMaxVnniRows : int8::k_panels_decode_rows);
+}
+
+// Decode on panels, for one or more weights that read the same input (n_in k): every thread
+// quantises the few rows itself (a few microseconds, cheaper than a barrier), then streams the
+// panels in contiguous chunks of about 1/16 of its share, handed out in turn: a thread whose
+// memory runs slower takes fewer, where equal static shares left the other waiting at the end of
+// the matmul (14 % of decode in libgomp's spin on the Phi-4-mini shape; Gemma-3-4B shape tg64
+// +19 %, Phi +1-7 %; docs/performance.md). Several weights are one pass over all their rows.
+constexpr size_t kMaxOuts = 4;  // weights in one pass
+void matmul_panels_decode(const float* x, int64_t n, std::span<const MatmulOut> outs) {
+    constexpr int64_t kItemRows = 32;  // whole panels
+    constexpr int64_t kChunksPerThread = 16;
+    KVEC_CHECK(!outs.empty() && outs.size() <= kMaxOuts);
+    const int64_t k = outs[0].w->n_in;
+    std::array<int64_t, kMaxOuts + 1> first{};  // items of weight i: [first[i], first[i + 1])
+    std::array<size_t, kMaxOuts> item_bytes{};
+    int64_t work = 0;
+    for (size_t i = 0; i < outs.size(); ++i) {
+        const WeightView& w = *outs[i].w;
+        KVEC_CHECK(w.n_in == k);
+        first[i + 1] = first[i] + (w.n_out + kItemRows - 1) / kItemRows;
+        item_bytes[i] = int8::load_panels_bytes(w.type, kItemRows, k);
+        work += n * w.n_out * k;
+    }
+    const int64_t n_items = first[outs.size()];
+#pragma omp parallel if (work >= (1 << 20))
+    {
+        const ActRows a = ActRows::of_this_thread(n, k);
+        for (int64_t r = 0; r < n; ++r) a.quantise(x, r);
+        const int64_t chunk = std::max<int64_t>(1, n_items / (kChunksPerThread * omp_get_num_threads()));
+#pragma omp for schedule(dynamic, chunk) nowait
+        for (int64_t item = 0; item < n_items; ++item) {
+            size_t i = 0;
+            while (item >= first[i + 1]) ++i;
+            const WeightView& w = *outs[i].w;
+            const int64_t wb = item - first[i];
+            const int64_t r0 = wb * kItemRows, r1 = std::min(w.n_out, r0 + kItemRows);
+            int8::gemm_load_panels(w.type, a.view(), n, w.panels + wb * item_bytes[i], r1 - r0, outs[i].y + r0,
+                                   w.n_out);
+        }
+    }
+}
+
 // Q8_0, Q4_K and Q6_K weights repacked at load into panels (WeightView::panels), any number of
 // rows: the activations are quantised, then the panel kernels run (Q8_0: nothing packed per
 // call; K-quant prefill: each panel's bits unpacked into the VNNI form).
-// Up to the panels' decode rows (Q8_0: kMaxVnniRows; K-quants: 8) the threads take contiguous
-// chunks of the rows in turn; more rows: items of (activation block, 64 weight rows), as the VNNI
-// path of matmul_int8.
+// Up to the panels' decode rows (Q8_0: kMaxVnniRows; K-quants: 8), matmul_panels_decode; more
+// rows: items of (activation block, 64 weight rows), as the VNNI path of matmul_int8.
 void matmul_panels(const float* x, int64_t n, const WeightView& w, float* y) {
     const int64_t k = w.n_in;
     const bool parallel = n * w.n_out * k >= (1 << 20);
-    if (n <= (w.type == GgmlType::Q8_0 ? int8::decode::kMaxVnniRows : int8::k_panels_decode_rows)) {
-        // Decode: every thread quantises the few rows itself (a few microseconds, cheaper than a
-        // barrier), then streams the panels in contiguous chunks of about 1/16 of its share, handed
-        // out in turn: a thread whose memory runs slower takes fewer, where equal static shares
-        // left the other waiting at the end of the matmul (14 % of decode in libgomp's spin on the
-        // Phi-4-mini shape; Gemma-3-4B shape tg64 +19 %, Phi +1-7 %; docs/performance.md).
-        constexpr int64_t kItemRows = 32;  // whole panels
-        constexpr int64_t kChunksPerThread = 16;
-        const int64_t n_wb = (w.n_out + kItemRows - 1) / kItemRows;
-        const size_t item_bytes = int8::load_panels_bytes(w.type, kItemRows, k);
-#pragma omp parallel if (parallel)
-        {
-            const ActRows a = ActRows::of_this_thread(n, k);
-            for (int64_t r = 0; r < n; ++r) a.quantise(x, r);
-            const int64_t chunk = std::max<int64_t>(1, n_wb / (kChunksPerThread * omp_get_num_threads()));
-#pragma omp for schedule(dynamic, chunk) nowait
-            for (int64_t wb = 0; wb < n_wb; ++wb) {
-                const int64_t r0 = wb * kItemRows, r1 = std::min(w.n_out, r0 + kItemRows);
-                int8::gemm_load_panels(w.type, a.view(), n, w.panels + wb * item_bytes, r1 - r0, y + r0, w.n_out);
-            }
-        }
+    if (panels_decode(n, w)) {
+        const MatmulOut out{&w, y};
+        matmul_panels_decode(x, n, {&out, 1});
         return;
     }
     const ActRows a = ActRows::of_this_thread(n, k);
@@ -513,6 +541,19 @@ void matmul(const float* x, int64_t n, const WeightView& w, float* y) {
         return;
     }
     implementation_for(w.type)(x, n, w, y);
+}
+
+void matmul_group(const float* x, int64_t n, std::span<const MatmulOut> outs) {
+    const bool one_pass = n > 0 && outs.size() > 1 && outs.size() <= kMaxOuts && int8::vnni_enabled() &&
+                          std::all_of(outs.begin(), outs.end(), [&](const MatmulOut& o) {
+                              return o.w->panels != nullptr && use_int8(*o.w) && panels_decode(n, *o.w) &&
+                                     o.w->n_in == outs[0].w->n_in;
+                          });
+    if (one_pass) {
+        matmul_panels_decode(x, n, outs);
+        return;
+    }
+    for (const MatmulOut& o : outs) matmul(x, n, *o.w, o.y);
 }
 
 }  // namespace kvec

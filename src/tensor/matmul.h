@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "tensor/weight.h"
@@ -33,6 +34,15 @@ namespace kvec {
 // y[n, w.n_out] = x[n, w.n_in] . W^T. Parallel over output rows with OpenMP; each weight row is
 // dequantised once per block of activation rows (prefill is matrix-matrix work).
 void matmul(const float* x, int64_t n, const WeightView& w, float* y);
+
+// y[n, w->n_out] = x[n, k] . W^T for each weight that reads the same input (Q, K, V; gate, up):
+// the bits of matmul() on each, but decode on panels (WeightView::panels; up to 4 weights) runs
+// all their rows in one parallel pass (one fork and join, the threads' chunks spread over them).
+struct MatmulOut {
+    const WeightView* w;
+    float* y;  // [n, w->n_out]
+};
+void matmul_group(const float* x, int64_t n, std::span<const MatmulOut> outs);
 
 // The float tile kernel used by the blocked path (and by attention for q.K^T of F32 caches):
 //   y[i * ldy + j] = dot(x + i * ldx, w + j * ldw, k)   for i < nx, j < nw.

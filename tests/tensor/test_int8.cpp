@@ -524,6 +524,40 @@ TEST_P(LoadPanels, RowsIndependentOfBatching) {
     for (int64_t i = 0; i < n_out; ++i) ASSERT_NEAR(one[i], ref[i], 1e-4 * (1.0 + std::fabs(ref[i]))) << i;
 }
 
+// matmul_group gives each weight the bits matmul gives it alone: weights of the three panel types
+// together (one pass in decode), one without panels among them (each on its own), and prefill.
+TEST(LoadPanels, GroupMatchesEachMatmul) {
+    set_matmul_precision(MatmulPrecision::Fast);
+    const int64_t k = 512;
+    const std::vector<std::pair<GgmlType, int64_t>> shapes = {
+        {GgmlType::Q4_K, 96}, {GgmlType::Q6_K, 40}, {GgmlType::Q8_0, 33}, {GgmlType::Q4_K, 20}};
+    std::vector<Quantised> ws;
+    std::vector<std::vector<uint8_t>> panels;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+        const auto [type, n_out] = shapes[i];
+        ws.push_back(quantise(type, gaussian(k * n_out, 70 + static_cast<uint32_t>(i), 0.5f), k, n_out));
+        panels.emplace_back(int8::load_panels_bytes(type, n_out, k));
+        int8::pack_load_panels(type, ws[i].view.data, ws[i].view.row_bytes, n_out, k, panels[i].data());
+        ws[i].view.panels = panels[i].data();
+    }
+    const auto x = gaussian(20 * k, 75);
+    for (bool without_panels : {false, true}) {
+        if (without_panels) ws[2].view.panels = nullptr;
+        for (int64_t n : {1, 3, 8, 20}) {
+            std::vector<std::vector<float>> got, want;
+            std::vector<MatmulOut> outs;
+            for (const Quantised& w : ws) {
+                got.emplace_back(static_cast<size_t>(n * w.view.n_out), -7.0f);
+                want.emplace_back(got.back().size());
+                matmul(x.data(), n, w.view, want.back().data());
+            }
+            for (size_t i = 0; i < ws.size(); ++i) outs.push_back({&ws[i].view, got[i].data()});
+            matmul_group(x.data(), n, outs);
+            for (size_t i = 0; i < ws.size(); ++i) ASSERT_EQ(got[i], want[i]) << i << " n=" << n << " " << without_panels;
+        }
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, LoadPanels, ::testing::Values(GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K),
                          [](const auto& info) { return std::string(ggml_type_name(info.param)); });
 

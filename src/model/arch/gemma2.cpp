@@ -41,8 +41,8 @@ void Session::forward_gemma2(const int32_t* tokens, const int32_t* positions, in
         ops::add(x_.data(), proj_.data(), T * E);
         // Feed-forward block (GELU-tanh gated).
         ops::rms_norm(x_.data(), L.ffn_norm.data(), xn_.data(), T, E, c.rms_eps);
-        matmul(xn_.data(), T, L.w_gate, gate_.data());  // [T, F]
-        matmul(xn_.data(), T, L.w_up, up_.data());      // [T, F]
+        const MatmulOut gate_up[] = {{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}};
+        matmul_group(xn_.data(), T, gate_up);  // gate [T, F], up [T, F]
         ops::geglu(gate_.data(), up_.data(), gate_.data(), T * F);
         matmul(gate_.data(), T, L.w_down, proj_.data());  // [T, E]
         ops::rms_norm(proj_.data(), L.ffn_post_norm.data(), proj_.data(), T, E, c.rms_eps);

@@ -35,8 +35,8 @@ void Session::forward_llama(const int32_t* tokens, const int32_t* positions, int
         ops::add(x_.data(), proj_.data(), T * E);
         // Feed-forward block (SwiGLU).
         ops::rms_norm(x_.data(), L.ffn_norm.data(), xn_.data(), T, E, c.rms_eps);
-        matmul(xn_.data(), T, L.w_gate, gate_.data());  // [T, F]
-        matmul(xn_.data(), T, L.w_up, up_.data());      // [T, F]
+        const MatmulOut gate_up[] = {{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}};
+        matmul_group(xn_.data(), T, gate_up);  // gate [T, F], up [T, F]
         ops::swiglu(gate_.data(), up_.data(), gate_.data(), T * F);
         matmul(gate_.data(), T, L.w_down, proj_.data());  // [T, E]
         ops::add(x_.data(), proj_.data(), T * E);

@@ -52,8 +52,8 @@ void Session::forward_moe(const int32_t* tokens, const int32_t* positions, int32
                            L.gate_inp_shexp[static_cast<size_t>(j)];
                 shexp_gate_[static_cast<size_t>(t)] = 1.0f / (1.0f + std::exp(-dot));
             }
-            matmul(xn_.data(), T, L.gate_shexp, gate_.data());  // [T, FS]
-            matmul(xn_.data(), T, L.up_shexp, up_.data());      // [T, FS]
+            const MatmulOut gate_up[] = {{&L.gate_shexp, gate_.data()}, {&L.up_shexp, up_.data()}};
+            matmul_group(xn_.data(), T, gate_up);  // gate [T, FS], up [T, FS]
             ops::swiglu(gate_.data(), up_.data(), gate_.data(), T * FS);
             matmul(gate_.data(), T, L.down_shexp, proj_.data());  // [T, E]
             for (int64_t t = 0; t < T; ++t) {
