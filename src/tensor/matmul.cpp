@@ -294,39 +294,6 @@ void matmul_int8(const float* x, int64_t n, const WeightView& w, float* y) {
     }
 }
 
-// Quantised weights with up to 4 (VNNI) or 16 activation rows (decode, small batches),
-// Fast precision: the activations are quantised and laid out for the weight type (int8_decode.h)
-// by every thread into its own buffers (a few microseconds, cheaper than waiting for each other at
-// a barrier), then each thread streams its share of the weight rows once through the decode
-// kernel, which unpacks the blocks in registers.
-void matmul_int8_decode(const float* x, int64_t n, const WeightView& w, float* y, int8::decode::Kernel kernel) {
-    constexpr int64_t kItemRows = 32;  // weight rows per kernel call
-    const int64_t k = w.n_in, nb = k / int8::kBlock, ns = k / int8::decode::layout(w.type).sub;
-    const int64_t n_items = (w.n_out + kItemRows - 1) / kItemRows;
-#pragma omp parallel if (n * w.n_out * k >= (1 << 20))
-    {
-        thread_local std::vector<int8_t> aq;   // [n, k] quantised activations, natural order
-        thread_local std::vector<float> ad;    // [n, nb] their block scales
-        thread_local std::vector<float> ah;    // [n, nb, 2] their half-block sums times the scale
-        thread_local std::vector<int32_t> as;  // [n, nb, 2] their integer half-block sums
-        thread_local std::vector<int8_t> dq;   // [n, k] the same in the type's order
-        thread_local std::vector<float> ddx;   // [n, ns] block scale of each sub-block
-        thread_local std::vector<float> dxs;   // [n, ns] scale times the sum over each sub-block
-        const int8::QuantRows nat{grow(aq, n * k), grow(ad, n * nb), grow(ah, n * nb * 2), k, grow(as, n * nb * 2)};
-        const int8::decode::Rows xr{grow(dq, n * k), grow(ddx, n * ns), grow(dxs, n * ns), k};
-        int8::quantize_rows_avx2(x, n, k, aq.data(), ad.data(), ah.data(), as.data());
-        int8::decode::prepare_rows(w.type, nat, n, dq.data(), ddx.data(), dxs.data());
-        // One contiguous share of the rows per thread: each thread reads one long stream. Items
-        // handed out in turn (dynamic, 1) chop both streams into 36 KiB pieces; decode then ran at
-        // 27-32 instead of 42-46 t/s (TinyLlama Q4_K_M, 2 threads, docs/performance.md).
-#pragma omp for schedule(static)
-        for (int64_t item = 0; item < n_items; ++item) {
-            const int64_t r0 = item * kItemRows, r1 = std::min(w.n_out, r0 + kItemRows);
-            kernel(xr, n, w.row(r0), w.row_bytes, r1 - r0, y + r0, w.n_out);
-        }
-    }
-}
-
 // Quantised activation rows in the calling thread's own buffers (grow-only).
 struct ActRows {
     int8_t* q;   // [n, k] quantised values
@@ -347,6 +314,35 @@ struct ActRows {
     }
     int8::QuantRows view() const { return {q, d, h, k, s}; }
 };
+
+// Quantised weights with up to 4 (VNNI) or 16 activation rows (decode, small batches),
+// Fast precision: the activations are quantised and laid out for the weight type (int8_decode.h)
+// by every thread into its own buffers (a few microseconds, cheaper than waiting for each other at
+// a barrier), then each thread streams its share of the weight rows once through the decode
+// kernel, which unpacks the blocks in registers.
+void matmul_int8_decode(const float* x, int64_t n, const WeightView& w, float* y, int8::decode::Kernel kernel) {
+    constexpr int64_t kItemRows = 32;  // weight rows per kernel call
+    const int64_t k = w.n_in, ns = k / int8::decode::layout(w.type).sub;
+    const int64_t n_items = (w.n_out + kItemRows - 1) / kItemRows;
+#pragma omp parallel if (n * w.n_out * k >= (1 << 20))
+    {
+        const ActRows nat = ActRows::of_this_thread(n, k);  // natural order
+        for (int64_t r = 0; r < n; ++r) nat.quantise(x, r);
+        thread_local std::vector<int8_t> dq;   // [n, k] the same in the type's order
+        thread_local std::vector<float> ddx;   // [n, ns] block scale of each sub-block
+        thread_local std::vector<float> dxs;   // [n, ns] scale times the sum over each sub-block
+        const int8::decode::Rows xr{grow(dq, n * k), grow(ddx, n * ns), grow(dxs, n * ns), k};
+        int8::decode::prepare_rows(w.type, nat.view(), n, dq.data(), ddx.data(), dxs.data());
+        // One contiguous share of the rows per thread: each thread reads one long stream. Items
+        // handed out in turn (dynamic, 1) chop both streams into 36 KiB pieces; decode then ran at
+        // 27-32 instead of 42-46 t/s (TinyLlama Q4_K_M, 2 threads, docs/performance.md).
+#pragma omp for schedule(static)
+        for (int64_t item = 0; item < n_items; ++item) {
+            const int64_t r0 = item * kItemRows, r1 = std::min(w.n_out, r0 + kItemRows);
+            kernel(xr, n, w.row(r0), w.row_bytes, r1 - r0, y + r0, w.n_out);
+        }
+    }
+}
 
 // Whether matmul_panels takes n rows of w in its decode form.
 bool panels_decode(int64_t n, const WeightView& w) {
@@ -400,20 +396,19 @@ void matmul_panels_decode(const float* x, int64_t n, std::span<const MatmulOut> 
 // Up to the panels' decode rows (Q8_0: kMaxVnniRows; K-quants: 8), matmul_panels_decode; more
 // rows: items of (activation block, 64 weight rows), as the VNNI path of matmul_int8.
 void matmul_panels(const float* x, int64_t n, const WeightView& w, float* y) {
-    const int64_t k = w.n_in;
-    const bool parallel = n * w.n_out * k >= (1 << 20);
     if (panels_decode(n, w)) {
         const MatmulOut out{&w, y};
         matmul_panels_decode(x, n, {&out, 1});
         return;
     }
+    const int64_t k = w.n_in;
     const ActRows a = ActRows::of_this_thread(n, k);
     const int8::QuantRows xq = a.view();
     const int64_t act_block = prefill_act_block(n);
     const int64_t n_ab = (n + act_block - 1) / act_block;
     const int64_t n_wb = (w.n_out + kPackedItemRows - 1) / kPackedItemRows;
     const size_t item_bytes = int8::load_panels_bytes(w.type, kPackedItemRows, k);
-#pragma omp parallel if (parallel)
+#pragma omp parallel if (n * w.n_out * k >= (1 << 20))
     {
 #pragma omp for schedule(static)
         for (int64_t r = 0; r < n; ++r) a.quantise(x, r);
@@ -443,6 +438,9 @@ bool use_int8(const WeightView& w) {
     return precision_choice().load(std::memory_order_relaxed) == MatmulPrecision::Fast &&
            active_cpu_kernel() == CpuKernel::Avx2 && int8::has_panel_form(w.type) && w.n_in % int8::kBlock == 0;
 }
+
+// Whether matmul() runs w on its panels (matmul_panels).
+bool takes_panels(const WeightView& w) { return w.panels != nullptr && use_int8(w) && int8::vnni_enabled(); }
 
 using MatmulFn = void (*)(const float* x, int64_t n, const WeightView& w, float* y);
 
@@ -527,7 +525,7 @@ void matmul(const float* x, int64_t n, const WeightView& w, float* y) {
     // AVX2 without VNNI (pp512 Q4_K 1.6x, Q8_0 1.15x) and need no activation quantisation, so
     // there int8 dot products serve decode and small batches only; with AVX-512 VNNI they serve
     // prefill too.
-    if (w.panels != nullptr && use_int8(w) && int8::vnni_enabled()) {
+    if (takes_panels(w)) {
         matmul_panels(x, n, w, y);
         return;
     }
@@ -544,10 +542,9 @@ void matmul(const float* x, int64_t n, const WeightView& w, float* y) {
 }
 
 void matmul_group(const float* x, int64_t n, std::span<const MatmulOut> outs) {
-    const bool one_pass = n > 0 && outs.size() > 1 && outs.size() <= kMaxOuts && int8::vnni_enabled() &&
+    const bool one_pass = n > 0 && outs.size() > 1 && outs.size() <= kMaxOuts &&
                           std::all_of(outs.begin(), outs.end(), [&](const MatmulOut& o) {
-                              return o.w->panels != nullptr && use_int8(*o.w) && panels_decode(n, *o.w) &&
-                                     o.w->n_in == outs[0].w->n_in;
+                              return takes_panels(*o.w) && panels_decode(n, *o.w) && o.w->n_in == outs[0].w->n_in;
                           });
     if (one_pass) {
         matmul_panels_decode(x, n, outs);
