@@ -44,3 +44,18 @@ llama_cpp_build() {
     echo "building llama.cpp: $*" >&2
     cmake --build "$llama_cpp_build_dir" --target "$@" -j"$(nproc)" > "$llama_cpp/build.log"
 }
+
+# llama_cpp_perplexity MODEL TEXT CTX THREADS [LOG]: llama-perplexity's final estimate on TEXT with
+# context CTX, printed as a number. llama.cpp logs from a worker thread, and on a loaded machine
+# the last lines (the final estimate, even the last chunk's running value) can be lost at exit
+# (seen in ctest at load 7), so it gets three tries. Prints nothing if all three lose it.
+llama_cpp_perplexity() {
+    local out ppl="" _
+    for _ in 1 2 3; do
+        out="$("$llama_cpp_bin/llama-perplexity" -m "$1" -f "$2" -c "$3" -t "$4" 2>&1)" || true
+        [ -z "${5:-}" ] || printf '%s\n' "$out" >> "$5"
+        ppl="$(sed -n 's/.*Final estimate: PPL = \([0-9.]*\).*/\1/p' <<< "$out")"
+        [ -z "$ppl" ] || break
+    done
+    printf '%s' "$ppl"
+}

@@ -268,13 +268,7 @@ echo "perplexity" >&2
 ppl() { sed -n 's/.*Final estimate: PPL = \([0-9.]*\).*/\1/p'; }
 kvec_ppl="$("$kvec" perplexity -m "$tiny" -f "$text" -c 512 -t "$threads" 2>> "$log" | ppl)"
 exact_ppl="$(KVEC_MATMUL=exact "$kvec" perplexity -m "$tiny" -f "$text" -c 512 -t "$threads" 2>> "$log" | ppl)"
-# llama.cpp logs from a worker thread: on a loaded machine its last lines (the final estimate) can
-# be lost at exit (seen once in ctest at load 7), so it gets three tries.
-peer_ppl=""
-for _ in 1 2 3; do
-    peer_ppl="$("$llama_cpp_bin/llama-perplexity" -m "$tiny" -f "$text" -c 512 -t "$threads" 2>&1 | tee -a "$log" | ppl)"
-    [ -z "$peer_ppl" ] || break
-done
+peer_ppl="$(llama_cpp_perplexity "$tiny" "$text" 512 "$threads" "$log")"
 if [ -z "$kvec_ppl" ] || [ -z "$exact_ppl" ] || [ -z "$peer_ppl" ]; then
     echo "error: a perplexity run failed (see $log)" >&2
     exit 1

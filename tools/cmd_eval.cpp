@@ -65,6 +65,8 @@ struct EvalOptions {
     int64_t max_length = 0;
     int max_new_tokens = 0;
     bool no_share = false;
+    int decode_batch = 16;  // shared combinations decoding together
+    double task_floor = 0;  // tasks the full cache scores below this leave the averages
     bool overwrite = false;
     std::string fidelity;
     int prefix = 0;
@@ -450,7 +452,9 @@ int run_eval(const EvalOptions& o) {
                        {"summary", model->summary()},
                        {"n_ctx_train", model->config().n_ctx_train}};
     config["run"] = run;
-    config["options"] = {{"threads", num_threads()}, {"share_prefill", !o.no_share}, {"out", out_dir}};
+    config["options"] = {{"threads", num_threads()}, {"share_prefill", !o.no_share}, {"decode_batch", o.decode_batch},
+                         {"out", out_dir}};
+    if (o.task_floor > 0) config["options"]["task_floor"] = o.task_floor;
     config["created"] = now_iso8601();
 
     const std::string config_path = out_dir + "/config.json";
@@ -581,6 +585,7 @@ int run_eval(const EvalOptions& o) {
     eval::SweepOptions so2;
     so2.protocol = protocol;
     so2.share_prefill = !o.no_share;
+    so2.decode_batch = o.decode_batch;
     so2.on_record = [&](const eval::EvalRecord& r) {
         pred.append(eval::to_json(r).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
         records.push_back(r);
@@ -591,7 +596,7 @@ int run_eval(const EvalOptions& o) {
     bar.finish();
     costs.record(st);
 
-    const eval::SweepSummary summary = eval::summarize(items, policies, budgets, records);
+    const eval::SweepSummary summary = eval::summarize(items, policies, budgets, records, o.task_floor);
     const std::string mode_text =
         o.no_share ? "separate prefill per combination (--no-share-prefill)"
                    : fmt::format("prefill shared: {} prefills for {} generations ({} derived from a shared prefill)",
@@ -698,6 +703,15 @@ void add_eval_command(CLI::App& app, Action& action) {
                     "max_new_tokens - 64)");
     cmd->add_option("--max-new-tokens", o->max_new_tokens, "cap every task's generation length (not the official setting)");
     cmd->add_flag("--no-share-prefill", o->no_share, "prefill every combination separately (for timing comparisons)");
+    cmd->add_option("--decode-batch", o->decode_batch,
+                    "shared-prefill combinations of an item decoding together in one batched forward pass per "
+                    "token (1: one after another)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 64));
+    cmd->add_option("--task-floor", o->task_floor,
+                    "keep tasks on which the full cache scores below this (0-100) out of the averages and paired "
+                    "comparisons (needs the full policy; default 0: every task counts)")
+        ->check(CLI::Range(0.0, 100.0));
     cmd->add_flag("--overwrite", o->overwrite, "discard earlier predictions in the output directory");
     cmd->add_option("--prefix", o->prefix, "fidelity: prompt tokens per segment (default: context - continuation - 1)");
     cmd->add_option("--continuation", o->continuation, "fidelity: teacher-forced tokens per segment")->capture_default_str();

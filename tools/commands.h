@@ -26,6 +26,7 @@ void add_synth_command(CLI::App& app, Action& action);
 void add_eval_command(CLI::App& app, Action& action);
 void add_perplexity_command(CLI::App& app, Action& action);
 void add_logits_command(CLI::App& app, Action& action);
+void add_tokenize_command(CLI::App& app, Action& action);
 void add_policies_command(CLI::App& app, Action& action);
 void add_serve_command(CLI::App& app, Action& action);
 

@@ -61,6 +61,7 @@ int main(int argc, char** argv) {
     kvec::tools::add_eval_command(app, action);
     kvec::tools::add_perplexity_command(app, action);
     kvec::tools::add_logits_command(app, action);
+    kvec::tools::add_tokenize_command(app, action);
     kvec::tools::add_policies_command(app, action);
     kvec::tools::add_serve_command(app, action);
 

@@ -380,7 +380,8 @@ std::string merge_shards(const std::string& out, const std::vector<std::string>&
     }
     write_text_file(out + "/predictions.jsonl", pred);
 
-    const SweepSummary summary = summarize(m.items, m.policies, m.budgets, m.records);
+    const SweepSummary summary = summarize(m.items, m.policies, m.budgets, m.records,
+                                           m.config["options"].value("task_floor", 0.0));
     const nlohmann::json& run = m.config["run"];
     SweepTitle title;
     title.what = run.contains("suite") ? run["suite"].get<std::string>() : std::string("LongBench");

@@ -64,10 +64,16 @@ std::string csv_quote(const std::string& v) {
     return q;
 }
 
+bool SweepSummary::counts(size_t task) const {
+    return std::find(excluded_tasks.begin(), excluded_tasks.end(), tasks[task]) == excluded_tasks.end();
+}
+
 SweepSummary summarize(const std::vector<EvalItem>& items, const std::vector<PolicyChoice>& policies,
-                       const std::vector<int64_t>& budgets, const std::vector<EvalRecord>& records) {
+                       const std::vector<int64_t>& budgets, const std::vector<EvalRecord>& records,
+                       double task_floor) {
     SweepSummary s;
     s.budgets = budgets;
+    s.task_floor = task_floor;
     for (const PolicyChoice& p : policies) {
         s.policies.push_back(p.label);
         s.policy_names.push_back(p.name);
@@ -118,21 +124,44 @@ SweepSummary summarize(const std::vector<EvalItem>& items, const std::vector<Pol
         cell.redundancy /= n;
         cell.kv_bytes /= n;
         cell.kv_entries /= n;
-        double sum = 0;
-        for (const auto& [task, v] : per_task) {
-            const double score = task_score(v.first, v.second);
-            cell.task_scores[task] = score;
-            sum += score;
-        }
-        cell.average = per_task.empty() ? 0.0 : sum / static_cast<double>(per_task.size());
-        std::vector<std::vector<double>> strata(s.tasks.size());  // [tasks][items] scores
-        for (const auto& [idx, v] : cell.item_scores) strata[s.item_task[idx]].push_back(v);
-        cell.average_ci = bootstrap_mean(strata);
+        for (const auto& [task, v] : per_task) cell.task_scores[task] = task_score(v.first, v.second);
         for (size_t t = 0; t < s.tasks.size(); ++t) {
-            if (!strata[t].empty()) cell.task_ci[s.tasks[t]] = bootstrap_mean({strata[t]});
+            std::vector<double> scores;
+            for (const auto& [idx, v] : cell.item_scores) {
+                if (s.item_task[idx] == t) scores.push_back(v);
+            }
+            if (!scores.empty()) cell.task_ci[s.tasks[t]] = bootstrap_mean({scores});
         }
         s.present += cell.n;
         s.cells[key] = std::move(cell);
+    }
+    // The tasks the full cache cannot do, then every cell's average over the others.
+    if (task_floor > 0) {
+        for (size_t p = 0; p < policies.size(); ++p) {
+            if (policies[p].name != "full") continue;
+            const Cell* full = find_cell(s, s.policies[p], 0);
+            if (full == nullptr) continue;
+            for (const auto& [task, score] : full->task_scores) {
+                if (score < task_floor) s.excluded_tasks.push_back(task);
+            }
+            break;
+        }
+    }
+    for (auto& [key, cell] : s.cells) {
+        double sum = 0;
+        int kept = 0;
+        std::vector<std::vector<double>> strata(s.tasks.size());  // [tasks][items] scores
+        for (const auto& [idx, v] : cell.item_scores) {
+            if (s.counts(s.item_task[idx])) strata[s.item_task[idx]].push_back(v);
+        }
+        for (const auto& [task, score] : cell.task_scores) {
+            const size_t t = static_cast<size_t>(std::find(s.tasks.begin(), s.tasks.end(), task) - s.tasks.begin());
+            if (!s.counts(t)) continue;
+            sum += score;
+            ++kept;
+        }
+        cell.average = kept == 0 ? 0.0 : sum / kept;
+        cell.average_ci = bootstrap_mean(strata);
     }
     return s;
 }
@@ -150,7 +179,7 @@ std::vector<PairedComparison> paired_comparisons(const SweepSummary& s) {
                 bool any = false;
                 for (const auto& [idx, va] : ca->item_scores) {
                     const auto it = cb->item_scores.find(idx);
-                    if (it == cb->item_scores.end()) continue;
+                    if (it == cb->item_scores.end() || !s.counts(s.item_task[idx])) continue;
                     diffs[s.item_task[idx]].push_back(va - it->second);
                     any = true;
                 }
@@ -185,6 +214,7 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
 nlohmann::ordered_json metrics_json(const SweepSummary& s) {
     nlohmann::ordered_json j;
     j["tasks"] = s.tasks;
+    if (s.task_floor > 0) j["task_floor"] = {{"floor", s.task_floor}, {"excluded", s.excluded_tasks}};
     j["budgets"] = s.budgets;
     j["records"] = s.present;
     j["expected_records"] = s.expected;
@@ -241,6 +271,23 @@ std::string summary_markdown(const SweepSummary& s, const std::string& header) {
             out += "\n";
         }
     };
+    if (s.task_floor > 0) {
+        std::vector<std::string> kept_out;
+        for (const std::string& t : s.excluded_tasks) {
+            for (const auto& [key, c] : s.cells) {
+                if (key.second != 0) continue;
+                const auto it = c.task_scores.find(t);
+                if (it != c.task_scores.end()) kept_out.push_back(fmt::format("{} ({})", t, fmt_score(it->second)));
+                break;
+            }
+        }
+        out += kept_out.empty()
+                   ? fmt::format("\nEvery task scores at least {} with the full cache: all count in the averages.\n",
+                                 fmt_score(s.task_floor))
+                   : fmt::format("\nKept out of every average and paired comparison, because the full cache scores "
+                                 "below {} on them (shown in the per-task tables, marked *): {}.\n",
+                                 fmt_score(s.task_floor), fmt::join(kept_out, ", "));
+    }
     pivot("Average score", "Unweighted mean of the task scores (0-100).",
           [](const Cell& c) { return fmt_score(c.average); });
     pivot("Average score with 95 % interval",
@@ -259,7 +306,7 @@ std::string summary_markdown(const SweepSummary& s, const std::string& header) {
                               const std::function<std::string(const Cell&, const std::string& task)>& task_cell,
                               const std::function<std::string(const Cell&)>& tail) {
         out += fmt::format("\n## {}\n\n| policy | budget |", title);
-        for (const std::string& t : s.tasks) out += fmt::format(" {} |", t);
+        for (size_t t = 0; t < s.tasks.size(); ++t) out += fmt::format(" {}{} |", s.tasks[t], s.counts(t) ? "" : "*");
         out += tail_columns + "\n|---|---:|";
         for (size_t i = 0; i < s.tasks.size() + n_tail; ++i) out += "---:|";
         out += "\n";

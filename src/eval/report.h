@@ -40,6 +40,12 @@ struct SweepSummary {
     std::map<std::pair<std::string, int64_t>, Cell> cells;  // (policy, budget) -> cell
     int64_t expected = 0;               // items x combinations
     int64_t present = 0;                // records found
+    // Tasks kept out of every average and paired comparison because the full cache scores below
+    // task_floor on them (a task the model cannot do says nothing about eviction); their columns
+    // are still shown. Empty unless task_floor > 0 and the sweep has the `full` policy.
+    double task_floor = 0;
+    std::vector<std::string> excluded_tasks;
+    bool counts(size_t task) const;     // not excluded
 };
 
 // A paired comparison of two policies at one budget over the items both have: a - b.
@@ -51,9 +57,11 @@ struct PairedComparison {
 };
 
 // Aggregates the records of the run's items and combinations (other records are ignored), with
-// bootstrap intervals (stats.h).
+// bootstrap intervals (stats.h). task_floor > 0: tasks where the `full` policy scores below it
+// are excluded from the averages and paired comparisons (SweepSummary::excluded_tasks).
 SweepSummary summarize(const std::vector<EvalItem>& items, const std::vector<PolicyChoice>& policies,
-                       const std::vector<int64_t>& budgets, const std::vector<EvalRecord>& records);
+                       const std::vector<int64_t>& budgets, const std::vector<EvalRecord>& records,
+                       double task_floor = 0);
 
 // Every pair of policies (a before b in --policies order) at every budget column where both have
 // records for some common items.

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <optional>
 
 #include "eval/jsonl.h"
 #include "eval/prefill_share.h"
@@ -222,45 +223,100 @@ EvalRecord record_from_json(const nlohmann::json& j, std::string_view where) {
     }
 }
 
-std::vector<int32_t> greedy_generate(Session& session, const Tokenizer& tokenizer,
-                                     std::span<const float> logits, const EvalItem& item) {
-    const int32_t V = session.n_vocab();
-    auto is_end = [&](int32_t id) {
-        if (!item.end_tokens.empty()) {
-            return std::find(item.end_tokens.begin(), item.end_tokens.end(), id) != item.end_tokens.end();
-        }
-        return id < tokenizer.n_vocab() && tokenizer.is_end_of_generation(id);
-    };
-    std::vector<int32_t> ends;  // end tokens, for suppression before min_new_tokens
-    if (item.min_new_tokens > 0) {
-        for (int32_t id = 0; id < V; ++id) {
-            if (is_end(id)) ends.push_back(id);
+namespace {
+
+// Greedy decoding of one item, one token at a time: what greedy_generate and
+// greedy_generate_batch share.
+class GreedyRun {
+public:
+    GreedyRun(const Tokenizer& tokenizer, const EvalItem& item, int32_t n_vocab) : tokenizer_(tokenizer), item_(item) {
+        if (item.min_new_tokens > 0) {
+            for (int32_t id = 0; id < n_vocab; ++id) {
+                if (is_end(id)) ends_.push_back(id);
+            }
         }
     }
-    std::vector<int32_t> out;
-    std::vector<float> masked;  // [V] logits with end tokens suppressed
-    while (static_cast<int>(out.size()) < item.max_new_tokens) {
+    // Takes the logits after the last token; returns the token to decode next, or -1 when the
+    // generation is over (an end token, the item's token limit, or a full context).
+    int32_t step(std::span<const float> logits, const Session& session) {
         int32_t id = 0;
-        if (static_cast<int>(out.size()) < item.min_new_tokens && !ends.empty()) {
-            masked.assign(logits.begin(), logits.end());
-            for (int32_t e : ends) masked[static_cast<size_t>(e)] = -std::numeric_limits<float>::infinity();
-            id = argmax(masked);
+        if (static_cast<int>(out_.size()) < item_.min_new_tokens && !ends_.empty()) {
+            masked_.assign(logits.begin(), logits.end());
+            for (int32_t e : ends_) masked_[static_cast<size_t>(e)] = -std::numeric_limits<float>::infinity();
+            id = argmax(masked_);
         } else {
             id = argmax(logits);
         }
-        if (is_end(id)) break;
-        out.push_back(id);
-        if (static_cast<int>(out.size()) >= item.max_new_tokens) break;
-        if (session.n_past() >= session.n_ctx()) break;
-        logits = session.decode(id);
+        if (is_end(id)) return -1;
+        out_.push_back(id);
+        if (static_cast<int>(out_.size()) >= item_.max_new_tokens) return -1;
+        if (session.n_past() >= session.n_ctx()) return -1;
+        return id;
     }
+    std::vector<int32_t>& tokens() { return out_; }
+    bool empty_budget() const { return item_.max_new_tokens <= 0; }
+
+private:
+    bool is_end(int32_t id) const {
+        if (!item_.end_tokens.empty()) {
+            return std::find(item_.end_tokens.begin(), item_.end_tokens.end(), id) != item_.end_tokens.end();
+        }
+        return id < tokenizer_.n_vocab() && tokenizer_.is_end_of_generation(id);
+    }
+    const Tokenizer& tokenizer_;
+    const EvalItem& item_;
+    std::vector<int32_t> ends_;    // end tokens, for suppression before min_new_tokens
+    std::vector<int32_t> out_;
+    std::vector<float> masked_;    // [V] logits with end tokens suppressed
+};
+
+}  // namespace
+
+std::vector<int32_t> greedy_generate(Session& session, const Tokenizer& tokenizer,
+                                     std::span<const float> logits, const EvalItem& item) {
+    GreedyRun run(tokenizer, item, session.n_vocab());
+    if (run.empty_budget()) return {};
+    for (int32_t id; (id = run.step(logits, session)) >= 0;) logits = session.decode(id);
+    return std::move(run.tokens());
+}
+
+std::vector<std::vector<int32_t>> greedy_generate_batch(std::span<Session* const> sessions, const Tokenizer& tokenizer,
+                                                        std::span<const std::vector<float>> logits,
+                                                        std::span<const EvalItem* const> items) {
+    if (sessions.size() != logits.size() || sessions.size() != items.size()) {
+        fail("greedy_generate_batch: {} sessions, {} logits and {} items", sessions.size(), logits.size(), items.size());
+    }
+    std::vector<GreedyRun> runs;
+    runs.reserve(sessions.size());
+    std::vector<Session*> active;   // [running] the sessions still generating
+    std::vector<int32_t> next;      // [running] their next token
+    std::vector<size_t> index;      // [running] into sessions
+    for (size_t i = 0; i < sessions.size(); ++i) {
+        runs.emplace_back(tokenizer, *items[i], sessions[i]->n_vocab());
+        const int32_t id = runs[i].empty_budget() ? -1 : runs[i].step(logits[i], *sessions[i]);
+        if (id >= 0) active.push_back(sessions[i]), next.push_back(id), index.push_back(i);
+    }
+    while (!active.empty()) {
+        Session::decode_batch(active, next);
+        size_t kept = 0;
+        for (size_t j = 0; j < active.size(); ++j) {
+            const int32_t id = runs[index[j]].step(active[j]->last_logits(), *active[j]);
+            if (id < 0) continue;
+            active[kept] = active[j], next[kept] = id, index[kept] = index[j];
+            ++kept;
+        }
+        active.resize(kept), next.resize(kept), index.resize(kept);
+    }
+    std::vector<std::vector<int32_t>> out;
+    for (GreedyRun& r : runs) out.push_back(std::move(r.tokens()));
     return out;
 }
 
 void for_each_policy_cache(Session& session, std::span<const int32_t> prompt,
                            const std::vector<PolicyChoice>& policies, const std::vector<Combo>& combos,
                            const std::vector<size_t>& which, bool share_prefill, int64_t coverage_window,
-                           const std::function<void(const PreparedCache&)>& use, SweepStats* stats) {
+                           const std::function<void(const PreparedCache&)>& use, SweepStats* stats,
+                           const std::function<Session&(size_t combo)>& target) {
     const ops::RopeParams rope = rope_params(session.model(), session.n_ctx());
     SweepStats local;
     SweepStats& st = stats != nullptr ? *stats : local;
@@ -301,15 +357,17 @@ void for_each_policy_cache(Session& session, std::span<const int32_t> prompt,
         st.prefill_seconds += t.seconds();
         ++st.prefills;
         for (size_t c : members) {
-            SessionGuard guard{session};
+            Session& dst = target ? target(c) : session;
+            std::optional<SessionGuard> guard;
+            if (!target) guard.emplace(session);
             auto p = policy::make_policy(combos[c].spec);
             policy::CoverageProbe probe(*p, coverage_window);
             t.reset();
             ReplayResult rr = replay_policy(snap, probe, rope);
             const int64_t entries = rr.entries;
-            adopt_cache(session, std::move(rr.cache), rr.next_position, prompt.back());
+            adopt_cache(dst, std::move(rr.cache), rr.next_position, prompt.back());
             st.replay_seconds += t.seconds();
-            use({c, snap.logits, entries, probe.report(), "shared"});
+            use({c, snap.logits, entries, probe.report(), "shared", &dst});
         }
     }
     for (size_t c : separate) {
@@ -322,7 +380,7 @@ void for_each_policy_cache(Session& session, std::span<const int32_t> prompt,
         const std::span<const float> logits = session.prefill(prompt);
         st.prefill_seconds += t.seconds();
         ++st.prefills;
-        use({c, logits, session.kv_cache().total_entries(), probe.report(), "separate"});
+        use({c, logits, session.kv_cache().total_entries(), probe.report(), "separate", &session});
     }
 }
 
@@ -386,6 +444,7 @@ SweepStats run_sweep(Session& session, const Tokenizer& tokenizer, const std::ve
     auto is_done = [&](const EvalItem& item, const Combo& c) {
         return done.count({item.id, policies[c.policy].label, c.budget}) != 0;
     };
+    std::vector<std::unique_ptr<Session>> lanes;  // [decode_batch] sessions for batched decoding
     for (size_t begin = 0; begin < items.size();) {
         const size_t end = compression_group_end(items, begin, options.protocol);
         const std::span<const EvalItem> group(items.data() + begin, end - begin);
@@ -410,33 +469,104 @@ SweepStats run_sweep(Session& session, const Tokenizer& tokenizer, const std::ve
         const std::span<const int32_t> compressed =
             agnostic ? std::span<const int32_t>(prompt.data(), static_cast<size_t>(group.front().n_context))
                      : std::span<const int32_t>(prompt);
+        // Decodes the group's items on a prepared cache of `session`: under query-agnostic, each
+        // question after the compressed context (rolled back to it between questions).
+        auto answer = [&](Session& s, const PreparedCache& pc) {
+            const int32_t n_compressed = s.n_past();
+            bool first = true;
+            for (const EvalItem& item : group) {
+                if (is_done(item, combos[pc.combo])) continue;
+                std::span<const float> logits = pc.logits;
+                if (agnostic) {
+                    // The question after the compressed context, which is not compressed further.
+                    if (!first) s.rollback(n_compressed);
+                    s.pause_eviction(true);
+                    Timer tq;
+                    logits = s.prefill(std::span<const int32_t>(item.prompt).subspan(static_cast<size_t>(item.n_context)));
+                    stats.prefill_seconds += tq.seconds();
+                }
+                first = false;
+                Timer t;
+                const std::vector<int32_t> generated = greedy_generate(s, tokenizer, logits, item);
+                stats.decode_seconds += t.seconds();
+                if (std::string_view(pc.mode) == "shared") ++stats.shared_generations;
+                emit(item, combos[pc.combo], generated, pc.entries, pc.coverage, pc.mode);
+            }
+        };
+        // Batched decoding: each shared combination's cache goes into a lane session; when the
+        // lanes are full (and at the end) they decode together, one question of the group at a
+        // time, and the records come out in the order of the unbatched sweep.
+        struct Pending {
+            PreparedCache pc;
+            std::vector<float> logits;  // [n_vocab] after the compressed prompt
+            int32_t n_compressed = 0;
+        };
+        std::vector<Pending> pending_lanes;
+        auto flush = [&] {
+            if (pending_lanes.empty()) return;
+            std::vector<std::vector<std::vector<int32_t>>> generated(pending_lanes.size());  // [lane][item]
+            for (const EvalItem& item : group) {
+                std::vector<Session*> ss;
+                std::vector<std::vector<float>> first;
+                std::vector<const EvalItem*> its;
+                std::vector<size_t> which;
+                for (size_t l = 0; l < pending_lanes.size(); ++l) {
+                    Pending& pl = pending_lanes[l];
+                    if (is_done(item, combos[pl.pc.combo])) continue;
+                    Session& lane = *lanes[l];
+                    if (agnostic) {
+                        if (lane.n_past() != pl.n_compressed) lane.rollback(pl.n_compressed);
+                        Timer tq;
+                        const std::span<const float> lg = lane.prefill(
+                            std::span<const int32_t>(item.prompt).subspan(static_cast<size_t>(item.n_context)));
+                        stats.prefill_seconds += tq.seconds();
+                        first.emplace_back(lg.begin(), lg.end());
+                    } else {
+                        first.push_back(pl.logits);
+                    }
+                    ss.push_back(&lane);
+                    its.push_back(&item);
+                    which.push_back(l);
+                }
+                Timer t;
+                std::vector<std::vector<int32_t>> out = greedy_generate_batch(ss, tokenizer, first, its);
+                stats.decode_seconds += t.seconds();
+                for (size_t j = 0; j < which.size(); ++j) generated[which[j]].push_back(std::move(out[j]));
+            }
+            for (size_t l = 0; l < pending_lanes.size(); ++l) {
+                const Pending& pl = pending_lanes[l];
+                size_t k = 0;
+                for (const EvalItem& item : group) {
+                    if (is_done(item, combos[pl.pc.combo])) continue;
+                    ++stats.shared_generations;
+                    emit(item, combos[pl.pc.combo], generated[l][k++], pl.pc.entries, pl.pc.coverage, pl.pc.mode);
+                }
+            }
+            pending_lanes.clear();
+        };
+        std::function<Session&(size_t)> target;
+        if (options.decode_batch > 1) {
+            target = [&](size_t) -> Session& {
+                if (pending_lanes.size() == static_cast<size_t>(options.decode_batch)) flush();
+                if (lanes.size() == pending_lanes.size()) {
+                    lanes.push_back(std::make_unique<Session>(session.model(), session.options()));
+                }
+                return *lanes[pending_lanes.size()];
+            };
+        }
         for_each_policy_cache(
             session, compressed, policies, combos, pending, options.share_prefill, options.coverage_window,
             [&](const PreparedCache& pc) {
-                const int32_t n_compressed = session.n_past();
-                bool first = true;
-                for (const EvalItem& item : group) {
-                    const Combo& combo = combos[pc.combo];
-                    if (is_done(item, combo)) continue;
-                    std::span<const float> logits = pc.logits;
-                    if (agnostic) {
-                        // The question after the compressed context, which is not compressed further.
-                        if (!first) session.rollback(n_compressed);
-                        first = false;
-                        session.pause_eviction(true);
-                        Timer tq;
-                        logits = session.prefill(std::span<const int32_t>(item.prompt).subspan(
-                            static_cast<size_t>(item.n_context)));
-                        stats.prefill_seconds += tq.seconds();
-                    }
-                    Timer t;
-                    const std::vector<int32_t> generated = greedy_generate(session, tokenizer, logits, item);
-                    stats.decode_seconds += t.seconds();
-                    if (std::string_view(pc.mode) == "shared") ++stats.shared_generations;
-                    emit(item, combo, generated, pc.entries, pc.coverage, pc.mode);
+                if (pc.session != &session) {  // a lane: decoded in the next flush
+                    pending_lanes.push_back({pc, std::vector<float>(pc.logits.begin(), pc.logits.end()),
+                                             pc.session->n_past()});
+                    pending_lanes.back().pc.logits = {};
+                    return;
                 }
+                answer(session, pc);
             },
-            &stats);
+            &stats, target);
+        flush();
     }
     stats.wall_seconds = wall.seconds();
     return stats;

@@ -128,6 +128,11 @@ struct SweepOptions {
     // Called after every record with this sweep's stats so far (wall_seconds included), so that a
     // caller can keep the cost of a run that is killed later.
     std::function<void(const SweepStats&)> on_stats;
+    // Shared-prefill combinations of an item decode together, up to this many sessions in one
+    // batched forward pass per token (Session::decode_batch: the weights read once for all);
+    // 1 decodes them one after another. Greedy choices are the same as alone up to the last bits
+    // of the logits (docs/evaluation.md, "Batched decoding").
+    int decode_batch = 16;
 };
 
 // Detaches the evictor and empties the session when a scope ends (also on errors).
@@ -139,7 +144,7 @@ struct SessionGuard {
     }
 };
 
-// One combination's cache after a prompt, as for_each_policy_cache hands it over: the session
+// One combination's cache after a prompt, as for_each_policy_cache hands it over: `session`
 // holds the cache (the policy's evictions applied) and is ready to decode the next token.
 struct PreparedCache {
     size_t combo = 0;                  // index into the combinations
@@ -147,17 +152,28 @@ struct PreparedCache {
     int64_t entries = 0;               // KV entries kept after the prompt
     policy::CoverageReport coverage;   // of the policy's selection
     const char* mode = "";             // "shared" or "separate" (see the top of this file)
+    Session* session = nullptr;        // where the cache is
 };
 
 // Builds the cache of every combination in `which` (indices into `combos`) for `prompt` and calls
 // `use` with each; the session is reset and detached after each call, also on errors. With
 // share_prefill, the one-shot combinations are prefilled once per observation window (window-less
 // ones join the first group) and replayed; the rest prefill with the policy attached. Adds prefill
-// and replay seconds and the prefill count to `stats` when given.
+// and replay seconds and the prefill count to `stats` when given. With `target`, a replayed cache
+// goes into the session target(combo) returns (a session of the same model and options without
+// a policy, which the caller owns and may keep decoding after `use` returns) instead of `session`.
 void for_each_policy_cache(Session& session, std::span<const int32_t> prompt,
                            const std::vector<PolicyChoice>& policies, const std::vector<Combo>& combos,
                            const std::vector<size_t>& which, bool share_prefill, int64_t coverage_window,
-                           const std::function<void(const PreparedCache&)>& use, SweepStats* stats = nullptr);
+                           const std::function<void(const PreparedCache&)>& use, SweepStats* stats = nullptr,
+                           const std::function<Session&(size_t combo)>& target = {});
+
+// Greedy generation for several items at once, sessions[i] holding item i's cache and logits[i]
+// the logits of its last token: every step decodes the sequences still running in one
+// Session::decode_batch. Each sequence stops as greedy_generate stops it.
+std::vector<std::vector<int32_t>> greedy_generate_batch(std::span<Session* const> sessions, const Tokenizer& tokenizer,
+                                                        std::span<const std::vector<float>> logits,
+                                                        std::span<const EvalItem* const> items);
 
 // Key of a finished record: (id, policy label, budget).
 using RecordKey = std::tuple<std::string, std::string, int64_t>;

@@ -195,8 +195,10 @@ std::vector<double> expected_logits(std::span<const float> keys, int head_dim, c
     KVEC_CHECK(s.mean.size() == d && (s.cov.empty() || s.cov.size() == d * d));
     const double inv_sqrt_d = 1.0 / std::sqrt(static_cast<double>(head_dim));
     const double inv_2d = 1.0 / (2.0 * static_cast<double>(head_dim));
-    // The quadratic form runs in float (vectorised), accumulated per row in double.
+    // The quadratic form k^T cov k: v = cov k as a sum of rows scaled by k[a] (cov is symmetric),
+    // a loop the compiler vectorises without reordering a reduction, in float; then k . v in double.
     std::vector<float> cov(s.cov.begin(), s.cov.end());  // [d, d]
+    std::vector<float> v(d);                             // [d] cov k
     std::vector<double> out(sz(n));                      // [n]
     for (int64_t i = 0; i < n; ++i) {
         const float* k = keys.data() + i * head_dim;  // [d]
@@ -204,12 +206,13 @@ std::vector<double> expected_logits(std::span<const float> keys, int head_dim, c
         for (size_t a = 0; a < d; ++a) lin += s.mean[a] * k[a];
         double quad = 0.0;
         if (!cov.empty()) {
+            std::fill(v.begin(), v.end(), 0.0f);
             for (size_t a = 0; a < d; ++a) {
                 const float* row = cov.data() + a * d;  // [d]
-                float acc = 0.0f;
-                for (size_t b = 0; b < d; ++b) acc += row[b] * k[b];
-                quad += static_cast<double>(k[a]) * acc;
+                const float ka = k[a];
+                for (size_t b = 0; b < d; ++b) v[b] += ka * row[b];
             }
+            for (size_t b = 0; b < d; ++b) quad += static_cast<double>(k[b]) * v[b];
         }
         out[sz(i)] = lin * inv_sqrt_d + quad * inv_2d;
     }

@@ -332,20 +332,38 @@ TEST(Sweep, SharedAndSeparateModesGiveIdenticalRecords) {
     }
     const auto policies = parse_policy_list("full,snapkv,h2o,kvec,snapkv:window=8,snapkv:chunked=true,h2o:decode=2");
     const auto combos = make_combos(policies, {40, 64});
-    auto run = [&](bool share, SweepStats* stats) {
+    // decode_batch: the shared combinations decode in batches (3: the lanes fill and are
+    // decoded in the middle of an item's combinations) or one after another (1).
+    auto run = [&](bool share, SweepStats* stats, int decode_batch = 16, bool sorted = true) {
         std::vector<EvalRecord> recs;
         SweepOptions o;
         o.share_prefill = share;
+        o.decode_batch = decode_batch;
         o.on_record = [&](const EvalRecord& r) { recs.push_back(r); };
         *stats = run_sweep(session, tok, items, policies, combos, {}, o);
-        std::sort(recs.begin(), recs.end(), [](const EvalRecord& a, const EvalRecord& b) {
-            return std::tie(a.id, a.policy, a.budget) < std::tie(b.id, b.policy, b.budget);
-        });
+        if (sorted) {
+            std::sort(recs.begin(), recs.end(), [](const EvalRecord& a, const EvalRecord& b) {
+                return std::tie(a.id, a.policy, a.budget) < std::tie(b.id, b.policy, b.budget);
+            });
+        }
         return recs;
     };
-    SweepStats s1, s2;
+    SweepStats s1, s2, s3, s4;
     const auto shared = run(true, &s1);
     const auto separate = run(false, &s2);
+    // Batched or not, the same records in the same order (the model's F32 weights take the same
+    // kernels at every row count, so even the last bits agree).
+    const auto one_by_one = run(true, &s3, 1, false);
+    const auto batches_of_3 = run(true, &s4, 3, false);
+    ASSERT_EQ(one_by_one.size(), batches_of_3.size());
+    for (size_t i = 0; i < one_by_one.size(); ++i) {
+        EXPECT_EQ(one_by_one[i].id, batches_of_3[i].id);
+        EXPECT_EQ(one_by_one[i].policy, batches_of_3[i].policy);
+        EXPECT_EQ(one_by_one[i].budget, batches_of_3[i].budget);
+        EXPECT_EQ(one_by_one[i].prediction, batches_of_3[i].prediction);
+        EXPECT_EQ(one_by_one[i].kv_entries, batches_of_3[i].kv_entries);
+    }
+    EXPECT_EQ(s3.shared_generations, s4.shared_generations);
     ASSERT_EQ(shared.size(), items.size() * combos.size());
     ASSERT_EQ(shared.size(), separate.size());
     for (size_t i = 0; i < shared.size(); ++i) {
@@ -382,7 +400,7 @@ TEST(Sweep, SharedAndSeparateModesGiveIdenticalRecords) {
     SweepOptions o;
     int64_t calls = 0;
     o.on_record = [&](const EvalRecord&) { ++calls; };
-    const SweepStats s3 = run_sweep(session, tok, items, policies, combos, done, o);
+    const SweepStats s5 = run_sweep(session, tok, items, policies, combos, done, o);
     EXPECT_EQ(calls, 0);
     EXPECT_EQ(s3.skipped, static_cast<int64_t>(shared.size()));
 
@@ -862,6 +880,29 @@ TEST(Report, TablesFollowTheRecords) {
     const auto j = metrics_json(s);
     EXPECT_TRUE(j["complete"].get<bool>());
     EXPECT_EQ(j["paired"].size(), 1u);
+    EXPECT_FALSE(j.contains("task_floor"));
+
+    // A task floor of 60: the full cache scores 50 on niah_single, so only qa counts.
+    const SweepSummary f = summarize(items, policies, {64}, recs, 60);
+    ASSERT_EQ(f.excluded_tasks, std::vector<std::string>{"niah_single"});
+    EXPECT_DOUBLE_EQ(f.cells.at({"full", 0}).average, 100.0);
+    EXPECT_DOUBLE_EQ(f.cells.at({"snapkv", 64}).average, 0.0);
+    EXPECT_DOUBLE_EQ(f.cells.at({"snapkv", 64}).task_scores.at("niah_single"), 50.0);  // still reported
+    EXPECT_DOUBLE_EQ(f.cells.at({"full", 0}).average_ci.lo, 100.0);
+    const std::vector<PairedComparison> fp = paired_comparisons(f);  // qa only: +100
+    ASSERT_EQ(fp.size(), 1u);
+    EXPECT_DOUBLE_EQ(fp[0].diff.mean, 100.0);
+    EXPECT_EQ(fp[0].diff.n, 1);
+    const std::string fmd = summary_markdown(f, "# t\n");
+    EXPECT_NE(fmd.find("below 60.00 on them (shown in the per-task tables, marked *): niah_single (50.00)"),
+              std::string::npos) << fmd;
+    EXPECT_NE(fmd.find("| niah_single* |"), std::string::npos) << fmd;
+    EXPECT_EQ(metrics_json(f)["task_floor"]["excluded"][0], "niah_single");
+    // A floor every task clears excludes nothing and says so.
+    const SweepSummary g = summarize(items, policies, {64}, recs, 50);
+    EXPECT_TRUE(g.excluded_tasks.empty());
+    EXPECT_DOUBLE_EQ(g.cells.at({"full", 0}).average, 75.0);
+    EXPECT_NE(summary_markdown(g, "").find("all count in the averages"), std::string::npos);
 }
 
 }  // namespace
