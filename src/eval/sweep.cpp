@@ -563,6 +563,7 @@ SweepStats run_sweep(Session& session, const Tokenizer& tokenizer, const std::ve
                     pending_lanes.back().pc.logits = {};
                     return;
                 }
+                flush();  // the lanes' records first, in the order of the unbatched sweep
                 answer(session, pc);
             },
             &stats, target);

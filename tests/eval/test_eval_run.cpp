@@ -402,7 +402,7 @@ TEST(Sweep, SharedAndSeparateModesGiveIdenticalRecords) {
     o.on_record = [&](const EvalRecord&) { ++calls; };
     const SweepStats s5 = run_sweep(session, tok, items, policies, combos, done, o);
     EXPECT_EQ(calls, 0);
-    EXPECT_EQ(s3.skipped, static_cast<int64_t>(shared.size()));
+    EXPECT_EQ(s5.skipped, static_cast<int64_t>(shared.size()));
 
     // Records survive their JSON form.
     const EvalRecord back = record_from_json(nlohmann::json::parse(to_json(shared[3]).dump()), "t");

@@ -43,3 +43,13 @@ start_serve() {
         sleep 0.05
     done
 }
+
+# finish: the exit status of the script (1 when a check failed).
+finish() {
+    if [ "$failures" -ne 0 ]; then
+        echo "$failures check(s) failed"
+        exit 1
+    fi
+    echo "all checks passed"
+    exit 0
+}
