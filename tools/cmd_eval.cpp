@@ -49,6 +49,7 @@ struct EvalOptions {
     std::string data;
     std::string policies = "full,streamingllm,h2o,snapkv,pyramidkv,adakv,knorm,lagkv,expected-attention,kvzip,kvec";
     std::string budgets = "64,128,256,512";
+    bool budgets_given = false;  // --budgets on the command line (with --compression: both kinds of column)
     std::string compression;  // "0.25,0.5": compression ratios instead of budgets
     int samples = 0;
     std::string tasks;
@@ -336,9 +337,8 @@ int run_eval(const EvalOptions& o) {
     }
     const std::vector<eval::PolicyChoice> policies = eval::parse_policy_list(o.policies);
     std::vector<int64_t> budgets;  // B > 0, or compression codes (eval::compression_code)
-    if (o.compression.empty()) {
-        budgets = parse_budgets(o.budgets);
-    } else {
+    if (o.compression.empty() || o.budgets_given) budgets = parse_budgets(o.budgets);
+    if (!o.compression.empty()) {
         for (const std::string& piece : split_commas(o.compression)) {
             size_t used = 0;
             double c = 0;
@@ -354,7 +354,7 @@ int run_eval(const EvalOptions& o) {
             }
             budgets.push_back(code);
         }
-        if (budgets.empty()) fail("--compression is empty");
+        if (split_commas(o.compression).empty()) fail("--compression is empty");
     }
     const std::vector<eval::Combo> combos = eval::make_combos(policies, budgets);
     std::vector<std::string> data_files = split_commas(o.data);
@@ -675,9 +675,9 @@ void add_eval_command(CLI::App& app, Action& action) {
     cmd->add_option("--budgets", o->budgets, "KV budgets B (entries per KV head per layer), comma-separated")
         ->capture_default_str();
     cmd->add_option("--compression", o->compression,
-                    "compression ratios instead of budgets, comma-separated (kvpress's view: 0.75 evicts 75 % of the "
-                    "compressed prompt's entries; B = 0.25 x its tokens per head)")
-        ->excludes(cmd->get_option("--budgets"));
+                    "compression ratios, comma-separated (kvpress's view: 0.75 evicts 75 % of the compressed "
+                    "prompt's entries; B = 0.25 x its tokens per head); instead of the budgets, or after them when "
+                    "--budgets is given too (one prefill serves both kinds of column)");
     cmd->add_option("--samples", o->samples, "first N samples per task (suite) or per file (default: all)");
     cmd->add_option("--tasks", o->tasks, "suite: only these tasks, comma-separated (default: every task)");
     cmd->add_option("--out", o->out, "output directory (default: kvec-eval-<suite|longbench|fidelity>)");
@@ -723,6 +723,7 @@ void add_eval_command(CLI::App& app, Action& action) {
                     "run only shard K of N of the items (0-based K/N; slurm: the array task; k8s/N: "
                     "JOB_COMPLETION_INDEX of N); join the shards with `kvec eval merge`");
     cmd->callback([o, cmd, &action] {
+        o->budgets_given = cmd->count("--budgets") > 0;
         if (cmd->get_subcommands().empty()) action = [o] { return run_eval(*o); };
     });
 

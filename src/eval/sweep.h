@@ -137,6 +137,9 @@ struct SweepOptions {
 
 // Detaches the evictor and empties the session when a scope ends (also on errors).
 struct SessionGuard {
+    explicit SessionGuard(Session& s) : session(s) {}
+    SessionGuard(const SessionGuard&) = delete;
+    SessionGuard& operator=(const SessionGuard&) = delete;
     Session& session;
     ~SessionGuard() {
         session.reset();
