@@ -6,12 +6,13 @@
 #
 #   scripts/real-models-eval.sh [-t THREADS] [STEP...]
 #
-# Steps (default: all, in this order; about 70 minutes on 2 cores, 2 samples per task unless said):
-#   full         full cache only, test split: SmolLM2 and Gemma 3 at 1k-8k, Qwen2.5-Coder 0.5B at
-#                1k-4k and 8k (1 sample per task)
-#   smollm2      every policy, synthetic-2k, both protocols, budgets 64-1024 and compression
-#                0.25-0.875 in one sweep per protocol
-#   qwen05       the same on Qwen2.5-Coder 0.5B (a 32k-context model) at 4k, 1 sample per task
+# Steps (default: all, in this order; 2 samples per task unless said):
+#   full         full cache only, test split: SmolLM2, Gemma 3 and Qwen2.5-Coder 0.5B at 1k-4k,
+#                and at 8k with 1 sample per task
+#   smollm2      every policy on SmolLM2, synthetic-2k, both protocols, budgets 64-1024, the four
+#                tasks it does with the full cache, 6 samples each
+#   qwen05       every policy on Qwen2.5-Coder 0.5B (a 32k-context model), synthetic-4k, kvpress's
+#                protocol (query-agnostic, compression ratios 0.25-0.875), 1 sample per task
 #   fidelity     KL / top-1 / NLL against the full cache on the held-out test addresses (4 segments of
 #                2048 prompt + 128 continuation tokens), SmolLM2
 # SAMPLES=N replaces every per-task sample count above (tighter intervals, proportionally longer).
@@ -24,7 +25,7 @@ steps=()
 while [ $# -gt 0 ]; do
     case "$1" in
         -t) threads="$2"; shift 2 ;;
-        -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) steps+=("$1"); shift ;;
     esac
 done
@@ -47,25 +48,29 @@ sweep() {
 }
 
 n() { echo "${SAMPLES:-$1}"; }
-columns=(--budgets 64,128,256,512,1024 --compression 0.25,0.5,0.75,0.875 --task-floor 50)
 for step in "${steps[@]}"; do
     case "$step" in
         full)
-            for L in 1k 2k 4k 8k; do
+            for L in 1k 2k 4k; do
                 sweep "full/smollm2-$L" -m "$smol" --suite "synthetic-$L" --split test --samples "$(n 2)" --policies full
                 sweep "full/gemma-$L" -m "$gemma" --suite "synthetic-$L" --split test --samples "$(n 2)" --policies full
-            done
-            for L in 1k 2k 4k; do
                 sweep "full/qwen05-$L" -m "$qwen05" --suite "synthetic-$L" --split test --samples "$(n 2)" --policies full
             done
-            sweep "full/qwen05-8k" -m "$qwen05" --suite synthetic-8k --split test --samples "$(n 1)" --policies full ;;
-        smollm2|qwen05)
-            model="$smol" suite=synthetic-2k samples=$(n 2)
-            [ "$step" = qwen05 ] && model="$qwen05" suite=synthetic-4k samples=$(n 1)
-            for protocol in query-aware query-agnostic; do
-                sweep "policies/$step-$protocol" -m "$model" --suite "$suite" --split test --samples "$samples" \
-                    --protocol "$protocol" --policies "$all_policies" "${columns[@]}"
+            for m in smollm2:"$smol" gemma:"$gemma" qwen05:"$qwen05"; do
+                sweep "full/${m%%:*}-8k" -m "${m#*:}" --suite synthetic-8k --split test --samples "$(n 1)" --policies full
             done ;;
+        smollm2)
+            # The four tasks SmolLM2 does with the full cache at 2k (step full: 50 % or more), 6
+            # samples each, rather than 2 of each of the nine: the same time, three times the items
+            # that can tell policies apart.
+            for protocol in query-agnostic query-aware; do
+                sweep "policies/smollm2-$protocol" -m "$smol" --suite synthetic-2k --split test --samples "$(n 6)" \
+                    --tasks niah_single,niah_multikey,niah_multiquery,qa --protocol "$protocol" \
+                    --policies "$all_policies" --budgets 64,128,256,512,1024 --task-floor 50
+            done ;;
+        qwen05)
+            sweep policies/qwen05-query-agnostic -m "$qwen05" --suite synthetic-4k --split test --samples "$(n 1)" \
+                --protocol query-agnostic --policies "$all_policies" --compression 0.25,0.5,0.75,0.875 --task-floor 50 ;;
         fidelity)
             sweep fidelity/smollm2 -m "$smol" --fidelity heldout:test --prefix 2048 --continuation 128 \
                 --segments 4 --policies "$all_policies" --budgets 64,128,256,512,1024 ;;

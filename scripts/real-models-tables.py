@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""The full-cache table of docs/results.md from scripts/real-models-eval.sh's output.
+"""The tables of docs/results.md from scripts/real-models-eval.sh's output.
 
     scripts/real-models-tables.py [build/real-models-eval] [--floor 50]
+    scripts/real-models-tables.py [build/real-models-eval] --run policies/smollm2-query-aware \
+        --section "Average score with 95 % interval" --section "Paired: kvec against each policy"
 
-One row per model and length (full/<model>-<length>/summary.csv): the full cache's score per task,
-the average with its 95 % interval, and the tasks under the floor marked * (the policy sweeps keep
-them out of that model's averages with --task-floor).
+The first form: one row per model and length (full/<model>-<length>/summary.csv): the full
+cache's score per task, the average with its 95 % interval, and the tasks under the floor marked *
+(the policy sweeps keep them out of that model's averages with --task-floor). The second: the
+named sections of one run's summary.md, as `kvec eval` wrote them.
 """
 import argparse
 import csv
@@ -16,11 +19,32 @@ import sys
 LENGTHS = {"1k": 1, "2k": 2, "4k": 4, "8k": 8, "16k": 16, "32k": 32}
 
 
+def print_sections(path: pathlib.Path, titles: list) -> int:
+    """Prints each '## TITLE' section of PATH (heading excluded) up to the next heading."""
+    sections, title = {}, None
+    for line in path.read_text().splitlines():
+        if line.startswith("## "):
+            title = line[3:].strip()
+            sections[title] = []
+        elif title is not None:
+            sections[title].append(line)
+    for t in titles:
+        if t not in sections:
+            print(f"{path}: no section '## {t}' (has: {', '.join(sections)})", file=sys.stderr)
+            return 1
+        print(f"**{t}**\n\n" + "\n".join(sections[t]).strip() + "\n")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("dir", nargs="?", default="build/real-models-eval")
     ap.add_argument("--floor", type=float, default=50.0)
+    ap.add_argument("--run", help="one run under DIR: print --section(s) of its summary.md")
+    ap.add_argument("--section", action="append", default=[], help="a '## ' heading of summary.md")
     args = ap.parse_args()
+    if args.run:
+        return print_sections(pathlib.Path(args.dir, args.run, "summary.md"), args.section)
     rows, tasks = [], []
     for path in sorted(pathlib.Path(args.dir, "full").glob("*/summary.csv")):
         m = re.fullmatch(r"(.+)-(\d+k)", path.parent.name)

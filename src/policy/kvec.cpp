@@ -144,7 +144,7 @@ PolicyEntry kvec_entry() {
     for (auto& o : snap_option_specs()) options.push_back(std::move(o));
     options.push_back(float_option("gamma", 0.0, 0.0, 1e6,
                                    "cross-head coverage weight, in units of the rank-b score (0: off; no "
-                                   "setting changed accuracy on the development split, docs/results.md)"));
+                                   "setting changed accuracy on the development split, docs/results-toy.md)"));
     options.push_back(float_option("mu", 0.0, 0.0, 1e6,
                                    "layers=local only: units no earlier layer kept count 1 + mu (0: off)"));
     options.push_back(float_option("alpha", 0.2, 0.0, 1.0,
