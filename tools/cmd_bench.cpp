@@ -92,15 +92,15 @@ std::vector<int> parse_int_list(const std::string& s, const char* flag, int min_
 }
 
 std::vector<std::string> parse_string_list(const std::string& s, const char* flag) {
+    if (s.empty()) fail("{}: empty list", flag);
     std::vector<std::string> out;
-    std::stringstream ss(s);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-        if (item.empty()) fail("{}: empty item in the list '{}'", flag, s);
-        out.push_back(item);
+    for (size_t start = 0;;) {
+        const size_t comma = s.find(',', start);
+        out.push_back(s.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+        if (out.back().empty()) fail("{}: empty item in the list '{}'", flag, s);
+        if (comma == std::string::npos) return out;
+        start = comma + 1;
     }
-    if (out.empty()) fail("{}: empty list", flag);
-    return out;
 }
 
 // Policies are comma-separated, but a policy's own options are too ("kvec:budget=256,gamma=0.5"):
@@ -586,8 +586,10 @@ void add_bench_command(CLI::App& app, Action& action) {
     cmd->add_option("--kv-type,--cache-type", raw->kv,
                     std::string("KV-cache element types of keys and values alike: ") + kv_type_list())
         ->capture_default_str();
-    cmd->add_option("--cache-type-k", raw->ctk, "KV-cache element types of the keys (-ctk; crossed with -ctv)");
-    cmd->add_option("--cache-type-v", raw->ctv, "KV-cache element types of the values (-ctv; crossed with -ctk)");
+    cmd->add_option("--cache-type-k", raw->ctk, "KV-cache element types of the keys (-ctk; crossed with -ctv)")
+        ->check(non_empty());
+    cmd->add_option("--cache-type-v", raw->ctv, "KV-cache element types of the values (-ctv; crossed with -ctk)")
+        ->check(non_empty());
     cmd->add_option("--policy", raw->policy,
                     "eviction policies, e.g. full,kvec or kvec:chunked=true (a policy's own options follow it)")
         ->capture_default_str();

@@ -32,6 +32,7 @@
 #include "model/model.h"
 #include "model/session.h"
 #include "tokenizer/tokenizer.h"
+#include "util/atomic_file.h"
 #include "util/error.h"
 #include "util/terminal.h"
 #include "util/timer.h"
@@ -164,7 +165,7 @@ std::vector<eval::EvalRecord> load_predictions(const std::string& path) {
                    path, path);
     }
     if (repeated > 0) fmt::print(stderr, "note: {} repeated record(s) of {} dropped\n", repeated, path);
-    if (torn || bad > 0 || repeated > 0) eval::write_file_atomic(path, kept);
+    if (torn || bad > 0 || repeated > 0) write_file_atomic(path, kept);
     return out;
 }
 
@@ -190,7 +191,7 @@ struct InvocationCosts {
         nlohmann::ordered_json j = {{"wall_seconds", st.wall_seconds},     {"prefill_seconds", st.prefill_seconds},
                                     {"replay_seconds", st.replay_seconds}, {"decode_seconds", st.decode_seconds},
                                     {"prefills", st.prefills},             {"generations", st.generations}};
-        eval::write_file_atomic(mine, j.dump(2) + "\n");
+        write_file_atomic(mine, j.dump(2) + "\n");
     }
 
     // Sums of every invocation's figures (this one's included once it has recorded), and their count.
@@ -529,7 +530,7 @@ int run_eval(const EvalOptions& o) {
                 const nlohmann::json m = nlohmann::json::parse(min);
                 if (m.contains("total") && m["total"].is_object()) {
                     fs::create_directories(invocations_dir, ec);
-                    eval::write_file_atomic(invocations_dir + "/earlier.json", m["total"].dump(2) + "\n");
+                    write_file_atomic(invocations_dir + "/earlier.json", m["total"].dump(2) + "\n");
                 }
             } catch (const nlohmann::json::exception&) {
             }

@@ -110,7 +110,7 @@ void add_gen_model_command(CLI::App& app, Action& action) {
     cmd->add_option("--heads", s.n_head, "query heads")->capture_default_str();
     cmd->add_option("--kv-heads", s.n_head_kv, "KV heads (GQA when fewer than --heads)")->capture_default_str();
     cmd->add_option("--ff", s.n_ff, "feed-forward size")->capture_default_str();
-    cmd->add_option("--head-dim", s.head_dim, "head size (default: embd / heads)");
+    cmd->add_option("--head-dim", s.head_dim, "head size (default: embd / heads)")->check(CLI::Range(1, 65536));
     cmd->add_option("--vocab", s.n_vocab, "vocabulary size (default: all tokens of the vocabulary file)");
     cmd->add_option("--ctx", s.n_ctx, "training context length written to the file")->capture_default_str();
     cmd->add_option("--rope-base", s.rope_base, "RoPE frequency base")->capture_default_str();

@@ -173,7 +173,8 @@ int run(const RunOptions& o) {
     check_threads(o.threads);
     if (o.seed < -1) fail("-s/--seed must be >= 0, or -1 for a random seed, got {}", o.seed);
     if (o.policy_given && o.policy.empty()) fail("--policy is empty (give a policy name; see `kvec policies`)");
-    const std::string prompt = o.file.empty() ? o.prompt : read_text_file(o.file);
+    const std::string prompt = o.file_given ? read_text_file(o.file) : o.prompt;
+    if (o.file_given && prompt.empty()) fail("the prompt file '{}' is empty", o.file);
     check_readable_file(o.model, "model file");
     if (o.batch_given && o.batch <= 0) fail("--batch-size must be positive, got {}", o.batch);
     if (o.chunk_given && o.chunk <= 0) fail("--chunk must be positive, got {}", o.chunk);

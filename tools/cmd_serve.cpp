@@ -104,6 +104,12 @@ void add_serve_command(CLI::App& app, Action& action) {
     cmd->add_option("--slot-save-path", o->server.slot_save_path,
                     "directory where POST /slots/{id}?action=save|restore writes and reads kept conversations");
     cmd->add_option("--api-key", o->server.api_key, "require 'Authorization: Bearer KEY' on every endpoint but /health");
+    cmd->add_option("--allowed-host", o->server.cross_site.allowed_hosts,
+                    "a host name requests may be sent to besides IP addresses and localhost (repeatable; others get "
+                    "403: DNS rebinding protection)");
+    cmd->add_option("--allowed-origin", o->server.cross_site.allowed_origins,
+                    "a web origin (scheme://host[:port]) whose pages may call the server from a browser (repeatable; "
+                    "other origins get 403)");
     cmd->add_option("--alias", o->alias, "model name in /v1/models and responses (default: the file name)");
     cmd->add_option("-t,--threads", o->threads, "threads (default: all hardware threads)");
     cmd->add_option("-c,--ctx-size", o->ctx, "context size of every slot in tokens (default: the model's training context)");

@@ -50,6 +50,8 @@ struct KvTypeFlags {
 void add_kv_type_flags(CLI::App* cmd, KvTypeFlags& flags, const std::string& both_names);
 // "q8_0" when keys and values share the type, else "q8_0/q4_0" (keys/values).
 std::string kv_types_name(KvType k, KvType v);
+// A CLI11 check refusing an empty value (`-ctk ''` would otherwise read as "not given").
+CLI::Validator non_empty();
 // The long names of llama.cpp's -ctk / -ctv in argv (see add_kv_type_flags).
 void expand_kv_type_short_flags(std::vector<std::string>& args);
 

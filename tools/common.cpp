@@ -56,9 +56,17 @@ KvType KvTypeFlags::value_type() const {
 void add_kv_type_flags(CLI::App* cmd, KvTypeFlags& flags, const std::string& both_names) {
     const std::string types = kv_type_list();
     cmd->add_option(both_names, flags.both, "KV-cache element type of keys and values: " + types)
-        ->capture_default_str();
-    cmd->add_option("--cache-type-k", flags.k, "KV-cache element type of the keys (-ctk; default: --kv-type)");
-    cmd->add_option("--cache-type-v", flags.v, "KV-cache element type of the values (-ctv; default: --kv-type)");
+        ->capture_default_str()
+        ->check(non_empty());
+    cmd->add_option("--cache-type-k", flags.k, "KV-cache element type of the keys (-ctk; default: --kv-type)")
+        ->check(non_empty());
+    cmd->add_option("--cache-type-v", flags.v, "KV-cache element type of the values (-ctv; default: --kv-type)")
+        ->check(non_empty());
+}
+
+CLI::Validator non_empty() {
+    return CLI::Validator([](std::string& s) { return s.empty() ? std::string("must not be empty") : std::string(); },
+                          "NOT EMPTY");
 }
 
 std::string kv_types_name(KvType k, KvType v) {

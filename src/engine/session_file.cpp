@@ -1,13 +1,15 @@
 #include "engine/session_file.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <limits>
 #include <span>
 
+#include "util/atomic_file.h"
 #include "util/error.h"
 #include "util/sha256.h"
 
@@ -111,30 +113,34 @@ void save_session(const Session& session, const std::string& path, const std::st
     }
     put_str(out, sha256_hex(out));
 
-    const std::string temp = path + ".part";
-    {
-        std::ofstream f(temp, std::ios::binary | std::ios::trunc);
-        if (!f) fail("cannot write {}: {}", temp, std::strerror(errno));
-        f.write(out.data(), static_cast<std::streamsize>(out.size()));
-        f.flush();
-        if (!f) {
-            std::remove(temp.c_str());
-            fail("cannot write {} ({} bytes): {}", temp, out.size(), std::strerror(errno));
-        }
-    }
-    std::error_code ec;
-    std::filesystem::rename(temp, path, ec);
-    if (ec) {
-        std::remove(temp.c_str());
-        fail("cannot rename {} to {}: {}", temp, path, ec.message());
-    }
+    write_file_atomic(path, out);
 }
 
-SessionFile SessionFile::read(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) fail("cannot open {}: {}", path, std::strerror(errno));
-    const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    if (f.bad()) fail("cannot read {}", path);
+SessionFile SessionFile::read(const std::string& path, uint64_t max_bytes) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) fail("cannot open {}: {}", path, errno == ELOOP ? "a symbolic link, not followed" : std::strerror(errno));
+    std::string bytes;
+    try {
+        struct stat st {};
+        if (::fstat(fd, &st) != 0) fail("cannot read {}: {}", path, std::strerror(errno));
+        if (!S_ISREG(st.st_mode)) fail("{} is not a regular file", path);
+        const auto size = static_cast<uint64_t>(st.st_size);
+        if (size > max_bytes) fail("{} holds {} bytes, more than the {} a slot file of this server can hold", path, size, max_bytes);
+        bytes.resize(static_cast<size_t>(size));
+        size_t got = 0;
+        while (got < bytes.size()) {
+            const ssize_t r = ::read(fd, bytes.data() + got, bytes.size() - got);
+            if (r < 0 && errno == EINTR) continue;
+            if (r < 0) fail("cannot read {}: {}", path, std::strerror(errno));
+            if (r == 0) break;  // shorter than fstat said (truncated meanwhile): checked below
+            got += static_cast<size_t>(r);
+        }
+        bytes.resize(got);
+    } catch (...) {
+        ::close(fd);
+        throw;
+    }
+    ::close(fd);
     if (bytes.size() < sizeof kMagic + 4 || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) {
         fail("{} is not a kvec slot file (no KVECSLOT header)", path);
     }

@@ -31,9 +31,10 @@ void save_session(const Session& session, const std::string& path, const std::st
 // bytes there are) before anything is restored.
 class SessionFile {
 public:
-    // kvec::Error naming the file and the problem: not a kvec slot file, another version, a
-    // truncated or corrupt file.
-    static SessionFile read(const std::string& path);
+    // kvec::Error naming the file and the problem: not a regular file (a symbolic link is not
+    // followed), larger than max_bytes (checked before anything is read), not a kvec slot file,
+    // another version, a truncated or corrupt file.
+    static SessionFile read(const std::string& path, uint64_t max_bytes = UINT64_MAX);
 
     const std::string& model_sha256() const { return model_sha256_; }
     const std::string& policy() const { return policy_; }

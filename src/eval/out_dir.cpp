@@ -17,31 +17,6 @@
 
 namespace kvec::eval {
 
-namespace {
-
-// write(2) until done; false with errno set on failure (EINTR retried).
-bool write_all(int fd, const char* p, size_t n) {
-    while (n > 0) {
-        const ssize_t w = ::write(fd, p, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0) return false;
-        if (w == 0) {
-            errno = ENOSPC;
-            return false;
-        }
-        p += w;
-        n -= static_cast<size_t>(w);
-    }
-    return true;
-}
-
-std::string parent_dir(const std::string& path) {
-    const std::string parent = std::filesystem::path(path).parent_path().string();
-    return parent.empty() ? "." : parent;
-}
-
-}  // namespace
-
 std::string lock_holder_description() {
     char host[256] = {};
     if (::gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "?");
@@ -102,30 +77,6 @@ void RecordAppender::append(const std::string& line) {
     fail("cannot write a prediction to '{}': {}{}", path_, std::strerror(err),
          cut ? "; the predictions written before are intact: run the same command again to resume"
              : "; its last line may be incomplete and is dropped when the same command runs again");
-}
-
-void write_file_atomic(const std::string& path, const std::string& text) {
-    const std::string dir = parent_dir(path);
-    std::string tmp = path + ".tmp-XXXXXX";
-    const int fd = ::mkstemp(tmp.data());
-    if (fd < 0) fail("cannot create a temporary file for '{}': {}", path, std::strerror(errno));
-    const bool ok = write_all(fd, text.data(), text.size()) && ::fsync(fd) == 0;
-    const int err = errno;
-    ::close(fd);
-    if (!ok) {
-        ::unlink(tmp.c_str());
-        fail("cannot write '{}': {} (the previous file, if any, is unchanged)", path, std::strerror(err));
-    }
-    if (::chmod(tmp.c_str(), 0644) != 0 || ::rename(tmp.c_str(), path.c_str()) != 0) {
-        const int e = errno;
-        ::unlink(tmp.c_str());
-        fail("cannot replace '{}': {}", path, std::strerror(e));
-    }
-    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        ::fsync(dfd);  // the rename itself reaches the disk
-        ::close(dfd);
-    }
 }
 
 }  // namespace kvec::eval

@@ -4,8 +4,7 @@
 //     holder exits, also when it is killed.
 //   - RecordAppender: each record is appended with one write(2) on an O_APPEND descriptor; a
 //     short or failed write (a full disk) is cut back, so the file only ever holds whole records.
-//   - write_file_atomic: a temporary file in the same directory, fsync, rename, fsync of the
-//     directory: readers see the old file or the new one, never a torn one.
+//   - whole files (summaries, metrics, configs) are replaced atomically: util/atomic_file.h.
 #pragma once
 
 #include <string>
@@ -39,10 +38,6 @@ private:
     std::string path_;
     int fd_ = -1;
 };
-
-// Writes `text` to `path` atomically (see above); kvec::Error naming the path on failure, which
-// leaves the previous file (if any) in place.
-void write_file_atomic(const std::string& path, const std::string& text);
 
 // "pid 1234 on host h, started 2025-01-01T12:00:00Z": what DirLock records of its holder.
 std::string lock_holder_description();

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "util/atomic_file.h"
 #include "util/error.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -301,18 +302,18 @@ void write_line_plot_png(const PlotSpec& spec, const std::string& path) {
     }
 
     cairo_destroy(cr);
-    // Through a temporary file and a rename: an interrupted write never leaves a torn PNG.
-    const std::string tmp = path + ".tmp";
-    const cairo_status_t st = cairo_surface_write_to_png(surface, tmp.c_str());
+    // Encoded in memory, then replaced whole (util/atomic_file.h): never a torn PNG.
+    std::string png;
+    const cairo_status_t st = cairo_surface_write_to_png_stream(
+        surface,
+        [](void* out, const unsigned char* data, unsigned int n) {
+            static_cast<std::string*>(out)->append(reinterpret_cast<const char*>(data), n);
+            return CAIRO_STATUS_SUCCESS;
+        },
+        &png);
     cairo_surface_destroy(surface);
-    if (st != CAIRO_STATUS_SUCCESS) {
-        std::remove(tmp.c_str());
-        fail("cannot write plot '{}': {}", path, cairo_status_to_string(st));
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-        std::remove(tmp.c_str());
-        fail("cannot write plot '{}'", path);
-    }
+    if (st != CAIRO_STATUS_SUCCESS) fail("cannot write plot '{}': {}", path, cairo_status_to_string(st));
+    write_file_atomic(path, png);
 }
 
 }  // namespace kvec::eval

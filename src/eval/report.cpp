@@ -1,6 +1,5 @@
 #include "eval/report.h"
 
-#include "eval/out_dir.h"
 
 #include <fmt/format.h>
 
@@ -10,6 +9,7 @@
 #include <functional>
 
 #include "eval/plot.h"
+#include "util/atomic_file.h"
 #include "util/error.h"
 
 namespace kvec::eval {

@@ -108,7 +108,7 @@ std::string write_sweep_outputs(const SweepSummary& summary, const std::string& 
 // labels such as "kvec:kernel=7,layers=local" do).
 std::string csv_quote(const std::string& v);
 
-// Writes `text` to `path` atomically (write_file_atomic, eval/out_dir.h; kvec::Error if it cannot).
+// Writes `text` to `path` atomically (util/atomic_file.h; kvec::Error if it cannot).
 void write_text_file(const std::string& path, const std::string& text);
 
 }  // namespace kvec::eval

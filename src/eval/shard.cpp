@@ -23,9 +23,16 @@ std::optional<int64_t> parse_count(std::string_view s) {
     return v;
 }
 
+// Why `s` is not a count: "is too large" for a string of digits beyond int64's 18 digits, else "is
+// not a whole number".
+const char* not_a_count(std::string_view s) {
+    const bool digits = !s.empty() && s.find_first_not_of("0123456789") == std::string_view::npos;
+    return digits ? "is too large (at most 18 digits)" : "is not a whole number";
+}
+
 int64_t count_from(std::string_view text, std::string_view piece) {
     const std::optional<int64_t> n = parse_count(piece);
-    if (!n) fail("--shard '{}': the shard count '{}' is not a whole number ({})", text, piece, kForms);
+    if (!n) fail("--shard '{}': the shard count '{}' {} ({})", text, piece, not_a_count(piece), kForms);
     if (*n < 1) fail("--shard '{}': the shard count must be at least 1, got {}", text, *n);
     return *n;
 }
@@ -34,7 +41,7 @@ int64_t env_number(const EnvLookup& env, const char* name, std::string_view text
     const std::optional<std::string> v = env(name);
     if (!v) fail("--shard {}: the environment variable {} is not set", text, name);
     const std::optional<int64_t> n = parse_count(*v);
-    if (!n) fail("--shard {}: {}='{}' is not a whole number", text, name, *v);
+    if (!n) fail("--shard {}: {}='{}' {}", text, name, *v, not_a_count(*v));
     return *n;
 }
 
@@ -85,7 +92,8 @@ Shard parse_shard(std::string_view text, const EnvLookup& env) {
     const size_t slash = text.find('/');
     if (slash == std::string_view::npos) fail("--shard '{}': {}", text, kForms);
     const std::optional<int64_t> k = parse_count(text.substr(0, slash));
-    if (!k) fail("--shard '{}': the shard index '{}' is not a whole number ({})", text, text.substr(0, slash), kForms);
+    if (!k) fail("--shard '{}': the shard index '{}' {} ({})", text, text.substr(0, slash), not_a_count(text.substr(0, slash)),
+                 kForms);
     s.count = count_from(text, text.substr(slash + 1));
     s.index = *k;
     return checked(s, text);

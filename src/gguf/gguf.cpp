@@ -21,6 +21,7 @@
 #include <limits>
 #include <unordered_set>
 
+#include "util/atomic_file.h"
 #include "util/error.h"
 
 namespace kvec::gguf {
@@ -705,15 +706,16 @@ const TensorInfo& File::tensor(std::string_view name) const {
 namespace {
 
 // Buffered writer to a file descriptor; every failure throws naming the path.
+// Buffered writes into an AtomicFile.
 class OutFile {
 public:
-    OutFile(int fd, const std::string& path) : fd_(fd), path_(path) { buf_.reserve(1 << 20); }
+    explicit OutFile(AtomicFile& file) : file_(file) { buf_.reserve(1 << 20); }
 
     void put(const void* data, size_t n) {
         const auto* p = static_cast<const uint8_t*>(data);
         if (buf_.size() + n > buf_.capacity()) flush();
         if (n >= buf_.capacity()) {
-            write_all(p, n);
+            file_.write(std::string_view(reinterpret_cast<const char*>(p), n));
         } else {
             buf_.insert(buf_.end(), p, p + n);
         }
@@ -739,27 +741,14 @@ public:
     }
 
     void flush() {
-        if (!buf_.empty()) write_all(buf_.data(), buf_.size());
+        file_.write(std::string_view(reinterpret_cast<const char*>(buf_.data()), buf_.size()));
         buf_.clear();
     }
 
     uint64_t written() const { return written_; }
 
 private:
-    void write_all(const uint8_t* p, size_t n) {
-        while (n > 0) {
-            const ssize_t w = ::write(fd_, p, n);
-            if (w < 0) {
-                if (errno == EINTR) continue;
-                fail("cannot write '{}': {}", path_, std::strerror(errno));
-            }
-            p += w;
-            n -= static_cast<size_t>(w);
-        }
-    }
-
-    int fd_;
-    const std::string& path_;
+    AtomicFile& file_;
     std::vector<uint8_t> buf_;
     uint64_t written_ = 0;
 };
@@ -937,13 +926,10 @@ void Writer::write(const std::string& path) const {
         alignment = a->u;
     }
 
-    // Temporary file in the same directory, renamed over `path` once complete.
-    std::string tmpl = path + ".tmp-XXXXXX";
-    const int fd = ::mkstemp(tmpl.data());
-    if (fd < 0) fail("cannot create a temporary file for '{}': {}", path, std::strerror(errno));
-    const std::string tmp = tmpl;
-    try {
-        OutFile out(fd, tmp);
+    // A temporary file in the same directory, renamed over `path` once complete (AtomicFile).
+    AtomicFile file(path);
+    {
+        OutFile out(file);
         out.put_scalar<uint32_t>(kMagic);
         out.put_scalar<uint32_t>(3);
         out.put_scalar<uint64_t>(tensors_.size());
@@ -978,24 +964,8 @@ void Writer::write(const std::string& path) const {
             out.pad_to(alignment);
         }
         out.flush();
-        if (::fchmod(fd, 0644) != 0 || ::fsync(fd) != 0) {
-            fail("cannot write '{}': {}", tmp, std::strerror(errno));
-        }
-    } catch (...) {
-        ::close(fd);
-        ::unlink(tmp.c_str());
-        throw;
     }
-    if (::close(fd) != 0) {
-        const int err = errno;
-        ::unlink(tmp.c_str());
-        fail("cannot write '{}': {}", tmp, std::strerror(err));
-    }
-    if (::rename(tmp.c_str(), path.c_str()) != 0) {
-        const int err = errno;
-        ::unlink(tmp.c_str());
-        fail("cannot rename '{}' to '{}': {}", tmp, path, std::strerror(err));
-    }
+    file.commit();
 }
 
 }  // namespace kvec::gguf

@@ -42,9 +42,20 @@ void read_swa_layers(const gguf::File& f, ModelConfig& c, int64_t period) {
         }
         for (int l = 0; l < c.n_layer; ++l) c.swa_layers[static_cast<size_t>(l)] = pattern->ints[static_cast<size_t>(l)] != 0;
     } else {
-        const auto n = static_cast<int64_t>(pattern != nullptr ? f.get_uint(k_pattern) : static_cast<uint64_t>(period));
+        const uint64_t period_read = pattern != nullptr ? f.get_uint(k_pattern) : static_cast<uint64_t>(period);
+        if (period_read > (uint64_t{1} << 24)) {
+            fail("'{}': {} = {} is out of range (a period of at most 2^24 layers)", f.path(), k_pattern, period_read);
+        }
+        const auto n = static_cast<int64_t>(period_read);
         for (int l = 0; l < c.n_layer; ++l) c.swa_layers[static_cast<size_t>(l)] = n == 0 || l % n < n - 1;
     }
+}
+
+// A sliding window of at most 2^30 positions (0 allowed: no window), refused above.
+int window_size(const gguf::File& f, const std::string& key) {
+    const uint64_t w = f.get_uint(key);
+    if (w > (uint64_t{1} << 30)) fail("'{}': {} = {} is out of range (at most 2^30 positions)", f.path(), key, w);
+    return static_cast<int>(w);
 }
 
 // {arch}.rope.freq_base_swa (the sliding-window layers' RoPE base) as a finite number > 1, or
@@ -73,7 +84,7 @@ float read_nonnegative(const gguf::File& f, const std::string& key, double fallb
 void read_gemma3(const gguf::File& f, ModelConfig& c) {
     const std::string a = c.arch_name + ".";
     const std::string k_window = a + "attention.sliding_window";
-    c.sliding_window = f.has(k_window) ? static_cast<int>(std::min<uint64_t>(f.get_uint(k_window), 1u << 30)) : 0;
+    c.sliding_window = f.has(k_window) ? window_size(f, k_window) : 0;
     if (c.sliding_window > 0) {
         read_swa_layers(f, c, 6);
         c.rope_freq_base_swa = read_freq_base_swa(f, c, 10000.0);
@@ -132,7 +143,7 @@ void read_moe_config(const gguf::File& f, ModelConfig& c) {
 void read_gemma2(const gguf::File& f, ModelConfig& c) {
     const std::string a = c.arch_name + ".";
     const std::string k_window = a + "attention.sliding_window";
-    c.sliding_window = f.has(k_window) ? static_cast<int>(std::min<uint64_t>(f.get_uint(k_window), 1u << 30)) : 4096;
+    c.sliding_window = f.has(k_window) ? window_size(f, k_window) : 4096;
     if (c.sliding_window <= 0) fail("'{}': {} = 0 (gemma2 needs a window)", f.path(), k_window);
     read_swa_layers(f, c, 2);
     c.rope_freq_base_swa = read_freq_base_swa(f, c, c.rope_freq_base);

@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cmath>
 #include <exception>
 #include <mutex>
 
 #include <fmt/ranges.h>
 
 #include "quant/quant.h"
+#include "util/atomic_file.h"
 #include "util/error.h"
 
 namespace kvec::quant {
@@ -193,6 +195,7 @@ void quantize_gguf(const std::string& in, const std::string& out, GgmlType type,
             fail("quantize: the output '{}' is the input file; choose another output path", out);
         }
     }
+    check_replaceable(out);  // before the work: a link, directory, device or FIFO there is refused
     const std::unique_ptr<gguf::File> src = gguf::File::open(in);
     const std::vector<TensorPlan> plan = plan_quantization(*src, type, opts);
 
@@ -235,6 +238,12 @@ void quantize_gguf(const std::string& in, const std::string& out, GgmlType type,
                 for (int64_t r = 0; r < nrows; ++r) {
                     try {
                         dequantize_row(p.from, t.data + static_cast<size_t>(r) * src_row, row.data(), ncols);
+                        // A NaN or Inf would be scaled into finite codes: a model that runs and says nothing.
+                        const auto bad = std::find_if(row.begin(), row.end(), [](float x) { return !std::isfinite(x); });
+                        if (bad != row.end()) {
+                            fail("quantize: tensor '{}' holds a non-finite value {} at row {}, column {}: refused "
+                                 "(kvec run refuses such weights too)", t.name, *bad, r, bad - row.begin());
+                        }
                         quantize_row(p.to, row.data(), dst + static_cast<size_t>(r) * dst_row, ncols);
                     } catch (...) {
                         std::lock_guard<std::mutex> lock(error_mutex);

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <functional>
 #include <random>
 
 #include "policy/registry.h"
@@ -162,7 +163,10 @@ KvChoice resolve_kv(const json* kv, const RequestDefaults& d) {
             if (policy.empty()) bad_request("invalid_kv", "'kv.policy' is empty (give a policy name, or \"none\")");
         }
         if (const json* b = field(*kv, "budget")) budget = get_int(*b, "kv.budget", 1, INT32_MAX);
-        if (const json* r = field(*kv, "ratio")) ratio = get_number(*r, "kv.ratio", 0.0, 1.0);
+        if (const json* r = field(*kv, "ratio")) {
+            ratio = get_number(*r, "kv.ratio", 0.0, 1.0);
+            if (*ratio == 0) bad_request("invalid_kv", "'kv.ratio' must be in (0, 1] (the share of the prompt kept), got 0");
+        }
         if (budget && ratio) bad_request("invalid_kv", "give either 'kv.budget' or 'kv.ratio', not both");
     }
     if (policy.empty() || policy == "none") {
@@ -196,13 +200,53 @@ KvChoice resolve_kv(const json* kv, const RequestDefaults& d) {
     }
 }
 
-CompletionRequest parse_request(std::string_view text, Endpoint endpoint, const RequestDefaults& d) {
-    json body;
-    try {
-        body = json::parse(text);
-    } catch (const json::exception& e) {
-        bad_request("invalid_json", "the request body is not valid JSON: {}", e.what());
+namespace {
+
+// Fields of the OpenAI API that would change the answer and that this server does not do: a 400
+// unless absent, null or holding their no-op value (so a client sending the defaults is served).
+void refuse_unsupported(const json& body) {
+    auto is_zero = [](const json& v) { return v.is_number() && v.get<double>() == 0; };
+    auto is_false = [](const json& v) { return v.is_boolean() && !v.get<bool>(); };
+    const std::pair<const char*, std::function<bool(const json&)>> fields[] = {
+        {"logprobs", is_false},
+        {"top_logprobs", is_zero},
+        {"echo", is_false},
+        {"logit_bias", [](const json& v) { return v.is_object() && v.empty(); }},
+        {"frequency_penalty", is_zero},
+        {"presence_penalty", is_zero},
+        {"best_of", [](const json& v) { return v.is_number_integer() && v.get<int64_t>() == 1; }},
+        {"suffix", [](const json& v) { return v.is_string() && v.get<std::string>().empty(); }},
+        {"response_format", [](const json& v) { return v == json{{"type", "text"}}; }},
+        {"tools", [](const json& v) { return v.is_array() && v.empty(); }},
+        {"functions", [](const json& v) { return v.is_array() && v.empty(); }},
+    };
+    for (const auto& [name, noop] : fields) {
+        const json* v = field(body, name);
+        if (v == nullptr || noop(*v)) continue;
+        std::string shown = v->dump();
+        if (shown.size() > 40) shown = json_type(*v);  // no long echo of the request
+        bad_request("unsupported_value", "'{}' is not supported by this server (got {}; leave it out)", name, shown);
     }
+}
+
+}  // namespace
+
+json parse_json_body(std::string_view text, std::string_view hint) {
+    try {
+        return json::parse(text);
+    } catch (const json::parse_error& e) {
+        bad_request("invalid_json", "the request body is not valid JSON: it stops being JSON at byte {} of {}{}", e.byte,
+                    text.size(), hint);
+    } catch (const json::out_of_range&) {
+        bad_request("invalid_json", "the request body is not valid JSON: it holds a number beyond the range of a double{}",
+                    hint);
+    } catch (const json::exception&) {
+        bad_request("invalid_json", "the request body is not valid JSON{}", hint);
+    }
+}
+
+CompletionRequest parse_request(std::string_view text, Endpoint endpoint, const RequestDefaults& d) {
+    const json body = parse_json_body(text);
     if (!body.is_object()) wrong_type("the request body", "a JSON object", body);
 
     CompletionRequest r;
@@ -245,14 +289,7 @@ CompletionRequest parse_request(std::string_view text, Endpoint endpoint, const 
     if (const json* v = field(body, "n")) {
         if (get_int(*v, "n", 1, 1) != 1) bad_request("unsupported_value", "'n' must be 1");
     }
-    if (const json* v = field(body, "logprobs")) {
-        if ((v->is_boolean() && v->get<bool>()) || (v->is_number() && v->get<double>() != 0)) {
-            bad_request("unsupported_value", "'logprobs' is not supported by this server");
-        }
-    }
-    if (const json* v = field(body, "tools")) {
-        if (!v->is_array() || !v->empty()) bad_request("unsupported_value", "'tools' is not supported by this server");
-    }
+    refuse_unsupported(body);
     auto kv = body.find("kv");
     r.kv = resolve_kv(kv == body.end() || kv->is_null() ? nullptr : &*kv, d);
     return r;

@@ -64,4 +64,9 @@ struct CompletionRequest {
 // at random.
 CompletionRequest parse_request(std::string_view body, Endpoint endpoint, const RequestDefaults& defaults);
 
+// The request body as JSON; ApiError 400 invalid_json naming the byte where it stops being JSON,
+// with none of the body echoed (a 20 MB unterminated string is not sent back) and no parser
+// internals. `hint` ends the message (what to send instead), may be empty.
+nlohmann::json parse_json_body(std::string_view body, std::string_view hint = "");
+
 }  // namespace kvec::server

@@ -10,6 +10,7 @@
 #include "engine/generator.h"
 #include "policy/registry.h"
 #include "server/api_error.h"
+#include "util/atomic_file.h"
 #include "util/error.h"
 
 namespace kvec::server {
@@ -52,6 +53,10 @@ Server::Server(const Model& model, const Tokenizer& tokenizer, ServerOptions opt
             fail("--slot-save-path {}: not a directory", options_.slot_save_path);
         }
         options_.slot_save_path = std::filesystem::canonical(options_.slot_save_path, ec).string();
+        if (const int stale = remove_stale_temporaries(options_.slot_save_path); stale > 0) {
+            std::fprintf(stderr, "kvec serve: removed %d unfinished slot file(s) from %s (saves killed before they "
+                         "completed)\n", stale, options_.slot_save_path.c_str());
+        }
     }
     if (!options_.policy.empty()) {
         // The defaults as a request without `kv` gets them: an unknown policy or option, or a
@@ -86,23 +91,31 @@ void Server::configure() {
         listen_socket_ = sock;
     });
 
-    // Authentication: every endpoint but /health needs the key.
-    if (!options_.api_key.empty()) {
-        http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-            // /health and the page itself (static; its requests carry the key the user types in).
-            if (req.path == "/health" || (req.path == "/" && req.method == "GET")) {
-                return httplib::Server::HandlerResponse::Unhandled;
-            }
-            const std::string auth = req.get_header_value("Authorization");
-            const std::string prefix = "Bearer ";
-            if (auth.compare(0, prefix.size(), prefix) == 0 && same_secret(auth.substr(prefix.size()), options_.api_key)) {
-                return httplib::Server::HandlerResponse::Unhandled;
-            }
-            set_error(res, 401, "invalid or missing API key (send 'Authorization: Bearer KEY')", "invalid_api_key");
-            res.set_header("WWW-Authenticate", "Bearer");
+    // Before any route: cross-site protection (cross_site.h), then, with --api-key, the key on
+    // every endpoint but /health and the page itself (static; its requests carry the key the user
+    // types in).
+    http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+        // The body is not read yet here: a body is announced by its length or by chunks.
+        const std::string length = req.get_header_value("Content-Length");
+        const bool has_body = (!length.empty() && length.find_first_not_of('0') != std::string::npos) ||
+                              req.has_header("Transfer-Encoding");
+        if (const auto refused = check_cross_site(req.get_header_value("Host"), req.get_header_value("Origin"),
+                                                  req.get_header_value("Content-Type"), has_body, options_.cross_site)) {
+            set_error(res, refused->status, refused->message, refused->code);
             return httplib::Server::HandlerResponse::Handled;
-        });
-    }
+        }
+        if (options_.api_key.empty() || req.path == "/health" || (req.path == "/" && req.method == "GET")) {
+            return httplib::Server::HandlerResponse::Unhandled;
+        }
+        const std::string auth = req.get_header_value("Authorization");
+        const std::string prefix = "Bearer ";
+        if (auth.compare(0, prefix.size(), prefix) == 0 && same_secret(auth.substr(prefix.size()), options_.api_key)) {
+            return httplib::Server::HandlerResponse::Unhandled;
+        }
+        set_error(res, 401, "invalid or missing API key (send 'Authorization: Bearer KEY')", "invalid_api_key");
+        res.set_header("WWW-Authenticate", "Bearer");
+        return httplib::Server::HandlerResponse::Handled;
+    });
     // Statuses httplib sets itself (404 no route, 413 body too large, 400 bad request line) get
     // an OpenAI-style body; bodies the handlers wrote are left alone.
     const size_t max_body = options_.max_body_bytes;

@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 
+#include "server/cross_site.h"
 #include "model/model.h"
 #include "model/session.h"
 #include "server/metrics.h"
@@ -49,6 +50,7 @@ struct ServerOptions {
     size_t kv_memory = 0;                  // bound on the KV bytes of all slots (--kv-memory; 0: none)
     int queue_timeout_s = 60;              // a queued request gets 503 after this long
     std::string slot_save_path;            // directory of slot save / restore ("": off)
+    CrossSitePolicy cross_site;            // --allowed-host / --allowed-origin (cross_site.h)
 };
 
 class Server {

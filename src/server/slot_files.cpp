@@ -1,9 +1,10 @@
 // POST /slots/{id}?action=save|restore|erase: a slot's kept conversation (its compressed cache,
 // positions, tokens and policy) written to a file in --slot-save-path, read back into a free slot,
 // or dropped. File names are plain names inside that directory: no separators, no "..", no
-// leading dot, no symbolic links (docs/server.md).
+// leading dot, nothing but regular files (docs/server.md). A save writes a temporary file beside the
+// destination and renames it (util/atomic_file.h); the server removes the temporaries of saves
+// killed before their rename when it starts.
 #include <httplib.h>
-#include <sys/stat.h>
 
 #include <nlohmann/json.hpp>
 
@@ -15,7 +16,9 @@
 #include "engine/session_file.h"
 #include "policy/registry.h"
 #include "server/api_error.h"
+#include "server/request.h"
 #include "server/server.h"
+#include "util/atomic_file.h"
 #include "util/error.h"
 #include "util/sha256.h"
 #include "util/timer.h"
@@ -28,12 +31,7 @@ namespace {
 
 // The request's "filename", checked to name a file directly inside dir (ApiError 400 otherwise).
 std::string slot_file_name(const std::string& body) {
-    json b;
-    try {
-        b = json::parse(body);
-    } catch (const json::exception&) {
-        bad_request("invalid_json", "the request body is not valid JSON (send {{\"filename\": \"NAME\"}})");
-    }
+    const json b = parse_json_body(body, " (send {\"filename\": \"NAME\"})");
     if (!b.is_object() || !b.contains("filename") || !b["filename"].is_string()) {
         bad_request("invalid_filename", "the request body needs a string field 'filename'");
     }
@@ -50,10 +48,14 @@ std::string slot_file_name(const std::string& body) {
     return name;
 }
 
-// A file under the save directory that is not a symbolic link (lstat: the link itself).
-bool is_symlink(const std::string& path) {
-    struct stat st {};
-    return ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
+// The largest slot file a session of this server can have written: every position of the
+// context in every (layer, KV head), with room for 16 policy scores an entry, its tokens, and 1 MiB
+// of header (policy text, hashes). A restore refuses a larger file before reading it.
+uint64_t max_slot_file_bytes(const Session& session) {
+    const KvCache& kv = session.kv_cache();
+    const auto ctx = static_cast<uint64_t>(session.n_ctx());
+    return ctx * static_cast<uint64_t>(kv.n_layer()) * static_cast<uint64_t>(kv.n_head_kv()) * (kv.entry_bytes() + 64) +
+           4 * ctx + (uint64_t{1} << 20);
 }
 
 // A kvec::Error's message with the save directory left out (error bodies name no paths).
@@ -89,7 +91,12 @@ void Server::slot_action(const httplib::Request& req, httplib::Response& res) {
         }
         name = slot_file_name(req.body);
         path = options_.slot_save_path + "/" + name;
-        if (is_symlink(path)) bad_request("invalid_filename", "'{}' is a symbolic link: refused", name);
+        try {
+            check_replaceable(path);  // absent, or a regular file: never through a link, never a device
+        } catch (const Error&) {
+            bad_request("invalid_filename", "'{}' is not a regular file (a symbolic link, directory, device or FIFO): "
+                        "refused", name);
+        }
         if (action == "restore" && !std::filesystem::is_regular_file(path)) {
             throw ApiError(404, "invalid_request_error", "file_not_found", fmt::format("no saved slot file '{}'", name));
         }
@@ -126,7 +133,7 @@ void Server::slot_action(const httplib::Request& req, httplib::Response& res) {
         session.reset();
         session.set_evictor(nullptr);
         try {
-            const SessionFile file = SessionFile::read(path);
+            const SessionFile file = SessionFile::read(path, max_slot_file_bytes(session));
             if (file.model_sha256() != model_sha256()) {
                 bad_request("wrong_model", "'{}' was saved with another model (sha256 {}), this server runs {}", name,
                             file.model_sha256().substr(0, 16), model_sha256().substr(0, 16));

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
@@ -123,6 +124,17 @@ TEST(SessionFile, DamagedOrMismatchedFilesAreRefusedByName) {
     write_bytes(bad, "GGUF and more bytes than a header");
     EXPECT_NE(error_of([&] { SessionFile::read(bad); }).find("not a kvec slot file"), std::string::npos);
     EXPECT_NE(error_of([&] { SessionFile::read(temp_path("absent.slot")); }).find("cannot open"), std::string::npos);
+    // Not read at all: larger than the caller allows (checked before reading), a link, a directory.
+    const std::string size_error = error_of([&] { SessionFile::read(path, bytes.size() - 1); });
+    EXPECT_NE(size_error.find(fmt::format("holds {} bytes, more than the {}", bytes.size(), bytes.size() - 1)),
+              std::string::npos) << size_error;
+    EXPECT_EQ(SessionFile::read(path, bytes.size()).n_past(), 40);
+    const std::string link = temp_path("link.slot");
+    std::filesystem::remove(link);
+    std::filesystem::create_symlink(path, link);
+    EXPECT_NE(error_of([&] { SessionFile::read(link); }).find("a symbolic link, not followed"), std::string::npos);
+    EXPECT_NE(error_of([&] { SessionFile::read(std::filesystem::temp_directory_path().string()); }).find("not a regular file"),
+              std::string::npos);
 
     const SessionFile file = SessionFile::read(path);
     // Another element type.

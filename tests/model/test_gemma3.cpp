@@ -69,6 +69,17 @@ TEST(Gemma3, PatternKeyAndMissingPostNorms) {
     const auto m = Model::load(pattern);
     for (int l = 0; l < 6; ++l) EXPECT_EQ(m->config().is_swa(l), l % 3 < 2) << l;
 
+    // A period or window beyond what any model has is refused by name, not wrapped or clamped.
+    for (const auto& [key, value] : {std::pair{"gemma3.attention.sliding_window_pattern", uint64_t{1} << 63},
+                                     std::pair{"gemma3.attention.sliding_window", uint64_t{0xffffffff}}}) {
+        const std::string huge = temp_path("gemma3-huge.gguf");
+        Rewrite h;
+        h.set_metadata.push_back({key, gguf::Value::from_u64(value)});
+        rewrite_gguf(good, huge, h);
+        const std::string e = load_error(huge);
+        EXPECT_NE(e.find(fmt::format("{} = {} is out of range", key, value)), std::string::npos) << e;
+    }
+
     const std::string bad = temp_path("gemma3-bad.gguf");
     Rewrite d;
     d.drop_tensor = [](const std::string& n) { return n == "blk.2.post_ffw_norm.weight" || n == "blk.4.attn_k_norm.weight"; };

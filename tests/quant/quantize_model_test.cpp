@@ -1,9 +1,13 @@
 // Whole-model quantisation on a small synthetic Llama-shaped GGUF file.
+#include <sys/stat.h>
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <random>
@@ -231,6 +235,46 @@ TEST_F(QuantizeModel, ClearErrors) {
                  "missing.gguf");
     expect_error([&] { quantize_gguf(path("in.gguf"), path("no/dir/o.gguf"), GgmlType::Q4_0); },
                  "no/dir/o.gguf");
+}
+
+// A NaN or Inf would be scaled into finite codes (a model that runs and answers nothing); the
+// output name of a FIFO or a link is refused before any work, and left as it was.
+TEST_F(QuantizeModel, RefusesNonFiniteWeightsAndNonRegularOutputs) {
+    for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+        Writer w;
+        std::vector<float> v(256 * 4, 0.01f);  // [4 rows * 256]
+        v[2 * 256 + 7] = bad;
+        w.set_string("general.architecture", "llama");
+        w.set_u32("llama.block_count", 1);
+        w.add_tensor("blk.0.attn_q.weight", GgmlType::F32, {256, 4}, reinterpret_cast<const uint8_t*>(v.data()),
+                     v.size() * sizeof(float));
+        w.write(path("bad.gguf"));
+        for (const GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::IQ4_XS, GgmlType::MXFP4}) {
+            try {
+                quantize_gguf(path("bad.gguf"), path("bad-q.gguf"), t);
+                ADD_FAILURE() << "quantised a non-finite weight to " << ggml_type_name(t);
+            } catch (const Error& e) {
+                EXPECT_NE(std::string(e.what()).find("non-finite value"), std::string::npos) << e.what();
+                EXPECT_NE(std::string(e.what()).find("row 2, column 7"), std::string::npos) << e.what();
+            }
+            EXPECT_FALSE(std::filesystem::exists(path("bad-q.gguf")));
+        }
+    }
+    make_model(path("in.gguf"));
+    ASSERT_EQ(::mkfifo(path("fifo").c_str(), 0644), 0);
+    std::ofstream(path("other.gguf")) << "not this";
+    std::filesystem::create_symlink(path("other.gguf"), path("link.gguf"));
+    for (const char* out : {"fifo", "link.gguf"}) {
+        try {
+            quantize_gguf(path("in.gguf"), path(out), GgmlType::Q8_0);
+            ADD_FAILURE() << "wrote over " << out;
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find("not a regular file"), std::string::npos) << e.what();
+        }
+    }
+    EXPECT_TRUE(std::filesystem::is_fifo(path("fifo")));
+    EXPECT_TRUE(std::filesystem::is_symlink(path("link.gguf")));
+    EXPECT_EQ(kvec::testing::read_file(path("other.gguf")).size(), 8u);
 }
 
 // A tensor large enough for the OpenMP path gives the same bytes as serial quantize_row.

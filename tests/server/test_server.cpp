@@ -338,6 +338,12 @@ TEST(Server, ModelsHealthAndUnknownEndpoints) {
     const json models = json::parse(res->body);
     EXPECT_EQ(models.at("object"), "list");
     EXPECT_EQ(models.at("data").at(0).at("id"), "tiny");
+    res = c.Get("/v1/models/tiny");  // the SDK's models.retrieve
+    ASSERT_EQ(res->status, 200) << res->body;
+    EXPECT_EQ(json::parse(res->body), models.at("data").at(0));
+    res = c.Get("/v1/models/gpt-4");
+    ASSERT_EQ(res->status, 404);
+    EXPECT_EQ(json::parse(res->body).at("error").at("code"), "model_not_found");
     res = c.Get("/health");
     ASSERT_EQ(res->status, 200);
     EXPECT_EQ(json::parse(res->body).at("status"), "ok");
@@ -546,6 +552,43 @@ TEST(Server, FiveHundredMalformedRequestsGetCleanClientErrors) {
     EXPECT_EQ(ok.at("object"), "text_completion");
 }
 
+// Fields that would change the answer are refused unless they hold their no-op value; ignoring
+// them would answer another question than the one asked (issue 44).
+TEST(Server, UnsupportedFieldsAreRefusedNotIgnored) {
+    auto c = shared_server().client();
+    const json base = {{"prompt", "hi"}, {"max_tokens", 2}, {"temperature", 0}};
+    auto status = [&](const json& extra) {
+        json b = base;
+        b.update(extra);
+        auto res = post(c, "/v1/completions", b.dump());
+        EXPECT_TRUE(res);
+        if (res && res->status == 400) {
+            EXPECT_EQ(json::parse(res->body).at("error").at("code"), "unsupported_value") << res->body;
+        }
+        return res ? res->status : 0;
+    };
+    for (const json& refused : {json{{"echo", true}}, json{{"logit_bias", {{"5", 100}}}}, json{{"top_logprobs", 2}},
+                                json{{"frequency_penalty", 0.5}}, json{{"presence_penalty", -1}},
+                                json{{"response_format", {{"type", "json_object"}}}}, json{{"best_of", 3}},
+                                json{{"suffix", "end"}}, json{{"logprobs", 0}}, json{{"logprobs", 3}},
+                                json{{"logprobs", "x"}}, json{{"logprobs", ""}}, json{{"logprobs", json::object()}},
+                                json{{"logprobs", json::array()}}, json{{"logprobs", true}}}) {
+        EXPECT_EQ(status(refused), 400) << refused.dump();
+    }
+    for (const json& noop : {json{{"echo", false}}, json{{"logit_bias", json::object()}}, json{{"top_logprobs", 0}},
+                             json{{"frequency_penalty", 0}}, json{{"presence_penalty", 0.0}},
+                             json{{"response_format", {{"type", "text"}}}}, json{{"best_of", 1}}, json{{"suffix", ""}},
+                             json{{"logprobs", false}}, json{{"logprobs", nullptr}}}) {
+        EXPECT_EQ(status(noop), 200) << noop.dump();
+    }
+    json zero = base;
+    zero["kv"] = {{"policy", "snapkv"}, {"ratio", 0}};
+    auto res = post(c, "/v1/completions", zero.dump());
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 400) << res->body;
+    EXPECT_NE(json::parse(res->body).at("error").at("message").get<std::string>().find("(0, 1]"), std::string::npos);
+}
+
 TEST(Server, ErrorMessagesNameTheProblem) {
     auto c = shared_server().client();
     auto message = [&](const std::string& path, const std::string& body) {
@@ -556,6 +599,16 @@ TEST(Server, ErrorMessagesNameTheProblem) {
         return json::parse(res->body).at("error").at("message").get<std::string>();
     };
     EXPECT_NE(message("/v1/completions", "{").find("not valid JSON"), std::string::npos);
+    // Neither the body nor the parser's internals come back: a 1 MB unterminated string gets a
+    // short message naming where the JSON stops.
+    const std::string unterminated = R"({"prompt": ")" + std::string(1 << 20, 'A');
+    const std::string m = message("/v1/completions", unterminated);
+    EXPECT_LT(m.size(), 200u) << m.substr(0, 300);
+    EXPECT_NE(m.find(fmt::format("of {}", unterminated.size())), std::string::npos) << m;
+    EXPECT_EQ(m.find("AAAA"), std::string::npos);
+    const std::string overflow = message("/v1/completions", R"({"prompt": "a", "max_tokens": 1e400})");
+    EXPECT_NE(overflow.find("beyond the range of a double"), std::string::npos) << overflow;
+    EXPECT_EQ(overflow.find("json.exception"), std::string::npos) << overflow;
     EXPECT_NE(message("/v1/completions", R"({"prompt": "a", "max_tokens": -4})").find("max_tokens"), std::string::npos);
     EXPECT_NE(message("/v1/completions", R"({"prompt": "a", "kv": {"policy": "nosuch"}})").find("unknown eviction policy"),
               std::string::npos);
@@ -570,6 +623,33 @@ TEST(Server, ErrorMessagesNameTheProblem) {
 }
 
 // ---- Security ---------------------------------------------------------------------------
+
+TEST(CrossSite, HostOriginAndContentTypeRules) {
+    const CrossSitePolicy none;
+    CrossSitePolicy listed;
+    listed.allowed_hosts = {"kvec.lan"};
+    listed.allowed_origins = {"https://app.example"};
+    auto code = [](const auto& r) { return r ? std::string(r->code) : std::string("ok"); };
+    EXPECT_EQ(code(check_cross_site("127.0.0.1:8080", "", "application/json", true, none)), "ok");
+    EXPECT_EQ(code(check_cross_site("[::1]:8080", "", "application/json; charset=utf-8", true, none)), "ok");
+    EXPECT_EQ(code(check_cross_site("LOCALHOST:8080", "http://localhost:8080", "", false, none)), "ok");
+    EXPECT_EQ(code(check_cross_site("", "", "", false, none)), "ok");  // HTTP/1.0 without Host
+    EXPECT_EQ(code(check_cross_site("evil.example:8080", "", "application/json", true, none)), "host_not_allowed");
+    EXPECT_EQ(code(check_cross_site("127.0.0.1.evil.example", "", "", false, none)), "host_not_allowed");
+    EXPECT_EQ(code(check_cross_site("kvec.lan:8080", "", "", false, listed)), "ok");
+    EXPECT_EQ(code(check_cross_site("127.0.0.1:8080", "http://evil.example", "application/json", true, none)),
+              "origin_not_allowed");
+    EXPECT_EQ(code(check_cross_site("127.0.0.1:8080", "null", "application/json", true, none)), "origin_not_allowed");
+    EXPECT_EQ(code(check_cross_site("127.0.0.1:8080", "http://127.0.0.1:9999", "application/json", true, none)),
+              "origin_not_allowed");
+    EXPECT_EQ(code(check_cross_site("127.0.0.1:8080", "https://app.example", "application/json", true, listed)), "ok");
+    EXPECT_EQ(code(check_cross_site("127.0.0.1:8080", "", "text/plain", true, none)), "unsupported_media_type");
+    EXPECT_EQ(code(check_cross_site("127.0.0.1:8080", "", "application/x-www-form-urlencoded", true, none)),
+              "unsupported_media_type");
+    EXPECT_EQ(code(check_cross_site("127.0.0.1:8080", "", "", true, none)), "unsupported_media_type");
+    EXPECT_EQ(host_name("[::1]:80"), "::1");
+    EXPECT_EQ(host_name("Example.COM:443"), "example.com");
+}
 
 TEST(Server, ApiKeyIsRequiredEverywhereButHealth) {
     ServerOptions o;
@@ -680,6 +760,7 @@ TEST(Server, AClientThatHangsUpStopsItsGenerationAndFreesTheSlot) {
     req.method = "POST";
     req.path = "/v1/completions";
     req.body = json{{"prompt", "hi"}, {"max_tokens", 250}, {"temperature", 0}, {"stream", true}}.dump();
+    req.set_header("Content-Type", "application/json");
     std::string received;
     req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
         received.append(data, n);
@@ -1132,12 +1213,18 @@ TEST(Server, RestoringASlotStaysWithinKvMemory) {
 
 TEST(Server, SlotFilesStayInsideTheSaveDirectory) {
     const std::string dir = fresh_dir("confined-slots");
+    // What saves killed before their rename left: removed when the server starts.
+    std::ofstream(dir + "/killed.slot.tmp-Ab12Cd") << "half";
+    std::ofstream(dir + "/older.slot.part") << "half";
     TestServer s(reuse_server(dir));
+    EXPECT_FALSE(std::filesystem::exists(dir + "/killed.slot.tmp-Ab12Cd"));
+    EXPECT_FALSE(std::filesystem::exists(dir + "/older.slot.part"));
     auto c = s.client();
     auto status = [&](int slot, const std::string& action, const json& body, const char* code) {
         auto r = slot_call(c, slot, action, body);
         EXPECT_TRUE(r);
         if (!r) return 0;
+        if (code == nullptr) return r->status;  // a success
         const json e = json::parse(r->body);
         EXPECT_EQ(e.at("error").at("code"), code) << r->body;
         EXPECT_EQ(r->body.find(dir), std::string::npos) << "an error body names the directory: " << r->body;
@@ -1158,8 +1245,28 @@ TEST(Server, SlotFilesStayInsideTheSaveDirectory) {
     std::filesystem::remove(dir + "/link.slot");
     std::filesystem::create_symlink(outside, dir + "/link.slot");
     EXPECT_EQ(status(0, "restore", {{"filename", "link.slot"}}, "invalid_filename"), 400);
-    completion(c, kPrompt, json{{"reuse", true}});
-    EXPECT_EQ(status(0, "save", {{"filename", "link.slot"}}, "invalid_filename"), 400);
+    const int kept = completion(c, kPrompt, json{{"reuse", true}}).at("kv").at("slot").get<int>();
+    EXPECT_EQ(status(kept, "save", {{"filename", "link.slot"}}, "invalid_filename"), 400);
+    // A link planted where the save once wrote its temporary (issue 44): the file outside is
+    // untouched, the save lands in the directory.
+    std::filesystem::remove(dir + "/doc.slot.part");
+    std::filesystem::create_symlink(outside, dir + "/doc.slot.part");
+    EXPECT_EQ(status(kept, "save", {{"filename", "doc.slot"}}, nullptr), 200);
+    EXPECT_TRUE(std::filesystem::is_regular_file(dir + "/doc.slot"));
+    EXPECT_EQ(std::filesystem::file_size(outside), 1u);
+    // A directory is no slot file to write or read.
+    std::filesystem::create_directories(dir + "/sub.slot");
+    EXPECT_EQ(status(kept, "save", {{"filename", "sub.slot"}}, "invalid_filename"), 400);
+    EXPECT_EQ(status(1 - kept, "restore", {{"filename", "sub.slot"}}, "invalid_filename"), 400);
+    // A file larger than any slot of this server can hold is refused before it is read (a sparse
+    // file of 64 GiB: reading it would take minutes).
+    {
+        std::ofstream(dir + "/huge.slot") << "KVECSLOT";
+        std::filesystem::resize_file(dir + "/huge.slot", uint64_t{64} << 30);
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(status(1 - kept, "restore", {{"filename", "huge.slot"}}, "invalid_slot_file"), 400);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
     // A damaged file, and one saved with another model.
     {
         std::ofstream(dir + "/junk.slot") << "KVECSLOT and nothing a slot file holds";
@@ -1177,6 +1284,37 @@ TEST(Server, SlotFilesStayInsideTheSaveDirectory) {
     EXPECT_EQ(r->status, 501);
     // The server still serves.
     EXPECT_EQ(completion(c, "hi", json{}).at("object"), "text_completion");
+}
+
+// The attack of issue 44 over HTTP, with no key: a page of another site (Origin), a text/plain
+// body, or a rebound name (Host) gets nothing done: no generation, no slot file.
+TEST(Server, CrossSiteRequestsAreRefused) {
+    const std::string dir = fresh_dir("csrf-slots");
+    TestServer s(reuse_server(dir));
+    auto c = s.client();
+    const std::string save = json{{"filename", "csrf.slot"}}.dump();
+    completion(c, kPrompt, json{{"reuse", true}});
+    auto status = [&](const httplib::Headers& h, const std::string& type) {
+        auto res = c.Post("/slots/0?action=save", h, save, type.c_str());
+        EXPECT_TRUE(res);
+        return res ? res->status : 0;
+    };
+    EXPECT_EQ(status({{"Origin", "http://evil.example"}}, "text/plain"), 403);
+    EXPECT_EQ(status({{"Origin", "http://evil.example"}}, "application/json"), 403);
+    EXPECT_EQ(status({}, "text/plain"), 415);
+    EXPECT_EQ(status({{"Host", "attacker.example:8080"}}, "application/json"), 403);
+    EXPECT_FALSE(std::filesystem::exists(dir + "/csrf.slot"));
+    auto gen = c.Post("/v1/completions", {{"Origin", "http://evil.example"}},
+                      json{{"prompt", "hi"}, {"max_tokens", 2}}.dump(), "text/plain");
+    ASSERT_TRUE(gen);
+    EXPECT_EQ(gen->status, 403);
+    EXPECT_EQ(json::parse(gen->body).at("error").at("code"), "origin_not_allowed");
+    // The page's own requests (Origin = the Host it was served from) go through.
+    const std::string self = "http://127.0.0.1:" + std::to_string(s.port());
+    auto ok = c.Post("/v1/completions", {{"Origin", self}}, json{{"prompt", "hi"}, {"max_tokens", 2}}.dump(),
+                     "application/json");
+    ASSERT_TRUE(ok);
+    EXPECT_EQ(ok->status, 200) << ok->body;
 }
 
 TEST(Server, KvMapAndCoverageDescribeWhatTheCacheHolds) {

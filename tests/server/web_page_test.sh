@@ -32,8 +32,8 @@ chrome() { timeout 120 "$CHROMIUM" --headless --no-sandbox --disable-gpu --no-fi
 
 # The same request as the page sends, for the expected picture.
 BODY=$(/usr/bin/python3 -c 'import json, sys; print(json.dumps({"messages": [{"role": "user", "content": sys.argv[1]}], "max_tokens": 8, "temperature": 0, "kv": {"policy": "kvec", "budget": 40, "reuse": True, "map": True}}))' "$PROMPT")
-curl -s -H "Authorization: Bearer sesame" "http://127.0.0.1:$PORT/v1/chat/completions" -d "$BODY" >"$DIR/expected.json"
-curl -s -H "Authorization: Bearer sesame" "http://127.0.0.1:$PORT/slots/0?action=erase" -d '{}' >/dev/null
+curl -s -H "Authorization: Bearer sesame" -H "Content-Type: application/json" "http://127.0.0.1:$PORT/v1/chat/completions" -d "$BODY" >"$DIR/expected.json"
+curl -s -H "Authorization: Bearer sesame" -H "Content-Type: application/json" "http://127.0.0.1:$PORT/slots/0?action=erase" -d '{}' >/dev/null
 
 if chrome --dump-dom "$URL" >"$DIR/dom.html"; then echo "ok: chromium loaded the page"; else
     echo "FAIL: chromium --dump-dom"; tail -20 "$DIR/chromium.err"; failures=$((failures + 1)); fi
@@ -69,7 +69,7 @@ PY
 then echo "ok: the DOM holds the conversation and the KV picture"; else
     echo "FAIL: the page's DOM"; failures=$((failures + 1)); fi
 
-curl -s -H "Authorization: Bearer sesame" "http://127.0.0.1:$PORT/slots/0?action=erase" -d '{}' >/dev/null
+curl -s -H "Authorization: Bearer sesame" -H "Content-Type: application/json" "http://127.0.0.1:$PORT/slots/0?action=erase" -d '{}' >/dev/null
 if chrome --screenshot="$DIR/page.png" --window-size=1280,900 "$URL" >/dev/null && /usr/bin/python3 - "$DIR/page.png" <<'PY'
 import struct, sys, zlib
 data = open(sys.argv[1], "rb").read()

@@ -108,6 +108,17 @@ row 1 "$C" "gen-model --rope-base nan" "^error:" -- "$KVEC" gen-model --rope-bas
 row 1 "$C" "bench -d 1000000" "^error:" -- "$KVEC" bench -m "$M" -d 1000000 -p 16 -n 0 --no-bandwidth
 row 1 "$C" "perplexity --chunks 0" "^error:" -- "$KVEC" perplexity -m "$M" -f "$SRC/README.md" -c 64 --chunks 0
 row 1 "$C" "quantize -t -1" "^error:" -- "$KVEC" quantize "$M" "$DIR/q.gguf" q8_0 -t -1
+: >"$DIR/empty.txt"
+row 1 "$C" "run -f an empty file" "^error:" -- "$KVEC" run -m "$M" -f "$DIR/empty.txt"
+row 1 "$C" "run -ctk ''" "^error:" -- "$KVEC" run -m "$M" -p x -ctk ''
+row 1 "$C" "bench -ctk 'q8_0,'" "^error:" -- "$KVEC" bench -m "$M" -p 8 -n 2 -ctk 'q8_0,' --no-bandwidth
+row 1 "$C" "gen-model --head-dim 0" "^error:" -- "$KVEC" gen-model --head-dim 0 -o "$DIR/x.gguf"
+mkfifo "$DIR/fifo.gguf"
+row 1 "$C" "quantize to a FIFO" "^error:" -- "$KVEC" quantize "$M" "$DIR/fifo.gguf" q8_0
+[ -p "$DIR/fifo.gguf" ] || fail "quantize replaced the FIFO"
+ln -s "$M" "$DIR/link.gguf"
+row 1 "$C" "gen-model -o a symbolic link" "^error:" -- "$KVEC" gen-model --vocab 64 -o "$DIR/link.gguf"
+[ -L "$DIR/link.gguf" ] || fail "gen-model replaced the link"
 
 # ---- evaluation inputs -------------------------------------------------------------------------
 C="eval"
@@ -150,6 +161,7 @@ SH=(eval -m "$M" --data "$LB/hotpotqa.jsonl,$LB/qasper.jsonl,$LB/trec.jsonl" --p
 row 1 "$C" "K >= N" "^error:" -- "$KVEC" "${SH[@]}" --shard 2/2 --out "$DIR/sh"
 row 1 "$C" "0 shards" "^error:" -- "$KVEC" "${SH[@]}" --shard 0/0 --out "$DIR/sh"
 row 1 "$C" "not K/N" "^error:" -- "$KVEC" "${SH[@]}" --shard half --out "$DIR/sh"
+row 1 "$C" "N past int64" "^error:" -- "$KVEC" "${SH[@]}" --shard 0/9223372036854775807 --out "$DIR/sh"
 row 1 "$C" "slurm outside an array job" "^error:" -- env -u SLURM_ARRAY_TASK_ID "$KVEC" "${SH[@]}" --shard slurm --out "$DIR/sh"
 row 1 "$C" "k8s/N outside an Indexed Job" "^error:" -- env -u JOB_COMPLETION_INDEX "$KVEC" "${SH[@]}" --shard k8s/2 --out "$DIR/sh"
 C="eval merge"
