@@ -5,10 +5,14 @@
     scripts/real-models-tables.py [build/real-models-eval] --run policies/smollm2-query-aware \
         --section "Average score with 95 % interval" --section "Paired: kvec against each policy"
 
+    scripts/real-models-tables.py [build/real-models-eval] --fidelity fidelity/smollm2
+
 The first form: one row per model and length (full/<model>-<length>/summary.csv): the full
 cache's score per task, the average with its 95 % interval, and the tasks under the floor marked *
 (the policy sweeps keep them out of that model's averages with --task-floor). The second: the
-named sections of one run's summary.md, as `kvec eval` wrote them.
+named sections of one run's summary.md, as `kvec eval` wrote them. The third: a fidelity run's
+KL, top-1 agreement and NLL against the full cache as policy x budget tables, and K-VEC's paired
+NLL difference against each policy (fidelity.csv, fidelity_paired.csv).
 """
 import argparse
 import csv
@@ -17,6 +21,8 @@ import re
 import sys
 
 LENGTHS = {"1k": 1, "2k": 2, "4k": 4, "8k": 8, "16k": 16, "32k": 32}
+NAMES = {"smollm2": "SmolLM2-135M-Instruct (chat)", "gemma": "Gemma 3 270M (base, completion)",
+         "qwen05": "Qwen2.5-Coder-0.5B-Instruct (chat)"}
 
 
 def print_sections(path: pathlib.Path, titles: list) -> int:
@@ -36,13 +42,65 @@ def print_sections(path: pathlib.Path, titles: list) -> int:
     return 0
 
 
+def print_fidelity(run: pathlib.Path) -> int:
+    """Policy x budget pivots of fidelity.csv, and kvec's paired NLL differences."""
+    with open(run / "fidelity.csv", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["policy"] != "full"]
+    budgets = sorted({int(r["budget"]) for r in rows})
+    policies = list(dict.fromkeys(r["policy"] for r in rows))
+    cell = {(r["policy"], int(r["budget"])): r for r in rows}
+
+    def pivot(title, fmt):
+        print(f"**{title}**\n")
+        print("| policy | " + " | ".join(f"B={b}" for b in budgets) + " |")
+        print("|---|" + "---:|" * len(budgets))
+        for p in policies:
+            print(f"| {p} | " + " | ".join(fmt(cell[(p, b)]) if (p, b) in cell else "-" for b in budgets) + " |")
+        print()
+
+    pivot("Mean KL from the full cache (nats)", lambda r: f"{float(r['kl_mean']):.4f}")
+    pivot("Top-1 agreement with the full cache", lambda r: f"{float(r['top1']):.3f}")
+    pivot("Continuation NLL minus the full cache's (nats per token, 95 % interval over segments)",
+          lambda r: f"{float(r['dnll_full']):+.4f} [{float(r['dnll_full_lo']):+.4f}, {float(r['dnll_full_hi']):+.4f}]")
+    paired = []  # (other, budget, kvec - other, lo, hi)
+    with open(run / "fidelity_paired.csv", newline="") as f:
+        for r in csv.DictReader(f):
+            d, lo, hi = float(r["dnll"]), float(r["lo"]), float(r["hi"])
+            if r["policy_a"] == "kvec":
+                paired.append((r["policy_b"], int(r["budget"]), d, lo, hi))
+            elif r["policy_b"] == "kvec":  # stored as other - kvec: flip
+                paired.append((r["policy_a"], int(r["budget"]), -d, -hi, -lo))
+    if paired:
+        print("**K-VEC's NLL minus each policy's (nats per token; ▲ lower, ▼ higher where the interval excludes 0)**\n")
+        print("| other policy | " + " | ".join(f"B={b}" for b in budgets) + " |")
+        print("|---|" + "---:|" * len(budgets))
+        pc = {(other, b): (d, lo, hi) for other, b, d, lo, hi in paired}
+        for p in policies:
+            if p == "kvec":
+                continue
+            cells = []
+            for b in budgets:
+                if (p, b) not in pc:
+                    cells.append("-")
+                    continue
+                d, lo, hi = pc[(p, b)]
+                mark = " ▲" if hi < 0 else " ▼" if lo > 0 else ""
+                cells.append(f"{d:+.4f} [{lo:+.4f}, {hi:+.4f}]{mark}")
+            print(f"| {p} | " + " | ".join(cells) + " |")
+        print()
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("dir", nargs="?", default="build/real-models-eval")
     ap.add_argument("--floor", type=float, default=50.0)
     ap.add_argument("--run", help="one run under DIR: print --section(s) of its summary.md")
     ap.add_argument("--section", action="append", default=[], help="a '## ' heading of summary.md")
+    ap.add_argument("--fidelity", help="one fidelity run under DIR: its tables")
     args = ap.parse_args()
+    if args.fidelity:
+        return print_fidelity(pathlib.Path(args.dir, args.fidelity))
     if args.run:
         return print_sections(pathlib.Path(args.dir, args.run, "summary.md"), args.section)
     rows, tasks = [], []
@@ -74,7 +132,7 @@ def main() -> int:
                 continue
             cells.append(f"{float(v):.1f}" + ("*" if float(v) < args.floor else ""))
         avg = f"{float(r['average']):.1f} [{float(r['average_lo']):.1f}, {float(r['average_hi']):.1f}]"
-        print(f"| {model} | {length} | " + " | ".join(cells) + f" | {avg} | {r['samples']} |")
+        print(f"| {NAMES.get(model, model)} | {length} | " + " | ".join(cells) + f" | {avg} | {r['samples']} |")
     print(f"\n\\* under {args.floor:g}: reported, kept out of that model's policy averages (--task-floor).")
     return 0
 
