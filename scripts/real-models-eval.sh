@@ -51,13 +51,13 @@ n() { echo "${SAMPLES:-$1}"; }
 for step in "${steps[@]}"; do
     case "$step" in
         full)
-            for L in 1k 2k 4k; do
-                sweep "full/smollm2-$L" -m "$smol" --suite "synthetic-$L" --split test --samples "$(n 2)" --policies full
-                sweep "full/gemma-$L" -m "$gemma" --suite "synthetic-$L" --split test --samples "$(n 2)" --policies full
-                sweep "full/qwen05-$L" -m "$qwen05" --suite "synthetic-$L" --split test --samples "$(n 2)" --policies full
-            done
-            for m in smollm2:"$smol" gemma:"$gemma" qwen05:"$qwen05"; do
-                sweep "full/${m%%:*}-8k" -m "${m#*:}" --suite synthetic-8k --split test --samples "$(n 1)" --policies full
+            for L in 1k 2k 4k 8k; do
+                samples=$(n 2)
+                [ "$L" = 8k ] && samples=$(n 1)
+                for m in smollm2:"$smol" gemma:"$gemma" qwen05:"$qwen05"; do
+                    sweep "full/${m%%:*}-$L" -m "${m#*:}" --suite "synthetic-$L" --split test --samples "$samples" \
+                        --policies full
+                done
             done ;;
         smollm2)
             # The four tasks SmolLM2 does with the full cache at 2k (step full: 50 % or more), 6

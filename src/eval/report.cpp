@@ -1,6 +1,5 @@
 #include "eval/report.h"
 
-
 #include <fmt/format.h>
 
 #include <algorithm>

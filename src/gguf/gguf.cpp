@@ -705,8 +705,7 @@ const TensorInfo& File::tensor(std::string_view name) const {
 
 namespace {
 
-// Buffered writer to a file descriptor; every failure throws naming the path.
-// Buffered writes into an AtomicFile.
+// Buffered writes into an AtomicFile; every failure throws naming the path.
 class OutFile {
 public:
     explicit OutFile(AtomicFile& file) : file_(file) { buf_.reserve(1 << 20); }

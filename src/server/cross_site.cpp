@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cctype>
 
+#include "util/terminal.h"
+
 namespace kvec::server {
 
 namespace {
@@ -25,14 +27,8 @@ bool listed(const std::vector<std::string>& list, const std::string& value) {
     return std::any_of(list.begin(), list.end(), [&](const std::string& x) { return lower(x) == value; });
 }
 
-// Shown in a message: at most 100 characters, control characters as '?'.
-std::string shown(std::string_view s) {
-    std::string out(s.substr(0, 100));
-    for (char& c : out) {
-        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-    }
-    return out;
-}
+// Shown in a message: at most 100 bytes of the header, control characters escaped.
+std::string shown(std::string_view s) { return escape_control(s.substr(0, 100)); }
 
 }  // namespace
 

@@ -1,6 +1,6 @@
 // The endpoints: POST /v1/chat/completions, POST /v1/completions (whole or streamed),
-// GET /v1/models (and /v1/models/{id}), GET /health, GET /metrics, POST /slots/{id}?action=save|restore|erase, and the
-// web page at GET / (web/index.html).
+// GET /v1/models (and /v1/models/{id}), GET /health, GET /metrics,
+// POST /slots/{id}?action=save|restore|erase, and the web page at GET / (web/index.html).
 #include <httplib.h>
 
 #include <algorithm>
@@ -47,13 +47,13 @@ void Server::add_routes() {
         res.set_content(dump(models_json(options_.model_id, started_, slots_->n_ctx())), "application/json");
     });
     http_->Get("/v1/models/(.+)", [this](const httplib::Request& req, httplib::Response& res) {
-        const nlohmann::json model = models_json(options_.model_id, started_, slots_->n_ctx()).at("data").at(0);
         if (req.matches[1].str() != options_.model_id) {
             throw ApiError(404, "invalid_request_error", "model_not_found",
                            fmt::format("no model '{}' here: this server serves '{}'", req.matches[1].str().substr(0, 200),
                                        options_.model_id));
         }
-        res.set_content(dump(model), "application/json");
+        res.set_content(dump(models_json(options_.model_id, started_, slots_->n_ctx()).at("data").at(0)),
+                        "application/json");
     });
     http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
         res.set_content(metrics_.render(*slots_), "text/plain; version=0.0.4");

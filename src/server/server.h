@@ -13,9 +13,9 @@
 #include <optional>
 #include <string>
 
-#include "server/cross_site.h"
 #include "model/model.h"
 #include "model/session.h"
+#include "server/cross_site.h"
 #include "server/metrics.h"
 #include "server/request.h"
 #include "server/slots.h"
