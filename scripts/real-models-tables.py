@@ -6,6 +6,7 @@
         --section "Average score with 95 % interval" --section "Paired: kvec against each policy"
 
     scripts/real-models-tables.py [build/real-models-eval] --fidelity fidelity/smollm2
+    scripts/real-models-tables.py [build/real-models-eval] --kvec-paired designs/smollm2-query-agnostic
 
 The first form: one row per model and length (full/<model>-<length>/summary.csv): the full
 cache's score per task, the average with its 95 % interval, and the tasks under the floor marked *
@@ -91,6 +92,50 @@ def print_fidelity(run: pathlib.Path) -> int:
     return 0
 
 
+def short(label: str) -> str:
+    """A policy label without the importance file's folder (headkv:scores=.../smollm2.json)."""
+    return re.sub(r"scores=[^,]*/", "scores=", label)
+
+
+def print_kvec_paired(run: pathlib.Path) -> int:
+    """Per K-VEC design (labels starting with kvec) and budget column: the policies that are
+    significantly better (its paired interval below 0) and worse, from paired.csv."""
+    with open(run / "paired.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        print(f"{run}/paired.csv is empty", file=sys.stderr)
+        return 1
+    labels = list(dict.fromkeys([r["policy_a"] for r in rows] + [r["policy_b"] for r in rows]))
+    budgets = list(dict.fromkeys(r["budget"] for r in rows))
+    designs = [p for p in labels if p.startswith("kvec")]
+    out = {}  # (design, budget) -> (worse than, better than)
+    for r in rows:
+        for design, other, sign in ((r["policy_a"], r["policy_b"], 1), (r["policy_b"], r["policy_a"], -1)):
+            if design not in designs or other == "full":
+                continue
+            lo, hi = sign * float(r["lo"]), sign * float(r["hi"])
+            lo, hi = min(lo, hi), max(lo, hi)
+            cell = out.setdefault((design, r["budget"]), ([], []))
+            if hi < 0:
+                cell[0].append(f"{short(other)} ({sign * float(r['diff']):+.1f})")
+            elif lo > 0:
+                cell[1].append(f"{short(other)} ({sign * float(r['diff']):+.1f})")
+    print("| K-VEC design | " + " | ".join(f"B={b}" if not b.startswith("-") else f"c={b}" for b in budgets) + " |")
+    print("|---|" + "---|" * len(budgets))
+    for d in designs:
+        cells = []
+        for b in budgets:
+            worse, better = out.get((d, b), ([], []))
+            text = []
+            if worse:
+                text.append("▼ " + ", ".join(worse))
+            if better:
+                text.append("▲ " + ", ".join(better))
+            cells.append("; ".join(text) or "ties all")
+        print(f"| {short(d)} | " + " | ".join(cells) + " |")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("dir", nargs="?", default="build/real-models-eval")
@@ -98,7 +143,11 @@ def main() -> int:
     ap.add_argument("--run", help="one run under DIR: print --section(s) of its summary.md")
     ap.add_argument("--section", action="append", default=[], help="a '## ' heading of summary.md")
     ap.add_argument("--fidelity", help="one fidelity run under DIR: its tables")
+    ap.add_argument("--kvec-paired", help="one run under DIR: per K-VEC design and budget, the policies "
+                    "significantly better (▼) and worse (▲) than it (paired.csv)")
     args = ap.parse_args()
+    if args.kvec_paired:
+        return print_kvec_paired(pathlib.Path(args.dir, args.kvec_paired))
     if args.fidelity:
         return print_fidelity(pathlib.Path(args.dir, args.fidelity))
     if args.run:

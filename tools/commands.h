@@ -29,6 +29,7 @@ void add_logits_command(CLI::App& app, Action& action);
 void add_tokenize_command(CLI::App& app, Action& action);
 void add_policies_command(CLI::App& app, Action& action);
 void add_serve_command(CLI::App& app, Action& action);
+void add_head_scores_command(CLI::App& app, Action& action);
 
 // Shared helpers (common.cpp).
 std::string format_bytes(size_t bytes);     // "1.25 MiB"

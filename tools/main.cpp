@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
     kvec::tools::add_tokenize_command(app, action);
     kvec::tools::add_policies_command(app, action);
     kvec::tools::add_serve_command(app, action);
+    kvec::tools::add_head_scores_command(app, action);
 
     // An unknown command is named as such (CLI11 would only say that a subcommand is required).
     std::vector<std::string> names;

@@ -79,6 +79,8 @@ bool PrefillRecorder::on_prefill(const LayerView& view, KeepLists& keep) {
     s.n_head_kv = view.n_head_kv;
     s.group = view.group;
     s.head_dim = view.head_dim;
+    s.attn_scale = view.attn_scale;
+    s.attn_softcap = view.attn_softcap;
     s.n_prompt = view.n_prompt;
     LayerSnapshot& l = s.layers[sz(view.layer)];
     l.n_window = view.n_window;
@@ -216,6 +218,8 @@ ReplayResult replay_policy(const PrefillSnapshot& s, Evictor& policy, const ops:
         view.tokens = s.tokens;
         view.heads = heads;
         view.rope = rope_info(rope);
+        view.attn_scale = s.attn_scale;
+        view.attn_softcap = s.attn_softcap;
         if (want.queries > 0) {
             // The policy's own ring would hold the last min(its count, seen) of the recorded ones.
             const size_t n_q = std::min(ls.query_positions.size(), static_cast<size_t>(want.queries));

@@ -62,6 +62,8 @@ struct PrefillSnapshot {
     int n_head_kv = 0;
     int group = 1;
     int head_dim = 0;
+    float attn_scale = 1.0f;    // LayerView::attn_scale, attn_softcap
+    float attn_softcap = 0.0f;
     KvType kv_type_k = KvType::F16;  // the recorded cache's key and value types (replay re-quantises
     KvType kv_type_v = KvType::F16;  // the dequantised rows: the same blocks again)
     int32_t n_prompt = 0;

@@ -181,6 +181,7 @@ nlohmann::ordered_json to_json(const EvalRecord& r) {
                      {"c_layer", r.c_layer},
                      {"redundancy", r.redundancy},
                      {"c_head_tokens", r.c_head_tokens}};
+    if (!r.kept_tenths.empty()) j["coverage"]["kept_tenths"] = r.kept_tenths;
     j["n_prompt"] = r.n_prompt;
     j["n_generated"] = r.n_generated;
     j["mode"] = r.mode;
@@ -214,6 +215,10 @@ EvalRecord record_from_json(const nlohmann::json& j, std::string_view where) {
         r.c_layer = c.at("c_layer").get<double>();
         r.redundancy = c.at("redundancy").get<double>();
         r.c_head_tokens = c.at("c_head_tokens").get<double>();
+        if (c.contains("kept_tenths")) {
+            r.kept_tenths = c.at("kept_tenths").get<std::vector<double>>();
+            if (r.kept_tenths.size() != 10) fail("{}: 'kept_tenths' has {} values, not 10", where, r.kept_tenths.size());
+        }
         r.n_prompt = static_cast<int32_t>(integer("n_prompt", 0, i32_max));
         r.n_generated = static_cast<int32_t>(integer("n_generated", 0, i32_max));
         r.mode = j.at("mode").get<std::string>();
@@ -364,6 +369,17 @@ void for_each_policy_cache(Session& session, std::span<const int32_t> prompt,
             policy::CoverageProbe probe(*p, coverage_window);
             t.reset();
             ReplayResult rr = replay_policy(snap, probe, rope);
+            std::vector<int32_t> selected;  // [k] prompt positions (GemFilter): prefilled again alone
+            if (probe.select_prompt(selected)) {
+                std::vector<int32_t> tokens;  // [k]
+                for (int32_t p : selected) tokens.push_back(prompt[static_cast<size_t>(p)]);
+                dst.reset();
+                const std::span<const float> lg = dst.prefill(tokens);
+                const std::vector<float> logits(lg.begin(), lg.end());
+                st.replay_seconds += t.seconds();
+                use({c, logits, dst.kv_cache().total_entries(), probe.report(), "shared", &dst});
+                continue;
+            }
             const int64_t entries = rr.entries;
             adopt_cache(dst, std::move(rr.cache), rr.next_position, prompt.back());
             st.replay_seconds += t.seconds();
@@ -411,6 +427,7 @@ SweepStats run_sweep(Session& session, const Tokenizer& tokenizer, const std::ve
             r.c_layer = cov.c_layer_positions;
             r.redundancy = cov.mean_redundancy(false);
             r.c_head_tokens = cov.mean_c_head(true);
+            r.kept_tenths = cov.kept_tenth_shares();
         }
         r.n_prompt = static_cast<int32_t>(item.prompt.size());
         r.n_generated = static_cast<int32_t>(generated.size());

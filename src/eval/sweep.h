@@ -78,6 +78,7 @@ struct EvalRecord {
     double c_layer = 1;            // union over layers and heads / prefix
     double redundancy = 1;         // mean over layers of sum_h |S_h| / |union_h S_h|
     double c_head_tokens = 1;      // cross-head coverage in token-identity units
+    std::vector<double> kept_tenths;  // [10] share of the kept prefix entries per tenth of the prefix (empty: unknown)
     int32_t n_prompt = 0;
     int32_t n_generated = 0;
     std::string mode;              // "shared" / "separate"

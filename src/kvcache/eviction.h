@@ -82,6 +82,7 @@ struct RopeInfo {
     float freq_base = 10000.0f;
     float freq_scale = 1.0f;
     const float* freq_factors = nullptr;  // [n_rot / 2] or null
+    float attn_factor = 1.0f;             // scale of the rotated elements (LongRoPE, YaRN)
 };
 
 enum class EvictionPhase { Prefill, Decode };
@@ -123,6 +124,10 @@ struct LayerView {
     std::span<const float> queries;            // [n_queries, n_head * head_dim] or empty
     std::span<const int32_t> query_positions;  // [n_queries]
     RopeInfo rope;
+    // The layer's attention logits: scale * q.k, soft-capped at attn_softcap when > 0 (for
+    // policies that score entries with queries of their own).
+    float attn_scale = 1.0f;
+    float attn_softcap = 0.0f;
 };
 
 // keep[h]: strictly increasing entry indices (into KvHeadView h) to keep.
@@ -166,6 +171,13 @@ public:
     virtual bool reposition(const LayerView& view, const KeepLists& keep, Repositioning& out) {
         return false;
     }
+
+    // Prompt selection (GemFilter): called once after a prompt's prefill on an empty session (its
+    // hooks all ran). Return true and fill `positions` (strictly increasing prompt positions) to
+    // have the session start over with only those tokens, at positions 0, 1, ...: the cache is
+    // emptied and the selected tokens are prefilled without calling the evictor; the logits are
+    // those of the last selected token. Default: the prompt stays as it is.
+    virtual bool select_prompt(std::vector<int32_t>& positions) { return false; }
 };
 
 // Helpers for policies.

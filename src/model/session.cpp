@@ -103,6 +103,7 @@ RopeInfo rope_info(const ops::RopeParams& rope) {
     r.freq_base = rope.freq_base;
     r.freq_scale = rope.freq_scale;
     r.freq_factors = rope.freq_factors;
+    r.attn_factor = rope.attn_factor;
     return r;
 }
 
@@ -318,7 +319,8 @@ std::span<const float> Session::prefill_at(std::span<const int32_t> tokens,
         if (t < 0 || t >= V) fail("token id {} is outside the model's vocabulary [0, {})", t, V);
     }
     const auto n = static_cast<int32_t>(tokens.size());
-    if (n_past_ == 0 && evictor_ != nullptr) evictor_->begin_sequence(positions.back() + 1);
+    const bool starts_sequence = n_past_ == 0 && evictor_ != nullptr && !refilling_;
+    if (starts_sequence) evictor_->begin_sequence(positions.back() + 1);
     // Context reconstruction: the hook of a prompt waits for the reconstruction pass.
     defer_hook_ = evictor_ != nullptr && request_.reconstruct_chunk > 0 && n_past_ == 0;
     n_prompt_ = positions.back() + 1;
@@ -349,11 +351,44 @@ std::span<const float> Session::prefill_at(std::span<const int32_t> tokens,
         defer_hook_ = false;
         reconstruct_and_evict(tokens, chunk_pos);
     }
+    std::vector<int32_t> selected;  // [k] prompt positions the evictor selects (GemFilter)
+    if (starts_sequence && evictor_->select_prompt(selected)) {
+        if (all_logits) fail("a policy that selects the prompt's tokens cannot return every position's logits");
+        return refill(selected);
+    }
     if (all_logits) {
         check_finite_logits(all_logits_, positions.front());
         return all_logits_;
     }
     check_finite_logits(logits_, positions.back());
+    return logits_;
+}
+
+// Prompt selection: the session starts over with the selected tokens only, at positions 0, 1, ...
+// (eviction paused while they run).
+std::span<const float> Session::refill(std::span<const int32_t> selected) {
+    std::vector<int32_t> tokens;  // [k] the selected tokens
+    for (size_t i = 0; i < selected.size(); ++i) {
+        const int32_t p = selected[i];
+        if (p < 0 || p >= n_past_ || (i > 0 && p <= selected[i - 1]) || tokens_[sz(p)] < 0) {
+            fail("the policy selected prompt position {}, not a strictly increasing position of the prompt (0..{})", p,
+                 n_past_ - 1);
+        }
+        tokens.push_back(tokens_[sz(p)]);
+    }
+    if (tokens.empty()) fail("the policy selected none of the prompt's tokens");
+    reset();
+    pause_eviction(true);
+    refilling_ = true;  // the same sequence for the evictor: no begin_sequence, no second selection
+    try {
+        prefill(tokens);
+    } catch (...) {
+        pause_eviction(false);
+        refilling_ = false;
+        throw;
+    }
+    pause_eviction(false);
+    refilling_ = false;
     return logits_;
 }
 
@@ -861,6 +896,8 @@ void Session::run_evictor(int layer, int32_t T, const int32_t* positions, Step s
     view.tokens = tokens_;
     view.heads = heads;
     view.rope = rope_info_;
+    view.attn_scale = c.attn_scale;
+    view.attn_softcap = c.attn_logit_softcap;
     if (request_.queries > 0) {
         // The ring's queries, oldest first.
         const int64_t Q = c.q_dim();

@@ -125,8 +125,10 @@ public:
     // starts a sequence (Evictor::begin_sequence). An evictor that asks for context
     // reconstruction (ObservationRequest::reconstruct_chunk) is instead called once per layer
     // after a reconstruction pass that follows a prefill on an empty session; the logits and the
-    // next position stay those of the prompt. Throws kvec::Error if the context overflows or a
-    // token is outside the vocabulary.
+    // next position stay those of the prompt. An evictor that selects the prompt's tokens
+    // (Evictor::select_prompt, GemFilter) has the session start over with them: the logits are the
+    // last selected token's and n_past the number selected. Throws kvec::Error if the context
+    // overflows or a token is outside the vocabulary.
     std::span<const float> prefill(std::span<const int32_t> tokens, bool all_logits = false);
 
     // The same at explicit positions: strictly increasing and >= n_past.
@@ -188,6 +190,8 @@ private:
 
     // kvec::Error naming the model file for a NaN or infinite logit (NaN/Inf weights).
     void check_finite_logits(std::span<const float> logits, int32_t position) const;
+    // Evictor::select_prompt: empties the cache and prefills the selected prompt tokens at 0, 1, ...
+    std::span<const float> refill(std::span<const int32_t> selected);
 
     // One forward step over T <= n_batch tokens; writes logits into out ([T or 1, n_vocab]):
     // the family's layers (below), the eviction hooks of all-layer policies, the output head.
@@ -332,6 +336,7 @@ private:
         int32_t sinks = 0;         // entries [0, sinks) also take part in the scoring softmax
     };
     bool defer_hook_ = false;      // a prefill whose hook waits for the reconstruction
+    bool refilling_ = false;       // prefilling a prompt selection (Evictor::select_prompt)
     bool recon_ready_ = false;     // the deferred hook runs: views carry the scores
     ReconChunk recon_chunk_;
     std::vector<std::vector<std::vector<float>>> recon_;  // [n_layer][n_head_kv][group, n_context]

@@ -22,6 +22,16 @@ double CoverageReport::mean_redundancy(bool token_units) const {
     return sum / static_cast<double>(layers.size());
 }
 
+std::vector<double> CoverageReport::kept_tenth_shares() const {
+    int64_t total = 0;
+    for (int64_t c : kept_tenths) total += c;
+    std::vector<double> out(kept_tenths.size(), 0.0);  // [10]
+    for (size_t k = 0; k < out.size() && total > 0; ++k) {
+        out[k] = static_cast<double>(kept_tenths[k]) / static_cast<double>(total);
+    }
+    return out;
+}
+
 CoverageProbe::CoverageProbe(Evictor& inner, int64_t window) : inner_(inner), window_(window) {
     if (window < 0) fail("coverage probe: window must be >= 0, got {}", window);
 }
@@ -58,6 +68,8 @@ void CoverageProbe::record(const LayerView& view, const KeepLists* keep) {
         by_position_ = CoverageTracker(report_.universe_positions);
         by_token_ = CoverageTracker(report_.universe_tokens);
     }
+    n_layer_ = view.n_layer;
+    n_head_kv_ = view.n_head_kv;
     const int32_t n_prefix = static_cast<int32_t>(prefix_tokens_.size());
     std::vector<std::vector<int32_t>> pos_units(view.heads.size());  // [H][kept prefix entries]
     std::vector<std::vector<int32_t>> tok_units(view.heads.size());  // [H][kept prefix entries]
@@ -75,10 +87,39 @@ void CoverageProbe::record(const LayerView& view, const KeepLists* keep) {
             for (int32_t i = 0; i < head.n_entries; ++i) add(i);
         }
     }
+    add_layer(pos_units, tok_units);
+}
+
+void CoverageProbe::add_layer(const std::vector<std::vector<int32_t>>& pos_units,
+                              const std::vector<std::vector<int32_t>>& tok_units) {
+    const auto n_prefix = static_cast<int64_t>(prefix_tokens_.size());
+    for (const auto& head : pos_units) {
+        for (int32_t p : head) ++report_.kept_tenths[static_cast<size_t>(int64_t{p} * 10 / n_prefix)];
+    }
     report_.positions.push_back(by_position_.add_layer(spans_of(pos_units)));
     report_.tokens.push_back(by_token_.add_layer(spans_of(tok_units)));
     report_.c_layer_positions = by_position_.c_layer();
     report_.c_layer_tokens = by_token_.c_layer();
+}
+
+bool CoverageProbe::select_prompt(std::vector<int32_t>& positions) {
+    if (!inner_.select_prompt(positions)) return false;
+    // Every layer's heads keep the selected prefix positions: the report starts again from them.
+    report_.positions.clear();
+    report_.tokens.clear();
+    std::fill(report_.kept_tenths.begin(), report_.kept_tenths.end(), 0);
+    by_position_ = CoverageTracker(report_.universe_positions);
+    by_token_ = CoverageTracker(report_.universe_tokens);
+    std::vector<int32_t> pos, tok;  // [kept prefix positions]
+    for (int32_t p : positions) {
+        if (p < 0 || p >= static_cast<int32_t>(prefix_tokens_.size())) continue;
+        pos.push_back(p);
+        tok.push_back(prefix_tokens_[static_cast<size_t>(p)]);
+    }
+    const std::vector<std::vector<int32_t>> pos_units(static_cast<size_t>(n_head_kv_), pos);
+    const std::vector<std::vector<int32_t>> tok_units(static_cast<size_t>(n_head_kv_), tok);
+    for (int l = 0; l < n_layer_; ++l) add_layer(pos_units, tok_units);
+    return true;
 }
 
 }  // namespace kvec::policy

@@ -25,9 +25,15 @@ struct CoverageReport {
     std::vector<LayerCoverage> tokens;     // [L] per layer, token-identity units
     double c_layer_positions = 0.0;
     double c_layer_tokens = 0.0;
+    // Where the kept prefix entries lie (every layer and head): entries at positions in tenth k of
+    // the prefix, [p * 10 / (N - w)] = k (the recency question: SnapKV-style scores favour the
+    // prompt's end).
+    std::vector<int64_t> kept_tenths = std::vector<int64_t>(10, 0);  // [10]
 
     double mean_c_head(bool token_units) const;
     double mean_redundancy(bool token_units) const;
+    // kept_tenths as shares of their sum (all 0 when nothing of the prefix is kept).
+    std::vector<double> kept_tenth_shares() const;  // [10]
 };
 
 class CoverageProbe : public Evictor {
@@ -45,12 +51,17 @@ public:
     bool reposition(const LayerView& view, const KeepLists& keep, Repositioning& out) override {
         return inner_.reposition(view, keep, out);
     }
+    // A prompt selection (GemFilter) is what every head of every layer keeps: the report is
+    // rebuilt from the selected positions.
+    bool select_prompt(std::vector<int32_t>& positions) override;
 
     // Coverage after the last prompt processed (layers in order; empty before any prompt).
     const CoverageReport& report() const { return report_; }
 
 private:
     void record(const LayerView& view, const KeepLists* keep);
+    // One layer's kept prefix units [H][k_h] into the report.
+    void add_layer(const std::vector<std::vector<int32_t>>& pos_units, const std::vector<std::vector<int32_t>>& tok_units);
 
     Evictor& inner_;
     int64_t window_;
@@ -58,6 +69,8 @@ private:
     std::vector<int32_t> prefix_tokens_;  // [N - w] token unit of each prefix position
     CoverageTracker by_position_{0};
     CoverageTracker by_token_{0};
+    int n_layer_ = 0;    // of the views recorded
+    int n_head_kv_ = 0;
 };
 
 }  // namespace kvec::policy

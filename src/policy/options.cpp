@@ -78,6 +78,15 @@ OptionSpec choice_option(std::string name, std::string default_value,
     return s;
 }
 
+OptionSpec string_option(std::string name, std::string default_value, std::string help) {
+    OptionSpec s;
+    s.name = std::move(name);
+    s.type = OptionType::String;
+    s.default_value = std::move(default_value);
+    s.help = std::move(help);
+    return s;
+}
+
 PolicySpec parse_policy_spec(std::string_view text) {
     PolicySpec out;
     const size_t colon = text.find(':');
@@ -169,6 +178,9 @@ OptionValues::OptionValues(std::string policy, std::vector<OptionSpec> specs,
                 }
                 text_[s.name] = raw;
                 break;
+            case OptionType::String:
+                text_[s.name] = raw;
+                break;
         }
         if (s.type == OptionType::Float || s.type == OptionType::Bool) {
             text_[s.name] = format_number(number_[s.name], s.type);
@@ -203,6 +215,11 @@ bool OptionValues::get_bool(std::string_view name) const {
 
 const std::string& OptionValues::get_choice(std::string_view name) const {
     spec(name, OptionType::Choice);
+    return text_.find(name)->second;
+}
+
+const std::string& OptionValues::get_string(std::string_view name) const {
+    spec(name, OptionType::String);
     return text_.find(name)->second;
 }
 

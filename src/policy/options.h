@@ -11,7 +11,7 @@
 
 namespace kvec::policy {
 
-enum class OptionType { Int, Float, Bool, Choice };
+enum class OptionType { Int, Float, Bool, Choice, String };
 
 struct OptionSpec {
     std::string name;
@@ -33,6 +33,8 @@ OptionSpec float_option(std::string name, double default_value, double min, doub
 OptionSpec bool_option(std::string name, bool default_value, std::string help);
 OptionSpec choice_option(std::string name, std::string default_value,
                          std::vector<std::string> choices, std::string help);
+// Free text (a file path); it cannot hold ',' (the option separator).
+OptionSpec string_option(std::string name, std::string default_value, std::string help);
 
 // "snapkv:budget=256, window=8" -> name "snapkv", {budget: 256, window: 8}. Whitespace around
 // names, keys and values is ignored. Throws kvec::Error on an empty name, an option without
@@ -56,6 +58,7 @@ public:
     double get_float(std::string_view name) const;
     bool get_bool(std::string_view name) const;
     const std::string& get_choice(std::string_view name) const;
+    const std::string& get_string(std::string_view name) const;
     bool is_given(std::string_view name) const;  // set explicitly by the user
 
     // "name:key=value,..." with every option (canonical values), for logs and result files.

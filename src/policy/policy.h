@@ -221,6 +221,11 @@ void keep_top_per_head(const LayerView& view, const std::vector<std::vector<floa
 void keep_by_scores(const LayerView& view, const std::vector<std::vector<float>>& scores,
                     int64_t budget, int64_t window, const AllocOptions& alloc, KeepLists& keep);
 
+// PyramidKV's share b_l + w of layer view.layer (pyramid_budgets over the sequence so far), for
+// PyramidKV and Ada-PyramidKV; kvec::Error naming the policy if the layer is out of range.
+int64_t pyramid_layer_budget(const LayerView& view, int64_t budget, int64_t window, double beta,
+                             const std::string& policy);
+
 // keep[h] = prefix picks (ascending, window excluded) + the head's window.
 void keep_with_window(const LayerView& view, const HeadSelection& prefix_keep, int64_t window,
                       KeepLists& keep);

@@ -20,22 +20,8 @@ protected:
         keep_top_per_head(view, layer_scores(view), layer_budget(view, budget), frame().window, keep);
     }
 
-    // This layer's share b_l + w of the schedule.
     int64_t layer_budget(const LayerView& view, int64_t budget) const override {
-        const int64_t w = frame().window;
-        if (view.layer < 0 || view.layer >= view.n_layer) {
-            fail("policy pyramidkv: layer {} outside the model's {} layers", view.layer,
-                 view.n_layer);
-        }
-        // Every layer of one compression round must use the same schedule, or the per-layer
-        // budgets do not add up to L x b. After a one-shot prompt every layer holds N entries;
-        // in chunked prefill and decoding each layer holds its own previous share plus the new
-        // entries, so the schedule is taken at the sequence length so far (n_past - w
-        // candidates, N - w in one-shot mode) for all of them. A layer with fewer candidates than
-        // its share keeps them all (the total then falls below L x B, never above).
-        const int64_t n_prefix = std::max<int64_t>(0, static_cast<int64_t>(view.n_past) - w);
-        const auto budgets = pyramid_budgets(view.n_layer, budget - w, n_prefix, beta_);
-        return budgets[static_cast<size_t>(view.layer)] + w;
+        return pyramid_layer_budget(view, budget, frame().window, beta_, name());
     }
 
 private:
@@ -43,6 +29,22 @@ private:
 };
 
 }  // namespace
+
+int64_t pyramid_layer_budget(const LayerView& view, int64_t budget, int64_t window, double beta,
+                             const std::string& policy) {
+    if (view.layer < 0 || view.layer >= view.n_layer) {
+        fail("policy {}: layer {} outside the model's {} layers", policy, view.layer, view.n_layer);
+    }
+    // Every layer of one compression round must use the same schedule, or the per-layer budgets
+    // do not add up to L x b. After a one-shot prompt every layer holds N entries; in chunked
+    // prefill and decoding each layer holds its own previous share plus the new entries, so the
+    // schedule is taken at the sequence length so far (n_past - w candidates, N - w in one-shot
+    // mode) for all of them. A layer with fewer candidates than its share keeps them all (the
+    // total then falls below L x B, never above).
+    const int64_t n_prefix = std::max<int64_t>(0, static_cast<int64_t>(view.n_past) - window);
+    const auto budgets = pyramid_budgets(view.n_layer, budget - window, n_prefix, beta);
+    return budgets[static_cast<size_t>(view.layer)] + window;
+}
 
 PolicyEntry pyramidkv_entry() {
     std::vector<OptionSpec> options = frame_option_specs(32);

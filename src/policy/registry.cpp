@@ -16,12 +16,15 @@
     X(snapkv)               \
     X(pyramidkv)            \
     X(ada_snapkv)           \
+    X(ada_pyramidkv)        \
     X(keydiff)              \
     X(kvec)                 \
     X(knorm)                \
     X(lagkv)                \
     X(expected_attention)   \
-    X(kvzip)
+    X(kvzip)                \
+    X(headkv)               \
+    X(gemfilter)
 
 namespace kvec::policy {
 
@@ -98,6 +101,8 @@ std::string value_range(const OptionSpec& o) {
             return fmt::format("integer {}..{}", o.int_min, o.int_max);
         case OptionType::Float:
             return fmt::format("number {}..{}", o.min, o.max);
+        case OptionType::String:
+            return "text";
     }
     return "";
 }

@@ -145,6 +145,7 @@ std::vector<std::string> parse_stop(const json& v) {
 
 KvChoice resolve_kv(const json* kv, const RequestDefaults& d) {
     std::string policy = d.policy;
+    bool from_request = false;  // the policy string is the client's (not --policy)
     std::optional<int64_t> budget;
     std::optional<double> ratio;
     bool reuse = d.reuse;
@@ -160,6 +161,7 @@ KvChoice resolve_kv(const json* kv, const RequestDefaults& d) {
         if (const json* m = field(*kv, "map")) map = get_bool(*m, "kv.map");
         if (const json* p = field(*kv, "policy")) {
             policy = get_string(*p, "kv.policy");
+            from_request = true;
             if (policy.empty()) bad_request("invalid_kv", "'kv.policy' is empty (give a policy name, or \"none\")");
         }
         if (const json* b = field(*kv, "budget")) budget = get_int(*b, "kv.budget", 1, INT32_MAX);
@@ -182,6 +184,14 @@ KvChoice resolve_kv(const json* kv, const RequestDefaults& d) {
         if (ratio) overrides.push_back({"ratio", fmt::format("{}", *ratio), "kv.ratio"});
         const policy::PolicySpec spec = policy::parse_policy_spec(policy);
         const policy::PolicyEntry& entry = policy::find_policy(spec.name);
+        // Options that name files (headkv's scores) are the operator's (--policy): a client must not
+        // make the server read a path of its choosing.
+        for (const policy::OptionSpec& o : entry.options) {
+            if (from_request && o.type == policy::OptionType::String && spec.options.count(o.name) != 0) {
+                bad_request("invalid_kv", "'kv.policy' cannot set option '{}' (it names a file on the server; the "
+                            "operator sets it with --policy)", o.name);
+            }
+        }
         const bool string_sizes = spec.options.count("budget") != 0 || spec.options.count("ratio") != 0;
         if (!budget && !ratio && !string_sizes) {
             // The server's --budget / --ratio, where the policy takes them.

@@ -4,13 +4,16 @@
 // (SHA-256, policy lists, plots) behave.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 
 #include "engine/generator.h"
 #include "eval/eval_items.h"
 #include "eval/fidelity.h"
+#include "eval/head_scores.h"
 #include "eval/plot.h"
 #include "eval/prefill_share.h"
 #include "eval/report.h"
@@ -134,7 +137,8 @@ TEST(PrefillShare, ReplayEqualsAttachedPolicy) {
         "random:budget=40,seed=3", "snapkv:budget=64,window=8", "knorm:budget=40",
         "lagkv:budget=40,lag=16",  "lagkv:budget=48,lag=8,cross=true,ada=true",
         "expected-attention:budget=40,queries=24", "expected-attention:budget=48,window=8,ada=true",
-        "kvzip:budget=40,chunk=64", "kvzip:budget=40,ada=false,window=8"};
+        "kvzip:budget=40,chunk=64", "kvzip:budget=40,ada=false,window=8", "ada-pyramidkv:budget=48",
+        "kvec:budget=48,design=focus,focus-window=40,cross=1", "kvec:budget=48,design=focus,focus-rank=entropy,focus-stat=pooled"};
     for (const std::string& spec : specs) {
         SCOPED_TRACE(spec);
         const std::string name = policy::parse_policy_spec(spec).name;
@@ -330,7 +334,8 @@ TEST(Sweep, SharedAndSeparateModesGiveIdenticalRecords) {
         it.end_tokens.clear();
         items.push_back(it);
     }
-    const auto policies = parse_policy_list("full,snapkv,h2o,kvec,snapkv:window=8,snapkv:chunked=true,h2o:decode=2");
+    const auto policies =
+        parse_policy_list("full,snapkv,h2o,kvec,snapkv:window=8,snapkv:chunked=true,h2o:decode=2,gemfilter:window=8");
     const auto combos = make_combos(policies, {40, 64});
     // decode_batch: the shared combinations decode in batches (3: the lanes fill and are
     // decoded in the middle of an item's combinations) or one after another (1).
@@ -408,6 +413,12 @@ TEST(Sweep, SharedAndSeparateModesGiveIdenticalRecords) {
     const EvalRecord back = record_from_json(nlohmann::json::parse(to_json(shared[3]).dump()), "t");
     EXPECT_EQ(back.prediction, shared[3].prediction);
     EXPECT_EQ(back.c_head, shared[3].c_head);
+    ASSERT_EQ(shared[3].kept_tenths.size(), 10u);
+    EXPECT_EQ(back.kept_tenths, shared[3].kept_tenths);
+    EXPECT_NEAR(std::accumulate(back.kept_tenths.begin(), back.kept_tenths.end(), 0.0), 1.0, 1e-9);
+    nlohmann::json short_tenths = to_json(shared[3]);
+    short_tenths["coverage"]["kept_tenths"] = {0.5, 0.5};
+    EXPECT_THROW(record_from_json(short_tenths, "t"), Error);
     EXPECT_THROW(record_from_json(nlohmann::json::parse("{\"id\": 1}"), "t"), Error);
     // Integer fields out of their range, or floats far beyond int64 (found by fuzz_longbench).
     for (const auto& [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
@@ -483,7 +494,7 @@ TEST(Sweep, QueryAgnosticProtocol) {
         item.n_context = static_cast<int32_t>(context.size());
         items.push_back(item);
     }
-    const auto policies = parse_policy_list("full,snapkv,kvec,streaming:rerotate=true,h2o:chunked=true");
+    const auto policies = parse_policy_list("full,snapkv,kvec,streaming:rerotate=true,h2o:chunked=true,gemfilter:window=8");
     const auto combos = make_combos(policies, {40});
     auto run = [&](bool share, const std::vector<EvalItem>& its) {
         std::vector<EvalRecord> recs;
@@ -903,6 +914,63 @@ TEST(Report, TablesFollowTheRecords) {
     EXPECT_TRUE(g.excluded_tasks.empty());
     EXPECT_DOUBLE_EQ(g.cells.at({"full", 0}).average, 75.0);
     EXPECT_NE(summary_markdown(g, "").find("all count in the averages"), std::string::npos);
+}
+
+TEST(HeadScores, CopyMassCountsTheTopEntriesCarryingTheTarget) {
+    // Entries at positions 0..5 with tokens 7 9 7 3 9 9; the row's top 3 are entries 4 (0.4),
+    // 2 (0.25) and 5 (0.2). Target 9: entries 4 and 5 carry it, 1 (0.05) is outside the top 3.
+    const std::vector<float> p = {0.0f, 0.05f, 0.25f, 0.1f, 0.4f, 0.2f};
+    const std::vector<int32_t> positions = {0, 1, 2, 3, 4, 5};
+    const std::vector<int32_t> tokens = {7, 9, 7, 3, 9, 9};
+    EXPECT_NEAR(copy_mass(p, positions, tokens, 6, 9, 3), 0.6, 1e-6);
+    EXPECT_NEAR(copy_mass(p, positions, tokens, 6, 9, 6), 0.65, 1e-6);
+    EXPECT_NEAR(copy_mass(p, positions, tokens, 5, 9, 3), 0.4, 1e-6);  // position 5 is not a source
+    EXPECT_NEAR(copy_mass(p, positions, tokens, 6, 7, 3), 0.25, 1e-6);
+    EXPECT_EQ(copy_mass(p, positions, tokens, 6, 4, 6), 0.0);
+}
+
+// On a random model the scores have the model's shape, are copy masses (in [0, 1]), and a prompt
+// that holds the answer's tokens gives some head a positive score; an answer found nowhere in the
+// prompt gives 0 everywhere.
+TEST(HeadScores, EstimateOnARandomModel) {
+    const Model& model = tiny_model();
+    const Tokenizer tok = Tokenizer::from_gguf(model.file());
+    Session session(model, SessionOptions{});
+    std::vector<int32_t> prompt = random_tokens(120, 5, model.config().n_vocab);
+    const std::string answer = "ab";
+    const std::vector<int32_t> ids = tok.encode(answer, false);
+    ASSERT_FALSE(ids.empty());
+    for (size_t i = 0; i < 10; ++i) prompt[40 + i] = ids[i % ids.size()];
+    EvalItem item = item_with(prompt, 4);
+    item.references = {answer};
+    const policy::HeadImportance h = estimate_head_importance(session, tok, {item, item}, HeadScoreOptions{});
+    ASSERT_EQ(h.n_layer(), model.config().n_layer);
+    ASSERT_EQ(h.n_head_kv(), model.config().n_head_kv);
+    EXPECT_EQ(h.items, 2);
+    double total = 0;
+    for (const auto& row : h.scores) {
+        for (double x : row) {
+            EXPECT_GE(x, 0.0);
+            EXPECT_LE(x, 1.0 + 1e-9);
+            total += x;
+        }
+    }
+    EXPECT_GT(total, 0.0);
+    EXPECT_EQ(session.evictor(), nullptr);
+    // The answer nowhere in the prompt: no copy mass anywhere.
+    std::vector<int32_t> clean = random_tokens(120, 5, model.config().n_vocab);
+    for (int32_t& t : clean) {
+        if (std::find(ids.begin(), ids.end(), t) != ids.end()) t = 3;
+    }
+    EvalItem none = item_with(clean, 4);
+    none.references = {answer};
+    const policy::HeadImportance z = estimate_head_importance(session, tok, {none}, HeadScoreOptions{});
+    for (const auto& row : z.scores) {
+        for (double x : row) EXPECT_EQ(x, 0.0);
+    }
+    EvalItem empty = item_with(clean, 4);
+    empty.references.clear();
+    EXPECT_THROW(estimate_head_importance(session, tok, {empty}, HeadScoreOptions{}), Error);
 }
 
 }  // namespace

@@ -37,6 +37,7 @@
 
 #include "model/model.h"
 #include "model/session.h"
+#include "policy/head_importance.h"
 #include "policy/registry.h"
 #include "sampling/sampler.h"
 #include "test_helpers.h"
@@ -236,6 +237,20 @@ std::vector<Case> eviction_cases() {
     return v;
 }
 
+// headkv's scores=FILE for the parity model: uneven scores, one per (layer, KV head).
+std::string parity_head_importance() {
+    const RandomModelSpec spec = parity_spec();
+    policy::HeadImportance h;
+    h.model = "parity";
+    for (int l = 0; l < spec.n_layer; ++l) {
+        h.scores.emplace_back();
+        for (int k = 0; k < spec.n_head_kv; ++k) h.scores.back().push_back(0.1 + 0.3 * ((l * spec.n_head_kv + k) % 3));
+    }
+    const auto path = (std::filesystem::path(::testing::TempDir()) / "kvec-parity-importance.json").string();
+    policy::write_head_importance(h, path);
+    return path;
+}
+
 // Every registered policy x {one-shot, chunked prefill, decode-time eviction} (full, kvzip: one-shot).
 std::vector<Case> policy_cases() {
     std::vector<Case> v;
@@ -246,8 +261,12 @@ std::vector<Case> policy_cases() {
             v.push_back(c);
             continue;
         }
+        // GemFilter prefills its selection again: its cache is a plain prefill of those tokens
+        // (tests/policy/test_policy_engine.cpp, GemFilterPrefillsItsSelectionAgain), not a mask.
+        if (name == "gemfilter") continue;
         const bool fixed_window = name == "streaming" || name == "tova";
-        const std::string base = fmt::format("{}:budget={}{}", name, kPolicyBudget, fixed_window ? "" : ",window=4");
+        std::string base = fmt::format("{}:budget={}{}", name, kPolicyBudget, fixed_window ? "" : ",window=4");
+        if (name == "headkv") base += ",scores=" + parity_head_importance();
         v.push_back({"Policies", "policy_" + name + "_one_shot", parity_spec(), Kind::Evict, false, 0, 0, base,
                      kPolicyBudget});
         if (name == "kvzip") continue;  // one-shot only: its reconstruction scores the whole prompt

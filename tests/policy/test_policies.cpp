@@ -333,6 +333,9 @@ TEST(CoverageProbe, MeasuresWhatThePolicyKeeps) {
     EXPECT_DOUBLE_EQ(r.tokens[0].c_head, 0.6);
     EXPECT_DOUBLE_EQ(r.tokens[0].redundancy, 2.0);
     EXPECT_DOUBLE_EQ(r.c_layer_positions, 0.5);
+    // Kept prefix positions 0..3 of 8, twice: tenths p * 10 / 8 = 0, 1, 2, 3.
+    EXPECT_EQ(r.kept_tenths, (std::vector<int64_t>{2, 2, 2, 2, 0, 0, 0, 0, 0, 0}));
+    EXPECT_EQ(r.kept_tenth_shares(), (std::vector<double>{0.25, 0.25, 0.25, 0.25, 0, 0, 0, 0, 0, 0}));
     // A second layer that the policy leaves alone (Full) counts as keeping everything.
     auto full = make_policy("full");
     CoverageProbe probe_full(*full, 2);

@@ -587,6 +587,15 @@ TEST(Server, UnsupportedFieldsAreRefusedNotIgnored) {
     ASSERT_TRUE(res);
     EXPECT_EQ(res->status, 400) << res->body;
     EXPECT_NE(json::parse(res->body).at("error").at("message").get<std::string>().find("(0, 1]"), std::string::npos);
+    // A client cannot make the server read a file of its choosing (headkv's scores=FILE).
+    json file = base;
+    file["kv"] = {{"policy", "headkv:scores=/etc/passwd"}};
+    res = post(c, "/v1/completions", file.dump());
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 400) << res->body;
+    const std::string message = json::parse(res->body).at("error").at("message").get<std::string>();
+    EXPECT_NE(message.find("names a file on the server"), std::string::npos) << message;
+    EXPECT_EQ(message.find("root:"), std::string::npos) << message;
 }
 
 TEST(Server, ErrorMessagesNameTheProblem) {

@@ -101,6 +101,9 @@ row 1 "$C" "run --temp nan" "^error:" -- "$KVEC" run -m "$M" -p x --temp nan
 row 1 "$C" "run --policy ''" "^error:" -- "$KVEC" run -m "$M" -p x --policy ''
 row 1 "$C" "run --policy kvec:" "^error:" -- "$KVEC" run -m "$M" -p x --policy kvec:
 row 1 "$C" "random:seed=2^63" "^error:" -- "$KVEC" run -m "$M" -p x --policy random:seed=9223372036854775808
+row 1 "$C" "run --policy headkv (no scores file)" "^error:" -- "$KVEC" run -m "$M" -p x --policy headkv
+row 1 "$C" "headkv:scores=/dev/zero" "^error:" -- "$KVEC" run -m "$M" -p x --policy headkv:scores=/dev/zero
+row 1 "$C" "head-scores --samples 0" "^error:" -- "$KVEC" head-scores -m "$M" --out "$DIR/importance.json" --samples 0
 row 0 "$C" "run -n -1 with StreamingLLM re-rotation and decode eviction" "^stopped:" -- "$KVEC" run -m "$M" -p "a b c d e f g h" -n -1 -c 64 --temp 0 --policy streaming:budget=8,sinks=2,rerotate=true --decode-evict
 row 1 "$C" "gen-model --vocab -1" "^error:" -- "$KVEC" gen-model --vocab -1 -o "$DIR/x.gguf"
 row 1 "$C" "gen-model --embd 1073741824" "^error:" -- "$KVEC" gen-model --embd 1073741824 -o "$DIR/x.gguf"
