@@ -376,7 +376,8 @@ void for_each_policy_cache(Session& session, std::span<const int32_t> prompt,
                 dst.reset();
                 const std::span<const float> lg = dst.prefill(tokens);
                 const std::vector<float> logits(lg.begin(), lg.end());
-                st.replay_seconds += t.seconds();
+                st.prefill_seconds += t.seconds();  // the selection's own prefill
+                ++st.prefills;
                 use({c, logits, dst.kv_cache().total_entries(), probe.report(), "shared", &dst});
                 continue;
             }

@@ -383,8 +383,9 @@ TEST(Sweep, SharedAndSeparateModesGiveIdenticalRecords) {
         EXPECT_EQ(separate[i].mode, "separate");
     }
     // Per item: one prefill for the window-32 (and window-less) one-shot combinations, one for
-    // window 8, and one for each of the 4 chunked / decode-time combinations.
-    EXPECT_EQ(s1.prefills, static_cast<int64_t>(items.size() * (2 + 4)));
+    // window 8, one for each of the 4 chunked / decode-time combinations, and GemFilter's prefill
+    // of its selection at each of the 2 budgets.
+    EXPECT_EQ(s1.prefills, static_cast<int64_t>(items.size() * (2 + 4 + 2)));
     EXPECT_EQ(s2.prefills, static_cast<int64_t>(items.size() * combos.size()));
     // Compression bites: full keeps every prompt entry, snapkv at 40 keeps 40 per head.
     const auto& cfg = model.config();
