@@ -139,12 +139,16 @@ private:
                 const auto rows = group_rows(head.window_scores, view.group, head.n_entries, m);
                 out[h].focus = head_focus(gqa_reduce(rows, 1, snap().gqa)[0]);
             }
-            if (focus_.window > w) {
-                const std::vector<float> wide = query_window_rows(view, h, focus_.window);  // [group, n_h]
-                const auto rows = group_rows(wide.data(), view.group, head.n_entries, m);
-                const SnapOptions& o = snap();
-                out[h].wide = std::move(window_scores(rows, 1, o.gqa, o.kernel, o.pooling, o.follow)[0]);
-            }
+        }
+        if (focus_.window <= w) return out;
+        const SnapOptions& o = snap();
+        for (size_t h = 0; h < view.heads.size(); ++h) {
+            const KvHeadView& head = view.heads[h];
+            const int64_t m = prefix_count(head.n_entries, w);
+            if (m == 0) continue;
+            const std::vector<float> wide = query_window_rows(view, h, focus_.window);  // [group, n_h]
+            const auto rows = group_rows(wide.data(), view.group, head.n_entries, m);
+            out[h].wide = std::move(window_scores(rows, 1, o.gqa, o.kernel, o.pooling, o.follow)[0]);
         }
         return out;
     }
