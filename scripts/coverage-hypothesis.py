@@ -32,6 +32,11 @@ MEASURES = [("c_head", "C_head (positions)"), ("c_layer", "C_layer (positions)")
 RESAMPLES, SEED = 2000, 20261201
 
 
+def column(b: int) -> str:
+    """A budget column's name: B = 256, or c = 0.75 for a compression ratio (stored as -750)."""
+    return f"B = {b}" if b > 0 else f"c = {-b / 1000:g}"
+
+
 def load(run: pathlib.Path):
     metrics = json.loads((run / "metrics.json").read_text())
     excluded = set(metrics.get("task_floor", {}).get("excluded", []))
@@ -138,7 +143,7 @@ def plot_coverage(out, cells, sc, rows):
     for ax, (label, r, lo, hi, _, cv) in zip(axes[0], rows):
         for b in budgets:
             sel = [k for k, c in enumerate(cells) if c[1] == b]
-            ax.scatter(cv[sel], sc[sel], label=f"B = {b}" if b > 0 else f"ratio {-b / 1e6:g}")
+            ax.scatter(cv[sel], sc[sel], label=column(b))
         ax.set_xlabel(label)
         ax.set_ylabel("average score (0-100)")
         ax.set_title(f"within-budget r = {r:+.2f} [{lo:+.2f}, {hi:+.2f}]")
@@ -162,7 +167,7 @@ def plot_tenths(out, cells, tasks, tenths, only):
         ax.axhline(0.1, color="grey", linestyle="--", linewidth=1)
         ax.set_xlabel("tenth of the prompt (1 = start, 10 = end, window excluded)")
         ax.set_ylabel("share of the kept prefix entries")
-        ax.set_title(f"Where kept entries lie, B = {b}")
+        ax.set_title(f"Where kept entries lie, {column(b)}")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, ncol=2)
         fig.tight_layout()
@@ -188,7 +193,7 @@ def main() -> int:
     print(f"Run {args.run}: {len(items)} items, {len(cells)} cells (policy x budget), tasks kept out: "
           f"{', '.join(sorted(excluded)) or 'none'}.\n")
     print("| coverage measure | within-budget r | 95 % interval | " +
-          " | ".join(f"r at B = {b}" for b in budgets) + " |")
+          " | ".join(f"r at {column(b)}" for b in budgets) + " |")
     print("|---|---:|---|" + "---:|" * len(budgets))
     for label, r, lo, hi, per_budget, _ in rows:
         print(f"| {label} | {r:+.2f} | [{lo:+.2f}, {hi:+.2f}] | " +
@@ -198,7 +203,7 @@ def main() -> int:
     if not np.all(np.isnan(tenths)):
         print("\nShare of the kept prefix entries in the first and the last tenth of the prompt "
               "(uniform: 0.10 each), mean over items:\n")
-        print("| policy | " + " | ".join(f"B = {b} first / last" for b in budgets) + " |")
+        print("| policy | " + " | ".join(f"{column(b)} first / last" for b in budgets) + " |")
         print("|---|" + "---:|" * len(budgets))
         for p in sorted({c[0] for c in cells}):
             line = f"| {re.sub(r'scores=[^,]*/', 'scores=', p)} |"

@@ -6,7 +6,8 @@
 #
 #   scripts/real-models-eval.sh [-t THREADS] [STEP...]
 #
-# Steps (default: all, in this order; 2 samples per task unless said):
+# Steps (default: full smollm2 qwen05 fidelity, in this order; the design steps by name; 2 samples
+# per task unless said):
 #   full         full cache only, test split: SmolLM2, Gemma 3 and Qwen2.5-Coder 0.5B at 1k-4k,
 #                and at 8k with 1 sample per task
 #   smollm2      every policy on SmolLM2, synthetic-2k, both protocols, budgets 64-1024, the four
@@ -22,6 +23,8 @@
 #   designs      the test split: every policy, the paper's baselines (ada-pyramidkv, headkv, gemfilter), both
 #                K-VEC designs and the focus design's head-ranking controls; SmolLM2 in both protocols
 #                (6 samples per task), Qwen2.5-Coder 0.5B in kvpress's protocol (2 per task)
+#   designs-qwen05-aware  the same designs and baselines on Qwen2.5-Coder 0.5B, query-aware (not
+#                in the default list: not run yet)
 # SAMPLES=N replaces every per-task sample count above (tighter intervals, proportionally longer).
 # Gemma 3's sliding-window memory: scripts/swa-memory.sh.
 # Needs the models (scripts/fetch-models.sh --all --accept-gemma-terms) and build/release.
@@ -117,6 +120,13 @@ for step in "${steps[@]}"; do
                 --tasks niah_single,niah_multikey,niah_multivalue,niah_multiquery,niah_askmany,fwe,qa \
                 --protocol query-agnostic --policies "$(designs qwen05 ,gemfilter)" --compression 0.25,0.5,0.75,0.875 \
                 --task-floor 50 ;;
+        designs-qwen05-aware)
+            cd "$root"
+            described="kvec:design=focus,focus-window=128,cross=1"
+            sweep designs/qwen05-query-aware -m "$qwen05" --suite synthetic-4k --split test --samples "$(n 2)" \
+                --tasks niah_single,niah_multikey,niah_multivalue,niah_multiquery,niah_askmany,fwe,qa \
+                --protocol query-aware --compression 0.25,0.5,0.75,0.875 --task-floor 50 \
+                --policies "$all_policies,ada-pyramidkv,headkv:scores=build/real-models-eval/importance/qwen05.json,gemfilter,kvec:design=focus,$described,$described,focus-rank=high-std,$described,focus-rank=entropy,$described,focus-rank=random" ;;
         *) echo "unknown step: $step" >&2; exit 2 ;;
     esac
 done

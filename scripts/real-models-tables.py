@@ -120,7 +120,9 @@ def print_kvec_paired(run: pathlib.Path) -> int:
                 cell[0].append(f"{short(other)} ({sign * float(r['diff']):+.1f})")
             elif lo > 0:
                 cell[1].append(f"{short(other)} ({sign * float(r['diff']):+.1f})")
-    print("| K-VEC design | " + " | ".join(f"B={b}" if not b.startswith("-") else f"c={b}" for b in budgets) + " |")
+    # Compression-ratio columns are stored as minus the ratio in thousandths (-750: c = 0.75).
+    print("| K-VEC design | " + " | ".join(f"B={b}" if not b.startswith("-") else f"c={-int(b) / 1000:g}"
+                                          for b in budgets) + " |")
     print("|---|" + "---|" * len(budgets))
     for d in designs:
         cells = []
