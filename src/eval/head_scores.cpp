@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "eval/sweep.h"
 #include "model/session.h"
 #include "policy/select.h"
 #include "tokenizer/tokenizer.h"
@@ -78,9 +79,10 @@ policy::HeadImportance estimate_head_importance(Session& session, const Tokenize
     const ModelConfig& c = session.model().config();
     CopyProbe probe(c.n_layer, c.n_head_kv, options.top_k);
     int64_t used = 0;
-    session.reset();
-    session.set_evictor(&probe);
-    try {
+    {
+        session.reset();
+        session.set_evictor(&probe);
+        const SessionGuard guard(session);  // reset and detached again, also on errors
         for (const EvalItem& item : items) {
             if (item.references.empty()) continue;
             std::vector<int32_t> answer = tokenizer.encode(item.references.front(), /*add_special=*/false);
@@ -97,13 +99,7 @@ policy::HeadImportance estimate_head_importance(Session& session, const Tokenize
             probe.target = -1;
             ++used;
         }
-    } catch (...) {
-        session.reset();
-        session.set_evictor(nullptr);
-        throw;
     }
-    session.reset();
-    session.set_evictor(nullptr);
     if (used == 0 || probe.steps == 0) fail("head scores: no item has an answer to copy");
     policy::HeadImportance out;
     out.items = used;
