@@ -78,16 +78,6 @@ struct EvalOptions {
     std::string shard;  // --shard: "K/N", "slurm", "k8s/N" (eval/shard.h)
 };
 
-std::vector<std::string> split_commas(const std::string& s) {
-    std::vector<std::string> out;
-    std::stringstream ss(s);
-    std::string piece;
-    while (std::getline(ss, piece, ',')) {
-        if (!piece.empty()) out.push_back(piece);
-    }
-    return out;
-}
-
 std::vector<int64_t> parse_budgets(const std::string& s) {
     std::vector<int64_t> out;
     for (const std::string& piece : split_commas(s)) {

@@ -50,11 +50,7 @@ int run_head_scores(const HeadScoresOptions& o) {
     io.samples = o.samples;
     io.split = eval::parse_heldout_split(o.split);
     io.seed = eval::default_seed(io.split);
-    for (size_t at = 0; at <= o.tasks.size();) {
-        const size_t comma = std::min(o.tasks.find(',', at), o.tasks.size());
-        if (comma > at) io.tasks.push_back(o.tasks.substr(at, comma - at));
-        at = comma + 1;
-    }
+    io.tasks = split_commas(o.tasks);
     const std::vector<eval::EvalItem> items = eval::build_items(io, tokenizer, generator, session.n_ctx());
     fmt::print(stderr, "head scores: {} items of {} ({} split), top {} entries per step\n", items.size(), o.suite,
                o.split, o.top_k);

@@ -32,6 +32,7 @@ void add_serve_command(CLI::App& app, Action& action);
 void add_head_scores_command(CLI::App& app, Action& action);
 
 // Shared helpers (common.cpp).
+std::vector<std::string> split_commas(const std::string& s);  // "a,,b" -> {"a", "b"}
 std::string format_bytes(size_t bytes);     // "1.25 MiB"
 std::string format_count(int64_t n);        // "1.10 B", "68.4 M", "12.3 K"
 void check_readable_file(const std::string& path, const char* what);  // throws kvec::Error

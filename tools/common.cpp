@@ -1,11 +1,22 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <sstream>
 
 #include "commands.h"
 #include "util/error.h"
 
 namespace kvec::tools {
+
+std::vector<std::string> split_commas(const std::string& s) {
+    std::vector<std::string> out;
+    std::stringstream ss(s);
+    std::string piece;
+    while (std::getline(ss, piece, ',')) {
+        if (!piece.empty()) out.push_back(piece);
+    }
+    return out;
+}
 
 std::string format_bytes(size_t bytes) {
     const double b = static_cast<double>(bytes);

@@ -86,75 +86,52 @@ std::vector<float> query_window_rows(const LayerView& view, size_t h, int64_t n_
     kv.key_type = GgmlType::F32;
     kv.value_type = GgmlType::F32;
     kv.keys = head.keys;
-    kv.values = head.keys;  // unused by attention_probs
+    kv.values = head.keys;  // unused without outputs
     kv.head_dim = D;
 
+    const int64_t first = n_q_all - n_q;
+    std::vector<int32_t> vis(static_cast<size_t>(n_q));  // [n_q] entries query first + k sees (causal by position)
+    for (int64_t k = 0; k < n_q; ++k) {
+        const int32_t pos = view.query_positions[static_cast<size_t>(first + k)];
+        vis[static_cast<size_t>(k)] = static_cast<int32_t>(std::upper_bound(head.positions, head.positions + n, pos) - head.positions);
+    }
     // The queries in a fixed number of blocks, each summed on its own and the blocks added in
-    // order: the same result with any number of threads.
+    // order: the same result with any number of threads. Inside a block, a run of queries each of
+    // which sees one entry more than the one before (a one-shot prompt's last queries: all of them)
+    // is one causal attention call.
     constexpr int64_t kBlocks = 8;
     const float inv = 1.0f / static_cast<float>(n_q);
-    const int64_t first = n_q_all - n_q;
     std::vector<std::vector<float>> partial(kBlocks);  // [blocks][G, n]
-    // One-shot prefill: the queries are the positions of the head's last n_q entries, one after the
-    // other, so a block of them is one causal call (query k sees n - n_q + 1 + k entries).
-    bool consecutive = n >= n_q;
-    for (int64_t k = 0; consecutive && k < n_q; ++k) {
-        const int32_t pos = view.query_positions[static_cast<size_t>(first + k)];
-        consecutive = head.positions[n - n_q + k] == pos &&
-                      (k == 0 || pos == view.query_positions[static_cast<size_t>(first + k - 1)] + 1);
-    }
-    if (consecutive) {
-#pragma omp parallel for schedule(dynamic, 1)
-        for (int64_t b = 0; b < kBlocks; ++b) {
-            const int64_t t0 = first + b * n_q / kBlocks, t1 = first + (b + 1) * n_q / kBlocks;
-            if (t1 == t0) continue;
-            const int64_t T = t1 - t0;
-            std::vector<float> q(static_cast<size_t>(T * G * D));  // [T, G, D] the group's queries
-            std::vector<int32_t> pos(static_cast<size_t>(T));      // [T]
-            for (int64_t t = t0; t < t1; ++t) {
-                const float* src = view.queries.data() + (t * n_head + static_cast<int64_t>(h) * G) * D;
-                std::copy(src, src + int64_t{G} * D, q.begin() + (t - t0) * G * D);
-                pos[static_cast<size_t>(t - t0)] = view.query_positions[static_cast<size_t>(t)];
-            }
-            ops::rope(q.data(), T, G, D, pos.data(), rope);
-            std::vector<float> p(static_cast<size_t>(T * G * n));  // [T * G, n] probability rows
-            const auto n_vis = static_cast<int32_t>(n - n_q + 1 + (t0 - first));
-            attention_causal(q.data(), {int64_t{G} * D, D}, T, G, kv, n_vis, view.attn_scale, p.data(), n, nullptr,
-                             {}, view.attn_softcap);
-            std::vector<float>& acc = partial[static_cast<size_t>(b)];
-            acc.assign(static_cast<size_t>(int64_t{G} * n), 0.0f);
-            for (int64_t dt = 0; dt < T; ++dt) {
-                for (int g = 0; g < G; ++g) {
-                    const float* pr = p.data() + (dt * G + g) * n;  // [n_vis + dt]
-                    float* out = acc.data() + int64_t{g} * n;        // [n]
-                    for (int64_t j = 0; j < n_vis + dt; ++j) out[j] += pr[j] * inv;
-                }
-            }
-        }
-        for (const std::vector<float>& acc : partial) {
-            for (size_t i = 0; i < acc.size(); ++i) rows[i] += acc[i];
-        }
-        return rows;
-    }
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t b = 0; b < kBlocks; ++b) {
-        std::vector<float> q(static_cast<size_t>(int64_t{G} * D));  // [G, D] the group's query heads
-        std::vector<float> p(static_cast<size_t>(int64_t{G} * n));  // [G, n] their probability rows
+        const int64_t k1 = (b + 1) * n_q / kBlocks;
         std::vector<float>& acc = partial[static_cast<size_t>(b)];
-        for (int64_t t = first + b * n_q / kBlocks; t < first + (b + 1) * n_q / kBlocks; ++t) {
-            const int32_t pos = view.query_positions[static_cast<size_t>(t)];
-            const auto vis = static_cast<int32_t>(std::upper_bound(head.positions, head.positions + n, pos) - head.positions);
-            if (vis == 0) continue;
-            if (acc.empty()) acc.assign(static_cast<size_t>(int64_t{G} * n), 0.0f);
-            const float* src = view.queries.data() + (t * n_head + static_cast<int64_t>(h) * G) * D;
-            std::copy(src, src + int64_t{G} * D, q.begin());
-            ops::rope(q.data(), 1, G, D, &pos, rope);
-            attention_probs(q.data(), G, D, kv, vis, view.attn_scale, p.data(), n, view.attn_softcap);
-            for (int g = 0; g < G; ++g) {
-                const float* pr = p.data() + int64_t{g} * n;  // [vis]
-                float* out = acc.data() + int64_t{g} * n;     // [n]
-                for (int32_t j = 0; j < vis; ++j) out[j] += pr[j] * inv;
+        for (int64_t k0 = b * n_q / kBlocks; k0 < k1;) {
+            int64_t T = 1;
+            while (k0 + T < k1 && vis[static_cast<size_t>(k0 + T)] == vis[static_cast<size_t>(k0 + T - 1)] + 1) ++T;
+            const int32_t n_vis = vis[static_cast<size_t>(k0)];
+            if (n_vis == 0) {  // sees nothing: skipped, the rest of its run starts after it
+                k0 += 1;
+                continue;
             }
+            std::vector<float> q(static_cast<size_t>(T * G * D));  // [T, G, D] the group's queries
+            for (int64_t t = 0; t < T; ++t) {
+                const float* src = view.queries.data() + ((first + k0 + t) * n_head + static_cast<int64_t>(h) * G) * D;
+                std::copy(src, src + int64_t{G} * D, q.begin() + t * G * D);
+            }
+            ops::rope(q.data(), T, G, D, view.query_positions.data() + first + k0, rope);
+            std::vector<float> p(static_cast<size_t>(T * G * n));  // [T * G, n] probability rows
+            attention_causal(q.data(), {int64_t{G} * D, D}, T, G, kv, n_vis, view.attn_scale, p.data(), n, nullptr, {},
+                             view.attn_softcap);
+            if (acc.empty()) acc.assign(static_cast<size_t>(int64_t{G} * n), 0.0f);
+            for (int64_t t = 0; t < T; ++t) {
+                for (int g = 0; g < G; ++g) {
+                    const float* pr = p.data() + (t * G + g) * n;  // [n_vis + t]
+                    float* out = acc.data() + int64_t{g} * n;      // [n]
+                    for (int64_t j = 0; j < n_vis + t; ++j) out[j] += pr[j] * inv;
+                }
+            }
+            k0 += T;
         }
     }
     for (const std::vector<float>& acc : partial) {

@@ -21,7 +21,7 @@ public:
 protected:
     void select(const LayerView& view, int64_t budget, KeepLists& keep) override {
         const int64_t w = frame().window;
-        const std::vector<int64_t>& b = budgets(view, budget);
+        const std::vector<int64_t> b = budgets(view, budget);  // [H]
         HeadSelection prefix(view.heads.size());
         const auto scores = layer_scores(view);  // [H][m_h]
         for (size_t h = 0; h < view.heads.size(); ++h) prefix[h] = top_k(std::span<const float>(scores[h]), b[h]);
@@ -30,28 +30,22 @@ protected:
 
     // The layer is compressed when a head holds more than the smallest share of the layer.
     int64_t layer_budget(const LayerView& view, int64_t budget) const override {
-        const std::vector<int64_t>& b = budgets(view, budget);
+        const std::vector<int64_t> b = budgets(view, budget);  // [H]
         return *std::min_element(b.begin(), b.end()) + frame().window;
     }
 
 private:
-    // The per-head prefix budgets of view's layer under B = budget (cached per B).
-    const std::vector<int64_t>& budgets(const LayerView& view, int64_t budget) const {
+    // The per-head prefix budgets of view's layer under B = budget ([H]; L x H numbers, cheap).
+    std::vector<int64_t> budgets(const LayerView& view, int64_t budget) const {
         if (view.n_layer != importance_.n_layer() || view.n_head_kv != importance_.n_head_kv()) {
             fail("policy headkv: the importance scores are for {} layers x {} KV heads ({}), the model has {} x {}",
                  importance_.n_layer(), importance_.n_head_kv(), importance_.model, view.n_layer, view.n_head_kv);
         }
-        if (budget != cached_budget_) {
-            cached_ = headkv_budgets(importance_.scores, budget - frame().window, beta_);
-            cached_budget_ = budget;
-        }
-        return cached_.at(static_cast<size_t>(view.layer));
+        return headkv_budgets(importance_.scores, budget - frame().window, beta_).at(static_cast<size_t>(view.layer));
     }
 
     HeadImportance importance_;
     double beta_;
-    mutable int64_t cached_budget_ = -1;
-    mutable std::vector<std::vector<int64_t>> cached_;  // [L][H]
 };
 
 }  // namespace

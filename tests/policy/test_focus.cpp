@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 
+#include "fake_layer.h"
 #include "policy/focus.h"
 #include "util/error.h"
 
@@ -52,6 +54,54 @@ TEST(Focus, RankingsPickTheirShare) {
     EXPECT_EQ(parse_focus_rank("entropy"), FocusRank::entropy);
     EXPECT_STREQ(to_string(parse_focus_rank("high-std")), "high-std");
     EXPECT_THROW(parse_focus_rank("low_std"), Error);
+}
+
+// The O' rows on a head whose entries have gaps (an earlier compression) and queries that see
+// different numbers of them, against softmax(scale q.k) over each query's visible entries, by hand
+// (no rotation: frequency scale 0, every angle 0).
+TEST(Focus, QueryWindowRowsOverACompressedHead) {
+    testing::FakeLayer f;
+    f.group = 2;
+    f.head_dim = 4;
+    f.heads.resize(2);
+    std::mt19937 rng(5);
+    std::normal_distribution<float> normal;
+    for (auto& head : f.heads) {
+        head.positions = {0, 1, 2, 5, 6, 9};
+        for (int i = 0; i < 6 * 4; ++i) head.keys.push_back(normal(rng));
+    }
+    f.query_positions = {3, 4, 5, 6, 8, 9};  // see 3, 3, 4, 5, 5, 6 entries
+    for (int i = 0; i < 6 * 4 * 4; ++i) f.queries.push_back(normal(rng));  // [6, 4 heads x 4]
+    f.rope.n_rot = 4;
+    f.rope.freq_scale = 0.0f;
+    LayerView view = f.view();
+    view.attn_scale = 0.5f;
+    for (size_t h = 0; h < 2; ++h) {
+        for (int64_t n_queries : {6, 4, 1}) {
+            const std::vector<float> rows = query_window_rows(view, h, n_queries);  // [2, 6]
+            ASSERT_EQ(rows.size(), 12u);
+            std::vector<double> want(12, 0.0);
+            for (size_t t = 6 - static_cast<size_t>(n_queries); t < 6; ++t) {
+                const int32_t pos = f.query_positions[t];
+                int vis = 0;
+                while (vis < 6 && f.heads[h].positions[static_cast<size_t>(vis)] <= pos) ++vis;
+                for (int g = 0; g < 2; ++g) {
+                    const float* q = f.queries.data() + t * 16 + (h * 2 + static_cast<size_t>(g)) * 4;
+                    std::vector<double> z(static_cast<size_t>(vis));
+                    double top = -1e300, sum = 0;
+                    for (int j = 0; j < vis; ++j) {
+                        double d = 0;
+                        for (int c = 0; c < 4; ++c) d += double{q[c]} * f.heads[h].keys[static_cast<size_t>(j * 4 + c)];
+                        z[static_cast<size_t>(j)] = 0.5 * d;
+                        top = std::max(top, z[static_cast<size_t>(j)]);
+                    }
+                    for (double& x : z) sum += (x = std::exp(x - top));
+                    for (int j = 0; j < vis; ++j) want[static_cast<size_t>(g * 6 + j)] += z[static_cast<size_t>(j)] / sum / n_queries;
+                }
+            }
+            for (size_t i = 0; i < 12; ++i) EXPECT_NEAR(rows[i], want[i], 1e-5) << h << " " << n_queries << " " << i;
+        }
+    }
 }
 
 KvecLayer layer_of(std::vector<std::vector<float>> scores) {
