@@ -12,7 +12,9 @@ APT_PACKAGES=(
     build-essential cmake ninja-build pkg-config git
     libfmt-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev
     libgtest-dev libgmock-dev libbenchmark-dev libcairo2-dev
-    # kvec serve: the HTTP server and client (cpp-httplib 0.11, a compiled library in Debian 12).
+    # kvec serve: the HTTP parser (Boost.Beast, header-only) and the tests' HTTP client
+    # (cpp-httplib 0.11, a compiled library in Debian 12).
+    libboost-dev
     libcpp-httplib-dev
     python3 python3-torch python3-numpy python3-regex libopenblas0-pthread bible-kjv
     # scripts/coverage-hypothesis.py: its plots.

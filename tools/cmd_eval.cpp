@@ -75,7 +75,7 @@ struct EvalOptions {
     int continuation = 128;
     int segments = 1;
     std::string reference_kv;  // --reference-kv-type: KV type of the fidelity reference ("": the run's)
-    std::string shard;  // --shard: "K/N", "slurm", "k8s/N" (eval/shard.h)
+    std::optional<std::string> shard;  // --shard: "K/N", "slurm", "k8s/N" (eval/shard.h); "" is refused
 };
 
 std::vector<int64_t> parse_budgets(const std::string& s) {
@@ -316,9 +316,9 @@ int run_eval(const EvalOptions& o) {
     if (o.segments <= 0) fail("--segments must be positive, got {}", o.segments);
     const eval::Protocol protocol = eval::parse_protocol(o.protocol);
     std::optional<eval::Shard> shard;
-    if (!o.shard.empty()) {
+    if (o.shard) {
         if (fidelity) fail("--shard goes with --suite or --data (fidelity runs over one text)");
-        shard = eval::parse_shard(o.shard);
+        shard = eval::parse_shard(*o.shard);
     }
     const eval::HeldoutSplit split = eval::parse_heldout_split(o.split);
     const uint64_t seed = o.seed.value_or(eval::default_seed(split));

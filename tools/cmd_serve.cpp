@@ -114,8 +114,14 @@ void add_serve_command(CLI::App& app, Action& action) {
     cmd->add_option("-t,--threads", o->threads, "threads (default: all hardware threads)");
     cmd->add_option("-c,--ctx-size", o->ctx, "context size of every slot in tokens (default: the model's training context)");
     add_kv_type_flags(cmd, o->kv, "--kv-type,--cache-type");
-    cmd->add_option("--timeout", o->server.read_timeout_s, "seconds a client may take to send a request (and to read)")
-        ->capture_default_str();
+    cmd->add_option("--timeout", o->server.read_timeout_s,
+                    "seconds a client may take to send a whole request, from its first byte (and to read)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 86400));
+    cmd->add_option("--max-connections", o->server.max_connections,
+                    "open connections served at once (one thread each); more get 503")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 65536));
     cmd->callback([o, cmd, &action] {
         const bool budget_given = cmd->count("--budget") > 0;
         const bool ratio_given = cmd->count("--ratio") > 0;

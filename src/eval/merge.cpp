@@ -15,6 +15,7 @@
 #include "eval/out_dir.h"
 #include "eval/provenance.h"
 #include "util/error.h"
+#include "util/sha256.h"
 
 namespace kvec::eval {
 
@@ -22,13 +23,66 @@ namespace {
 
 namespace fs = std::filesystem;
 
-nlohmann::json read_json_file(const std::string& path, const std::string& what) {
+nlohmann::json read_json_file(const std::string& path, const std::string& missing) {
+    std::error_code ec;
+    if (!fs::exists(path, ec)) fail("{}", missing);
+    if (!fs::is_regular_file(path, ec)) fail("'{}' is not a regular file", path);
     std::ifstream in(path, std::ios::binary);
-    if (!in) fail("{}", what);
+    std::stringstream text;
+    if (!in || !(text << in.rdbuf())) fail("cannot read '{}'", path);
     try {
-        return nlohmann::json::parse(in);
+        return nlohmann::json::parse(text.str());
     } catch (const nlohmann::json::exception& e) {
         fail("'{}' is not valid JSON ({})", path, e.what());
+    }
+}
+
+// Typed fields of a shard's files: a missing field or one of another type or out of range is a
+// kvec::Error naming the file and the field (never a nlohmann exception, never an unchecked cast).
+const nlohmann::json& field(const nlohmann::json& j, const std::string& key, const std::string& where) {
+    if (!j.is_object()) fail("{}: expected an object holding '{}', got {}", where, key, j.type_name());
+    const auto it = j.find(key);
+    if (it == j.end()) fail("{}: '{}' is missing", where, key);
+    return *it;
+}
+
+int64_t int_field(const nlohmann::json& j, const std::string& key, int64_t lo, int64_t hi, const std::string& where) {
+    const nlohmann::json& v = field(j, key, where);
+    const bool fits = v.is_number_integer() && (v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(hi)
+                                                                      : v.get<int64_t>() <= hi);
+    if (!fits || v.get<int64_t>() < lo) {
+        fail("{}: '{}' must be a whole number in [{}, {}], got {}", where, key, lo, hi, v.dump().substr(0, 40));
+    }
+    return v.get<int64_t>();
+}
+
+std::string string_field(const nlohmann::json& j, const std::string& key, const std::string& where) {
+    const nlohmann::json& v = field(j, key, where);
+    if (!v.is_string()) fail("{}: '{}' must be a string, got {}", where, key, v.type_name());
+    return v.get<std::string>();
+}
+
+std::vector<std::string> strings_field(const nlohmann::json& j, const std::string& key, const std::string& where) {
+    const nlohmann::json& v = field(j, key, where);
+    if (!v.is_array() || !std::all_of(v.begin(), v.end(), [](const nlohmann::json& e) { return e.is_string(); })) {
+        fail("{}: '{}' must be a list of strings", where, key);
+    }
+    return v.get<std::vector<std::string>>();
+}
+
+// The fields of `j` that are present must have these types ("string", "number", "bool", "object").
+void optional_types(const nlohmann::json& j, std::initializer_list<std::pair<const char*, const char*>> fields,
+                    const std::string& where) {
+    if (j.is_null()) return;
+    if (!j.is_object()) fail("{}: expected an object, got {}", where, j.type_name());
+    for (const auto& [key, type] : fields) {
+        const auto it = j.find(key);
+        if (it == j.end()) continue;
+        const std::string_view t = type;
+        const bool ok = (t == "string" && it->is_string()) || (t == "number" && it->is_number()) ||
+                        (t == "bool" && it->is_boolean()) || (t == "object" && it->is_object()) ||
+                        (t == "unsigned" && it->is_number_unsigned());
+        if (!ok) fail("{}: '{}' must be a {}, got {}", where, key, t, it->type_name());
     }
 }
 
@@ -67,20 +121,36 @@ std::string value_at(const nlohmann::json& j, const std::string& path) {
     }
 }
 
-EvalItem item_from_manifest(const nlohmann::json& j, std::string_view where) {
-    try {
-        EvalItem item;
-        item.id = j.at("id").get<std::string>();
-        item.task = j.at("task").get<std::string>();
-        item.longbench = j.at("longbench").get<bool>();
-        item.metric = j.at("metric").get<std::string>();
-        item.references = j.at("references").get<std::vector<std::string>>();
-        item.all_classes = j.at("all_classes").get<std::vector<std::string>>();
-        item.length = j.at("length").get<int64_t>();
-        return item;
-    } catch (const nlohmann::json::exception& e) {
-        fail("{}: not an item of shard.json: {}", where, e.what());
-    }
+EvalItem item_from_manifest(const nlohmann::json& j, const std::string& where) {
+    EvalItem item;
+    item.id = string_field(j, "id", where);
+    item.task = string_field(j, "task", where);
+    const nlohmann::json& lb = field(j, "longbench", where);
+    if (!lb.is_boolean()) fail("{}: 'longbench' must be true or false", where);
+    item.longbench = lb.get<bool>();
+    item.metric = string_field(j, "metric", where);
+    item.references = strings_field(j, "references", where);
+    item.all_classes = strings_field(j, "all_classes", where);
+    item.length = int_field(j, "length", -1, int64_t{1} << 40, where);  // -1: not a LongBench item
+    return item;
+}
+
+// What scoring reads of an item, as shard.json lists it.
+nlohmann::ordered_json scoring_fields(size_t index, const EvalItem& it) {
+    return {{"index", index},
+            {"id", it.id},
+            {"task", it.task},
+            {"longbench", it.longbench},
+            {"metric", it.metric},
+            {"references", it.references},
+            {"all_classes", it.all_classes},
+            {"length", it.length}};
+}
+
+// The digest of a shard's own items (shard.json "items_sha256"): a shard.json whose items were
+// edited or damaged after the run wrote it does not match.
+std::string items_digest(const nlohmann::json& own_items) {
+    return sha256_hex(own_items.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
 // Every record of a shard's predictions.jsonl; kvec::Error for a line that is not one (the
@@ -116,23 +186,34 @@ struct ShardDir {
 ShardDir read_shard_dir(const std::string& dir) {
     ShardDir s;
     s.dir = dir;
-    if (!fs::is_directory(dir)) fail("'{}' is not a directory", dir);
-    s.config = read_json_file(dir + "/config.json", fmt::format("'{}' has no config.json: not an output directory of kvec eval", dir));
-    if (!s.config.contains("run") || !s.config["run"].is_object() || !s.config["run"].contains("shard")) {
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) fail("'{}' is not a directory", dir);
+    const std::string config_path = dir + "/config.json", manifest_path = dir + "/shard.json";
+    s.config = read_json_file(config_path, fmt::format("'{}' has no config.json: not an output directory of kvec eval", dir));
+    if (!s.config.is_object() || !s.config.contains("run") || !s.config["run"].is_object() ||
+        !s.config["run"].contains("shard")) {
         fail("'{}' is not a shard: it was not made with --shard", dir);
     }
-    s.manifest = read_json_file(dir + "/shard.json", fmt::format("'{}' has no shard.json: the shard did not get as far as its items", dir));
-    try {
-        s.shard.index = s.manifest.at("shard").at("index").get<int64_t>();
-        s.shard.count = s.manifest.at("shard").at("count").get<int64_t>();
-        s.shard.source = s.manifest.at("shard").value("source", std::string("explicit"));
-        (void)s.manifest.at("item_ids").get<std::vector<std::string>>();
-        if (!s.manifest.at("items").is_array()) fail("'{}/shard.json': 'items' is not a list", dir);
-    } catch (const nlohmann::json::exception& e) {
-        fail("'{}/shard.json' is damaged: {}", dir, e.what());
+    s.manifest = read_json_file(manifest_path, fmt::format("'{}' has no shard.json: the shard did not get as far as its items", dir));
+    const nlohmann::json& sh = field(s.manifest, "shard", manifest_path);
+    s.shard.count = int_field(sh, "count", 1, int64_t{1} << 31, manifest_path);
+    s.shard.index = int_field(sh, "index", 0, s.shard.count - 1, manifest_path);
+    s.shard.source = sh.contains("source") ? string_field(sh, "source", manifest_path) : "explicit";
+    const std::vector<std::string> ids = strings_field(s.manifest, "item_ids", manifest_path);
+    if (int_field(s.manifest, "items_total", 0, INT64_MAX, manifest_path) != static_cast<int64_t>(ids.size())) {
+        fail("{}: 'items_total' is not the number of 'item_ids' ({})", manifest_path, ids.size());
     }
+    const nlohmann::json& own = field(s.manifest, "items", manifest_path);
+    if (!own.is_array()) fail("{}: 'items' must be a list", manifest_path);
+    if (string_field(s.manifest, "items_sha256", manifest_path) != items_digest(own)) {
+        fail("{}: its items do not match their digest 'items_sha256' (the file was edited or damaged after the "
+             "shard wrote it; run the shard again)", manifest_path);
+    }
+    if (s.manifest.contains("format")) string_field(s.manifest, "format", manifest_path);
     const nlohmann::json& rs = s.config["run"]["shard"];
-    if (rs.value("index", int64_t{-1}) != s.shard.index || rs.value("count", int64_t{-1}) != s.shard.count) {
+    const std::string run_shard = config_path + " run/shard";
+    if (int_field(rs, "index", 0, INT64_MAX, run_shard) != s.shard.index ||
+        int_field(rs, "count", 1, INT64_MAX, run_shard) != s.shard.count) {
         fail("'{}': config.json and shard.json name different shards", dir);
     }
     return s;
@@ -183,18 +264,10 @@ nlohmann::ordered_json shard_manifest(const std::vector<EvalItem>& items, const 
     for (const EvalItem& it : items) ids.push_back(it.id);
     j["item_ids"] = ids;
     nlohmann::ordered_json own = nlohmann::ordered_json::array();
-    for (size_t i : mine) {
-        const EvalItem& it = items[i];
-        own.push_back({{"index", i},
-                       {"id", it.id},
-                       {"task", it.task},
-                       {"longbench", it.longbench},
-                       {"metric", it.metric},
-                       {"references", it.references},
-                       {"all_classes", it.all_classes},
-                       {"length", it.length}});
-    }
+    for (size_t i : mine) own.push_back(scoring_fields(i, items[i]));
     j["items"] = own;
+    // Of the items as the merge reads them back (keys in sorted order).
+    j["items_sha256"] = items_digest(nlohmann::json::parse(own.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
     return j;
 }
 
@@ -212,12 +285,13 @@ MergedRun read_shards(const std::vector<std::string>& dirs) {
     std::vector<std::vector<size_t>> owners(ids.size());  // [items] shards holding the item
     std::vector<EvalItem> items(ids.size());
     for (size_t s = 0; s < shards.size(); ++s) {
-        const std::string where = shards[s].dir + "/shard.json";
+        const std::string file = shards[s].dir + "/shard.json";
+        size_t n = 0;
         for (const auto& entry : shards[s].manifest["items"]) {
-            const int64_t i = entry.value("index", int64_t{-1});
-            if (i < 0 || i >= static_cast<int64_t>(ids.size())) fail("{}: an item index out of range: {}", where, i);
+            const std::string where = fmt::format("{} items/{}", file, n++);
+            const int64_t i = int_field(entry, "index", 0, static_cast<int64_t>(ids.size()) - 1, where);
             EvalItem item = item_from_manifest(entry, where);
-            if (item.id != ids[static_cast<size_t>(i)]) fail("{}: item {} is '{}', not '{}'", where, i, item.id, ids[static_cast<size_t>(i)]);
+            if (item.id != ids[static_cast<size_t>(i)]) fail("{}: item {} is '{}', not '{}'", file, i, item.id, ids[static_cast<size_t>(i)]);
             items[static_cast<size_t>(i)] = std::move(item);
             owners[static_cast<size_t>(i)].push_back(s);
         }
@@ -252,16 +326,31 @@ MergedRun read_shards(const std::vector<std::string>& dirs) {
     m.config = shards[0].config;
     m.config["run"].erase("shard");
     const nlohmann::json& run = m.config["run"];
-    try {
-        for (const auto& p : run.at("policies")) {
-            const std::vector<PolicyChoice> one = parse_policy_list(p.at("label").get<std::string>());
-            if (one.size() != 1) fail("'{}/config.json': the policy '{}' does not parse as one", shards[0].dir, p.dump());
-            m.policies.push_back(one[0]);
-        }
-        m.budgets = run.at("budgets").get<std::vector<int64_t>>();
-    } catch (const nlohmann::json::exception& e) {
-        fail("'{}/config.json' is damaged: {}", shards[0].dir, e.what());
+    const std::string config_path = shards[0].dir + "/config.json";
+    const nlohmann::json& policies = field(run, "policies", config_path + " run");
+    if (!policies.is_array() || policies.empty()) fail("{}: 'run/policies' must be a non-empty list", config_path);
+    for (const auto& p : policies) {
+        const std::string label = string_field(p, "label", config_path + " run/policies");
+        const std::vector<PolicyChoice> one = parse_policy_list(label);
+        if (one.size() != 1) fail("{}: the policy '{}' does not parse as one", config_path, label);
+        m.policies.push_back(one[0]);
     }
+    const nlohmann::json& budgets = field(run, "budgets", config_path + " run");
+    if (!budgets.is_array() || budgets.empty() ||
+        !std::all_of(budgets.begin(), budgets.end(), [](const nlohmann::json& b) { return b.is_number_integer(); })) {
+        fail("{}: 'run/budgets' must be a non-empty list of whole numbers", config_path);
+    }
+    m.budgets = budgets.get<std::vector<int64_t>>();
+    // The fields the summary's title reads.
+    optional_types(run, {{"suite", "string"}, {"protocol", "string"}, {"split", "string"}, {"seed", "unsigned"},
+                         {"model_sha256", "string"}},
+                   config_path + " run");
+    for (const char* section : {"model", "options", "kvec"}) {
+        if (!m.config.contains(section)) m.config[section] = nlohmann::ordered_json::object();
+    }
+    optional_types(m.config["model"], {{"path", "string"}}, config_path + " model");
+    optional_types(m.config["options"], {{"task_floor", "number"}, {"share_prefill", "bool"}}, config_path + " options");
+    optional_types(m.config["kvec"], {{"version", "string"}, {"git_commit", "string"}}, config_path + " kvec");
     const std::vector<Combo> combos = make_combos(m.policies, m.budgets);
     m.format = shards[0].manifest.value("format", std::string("?"));
 
@@ -270,13 +359,34 @@ MergedRun read_shards(const std::vector<std::string>& dirs) {
     for (size_t i = 0; i < ids.size(); ++i) index_of[ids[i]] = i;
     std::vector<std::pair<size_t, EvalRecord>> all;  // (item index, record)
     for (size_t s = 0; s < shards.size(); ++s) {
-        std::set<RecordKey> have;
+        std::map<RecordKey, std::string> have;  // -> the record as read
+        const std::string predictions = shards[s].dir + "/predictions.jsonl";
         for (EvalRecord& r : read_records(shards[s].dir)) {
             const auto it = index_of.find(r.id);
             if (it == index_of.end() || owners[it->second][0] != s) {
                 fail("{} holds a prediction of item '{}', which is not one of its items", shard_label(shards[s]), r.id);
             }
-            if (!have.insert({r.id, r.policy, r.budget}).second) continue;  // a repeat (resume keeps the first)
+            const bool in_grid =
+                std::any_of(combos.begin(), combos.end(), [&](const Combo& c) {
+                    return m.policies[c.policy].label == r.policy && c.budget == r.budget;
+                });
+            if (!in_grid) {
+                fail("{}: a prediction of '{}' by policy '{}' at budget {}, which is not in the run's policies x budgets "
+                     "(config.json run/policies and run/budgets)", predictions, r.id, r.policy, r.budget);
+            }
+            if (r.references != items[it->second].references) {
+                fail("{}: the references of the prediction of '{}' differ from the item's in shard.json", predictions, r.id);
+            }
+            const std::string text = to_json(r).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+            const auto [at, fresh] = have.emplace(RecordKey{r.id, r.policy, r.budget}, text);
+            if (!fresh) {
+                // A resume may write a record twice; two different ones for one key cannot be vouched for.
+                if (at->second != text) {
+                    fail("{}: two different predictions of '{}' by '{}' at budget {}; remove the wrong one or run the "
+                         "shard again", predictions, r.id, r.policy, budget_label(r.budget));
+                }
+                continue;
+            }
             all.emplace_back(it->second, std::move(r));
         }
         std::vector<std::string> lacking;
@@ -285,7 +395,7 @@ MergedRun read_shards(const std::vector<std::string>& dirs) {
             const std::string id = entry["id"].get<std::string>();
             for (const Combo& c : combos) {
                 ++expected;
-                if (have.count({id, m.policies[c.policy].label, c.budget}) == 0) {
+                if (have.count(RecordKey{id, m.policies[c.policy].label, c.budget}) == 0) {
                     lacking.push_back(fmt::format("{} {} {}", id, m.policies[c.policy].label, budget_label(c.budget)));
                 }
             }
@@ -295,12 +405,17 @@ MergedRun read_shards(const std::vector<std::string>& dirs) {
                  shard_label(shards[s]), lacking.size(), expected, some(lacking, 3));
         }
         nlohmann::json metrics;
-        if (fs::exists(shards[s].dir + "/metrics.json")) {
-            try {
-                std::ifstream in(shards[s].dir + "/metrics.json");
-                metrics = nlohmann::json::parse(in);
-            } catch (const nlohmann::json::exception&) {
-                metrics = nlohmann::json();
+        const std::string metrics_path = shards[s].dir + "/metrics.json";
+        if (fs::exists(metrics_path)) {
+            metrics = read_json_file(metrics_path, "");
+            // The cost fields the merge adds up.
+            optional_types(metrics, {{"total", "object"}, {"mode", "object"}}, metrics_path);
+            for (const char* section : {"total", "mode"}) {
+                optional_types(metrics.value(section, nlohmann::json()),
+                               {{"wall_seconds", "number"}, {"prefill_seconds", "number"}, {"replay_seconds", "number"},
+                                {"decode_seconds", "number"}, {"prefills", "number"}, {"generations", "number"},
+                                {"invocations", "number"}, {"shared_generations", "number"}},
+                               metrics_path + " " + section);
             }
         }
         m.metrics.push_back(metrics);

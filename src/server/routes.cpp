@@ -1,8 +1,6 @@
 // The endpoints: POST /v1/chat/completions, POST /v1/completions (whole or streamed),
 // GET /v1/models (and /v1/models/{id}), GET /health, GET /metrics,
 // POST /slots/{id}?action=save|restore|erase, and the web page at GET / (web/index.html).
-#include <httplib.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -10,7 +8,6 @@
 
 #include "index_html.h"
 #include "server/api_error.h"
-#include "server/client_connection.h"
 #include "server/completion.h"
 #include "server/responses.h"
 #include "server/server.h"
@@ -32,51 +29,50 @@ ApiError client_closed() {
 }  // namespace
 
 void Server::add_routes() {
-    http_->Get("/", [](const httplib::Request&, httplib::Response& res) {
+    router_.add("GET", "/", [](const http::Request&, http::Response& res) {
         res.set_header("Content-Security-Policy", "default-src 'self'; style-src 'unsafe-inline'; script-src 'unsafe-inline'");
         res.set_content(kIndexHtml, "text/html; charset=utf-8");
     });
-    http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    router_.add("GET", "/health", [this](const http::Request&, http::Response& res) {
         const json body = {{"status", "ok"},
                            {"slots_idle", slots_->size() - slots_->busy()},
                            {"slots_processing", slots_->busy()},
                            {"queue_length", slots_->queued()}};
         res.set_content(dump(body), "application/json");
     });
-    http_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    router_.add("GET", "/v1/models", [this](const http::Request&, http::Response& res) {
         res.set_content(dump(models_json(options_.model_id, started_, slots_->n_ctx())), "application/json");
     });
-    http_->Get("/v1/models/(.+)", [this](const httplib::Request& req, httplib::Response& res) {
-        if (req.matches[1].str() != options_.model_id) {
+    router_.add("GET", "/v1/models/(.+)", [this](const http::Request& req, http::Response& res) {
+        if (req.matches[1] != options_.model_id) {
             throw ApiError(404, "invalid_request_error", "model_not_found",
-                           fmt::format("no model '{}' here: this server serves '{}'", req.matches[1].str().substr(0, 200),
+                           fmt::format("no model '{}' here: this server serves '{}'", req.matches[1].substr(0, 200),
                                        options_.model_id));
         }
         res.set_content(dump(models_json(options_.model_id, started_, slots_->n_ctx()).at("data").at(0)),
                         "application/json");
     });
-    http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    router_.add("GET", "/metrics", [this](const http::Request&, http::Response& res) {
         res.set_content(metrics_.render(*slots_), "text/plain; version=0.0.4");
     });
-    http_->Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    router_.add("POST", "/v1/chat/completions", [this](const http::Request& req, http::Response& res) {
         complete(req, res, Endpoint::Chat);
     });
-    http_->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    router_.add("POST", "/v1/completions", [this](const http::Request& req, http::Response& res) {
         complete(req, res, Endpoint::Completion);
     });
-    http_->Post(R"(/slots/(\d{1,9}))", [this](const httplib::Request& req, httplib::Response& res) {
+    router_.add("POST", R"(/slots/(\d{1,9}))", [this](const http::Request& req, http::Response& res) {
         slot_action(req, res);
     });
 }
 
-void Server::complete(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
+void Server::complete(const http::Request& req, http::Response& res, Endpoint endpoint) {
     // Everything that can be wrong with the request is found here, before a slot is taken.
     auto prepared = std::make_shared<PreparedRequest>(
         prepare_request(parse_request(req.body, endpoint, defaults_), tokenizer_, slots_->n_ctx()));
     // A client that goes away while its request waits or prefills frees the queue place or slot
     // then, not when the answer would be written.
-    const auto client = std::make_shared<ClientConnection>(req);
-    std::function<bool()> gone = [client] { return client->gone(); };
+    std::function<bool()> gone = req.client_gone;
     if (prepared->request.stream) {
         stream(prepared, res, std::move(gone));
         return;
@@ -121,21 +117,21 @@ SlotLease Server::acquire(const PreparedRequest& p, const std::function<bool()>&
     }
 }
 
-void Server::stream(std::shared_ptr<PreparedRequest> prepared, httplib::Response& res, std::function<bool()> gone) {
+void Server::stream(std::shared_ptr<PreparedRequest> prepared, http::Response& res, std::function<bool()> gone) {
     // The slot (and KV memory) is taken before the response starts, so that a request that
     // cannot have one gets its error status (503 after the queue timeout). The provider runs after
     // the headers are sent; a client gone by then releases the slot at its first write.
     auto lease = std::make_shared<std::optional<SlotLease>>(acquire(*prepared, gone));
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
-    res.set_chunked_content_provider("text/event-stream", [this, prepared, lease, gone](size_t, httplib::DataSink& sink) {
-        SseStream out([&sink](std::string_view bytes) { return sink.write(bytes.data(), bytes.size()); });
+    res.set_header("Content-Type", "text/event-stream");
+    res.stream = [this, prepared, lease, gone](const http::ChunkWriter& write) {
+        SseStream out(write);
         const ResponseHeader header = make_header(prepared->request.endpoint, options_.model_id);
         try {
-            if (!lease->has_value()) return false;  // called again after the end
             if (!out.send(role_chunk(header))) {
                 lease->reset();
-                return false;
+                return;
             }
             const CompletionResult r = run_completion(*prepared, tokenizer_, **lease, slots_->scheduler(),
                                                       [&](std::string_view text) {
@@ -145,7 +141,7 @@ void Server::stream(std::shared_ptr<PreparedRequest> prepared, httplib::Response
             lease->reset();  // the slot is free (or keeps the conversation) before the client hears the end
             metrics_.count_generation(r.prompt_tokens - r.cached_tokens, r.completion_tokens, r.kv.eviction.evicted,
                                       r.seconds);
-            if (!out.open()) return false;  // the client has gone
+            if (!out.open()) return;  // the client has gone
             const json usage = usage_json(r.prompt_tokens, r.completion_tokens, r.cached_tokens);
             out.send(final_chunk(header, r.reason, usage, kv_json(r.kv, r.kv_spec, r.slot, r.picture)));
             if (prepared->request.include_usage) out.send(usage_chunk(header, usage));
@@ -156,9 +152,7 @@ void Server::stream(std::shared_ptr<PreparedRequest> prepared, httplib::Response
             out.send(json::parse(error_body("internal server error", "server_error", "internal_error")));
         }
         out.done();
-        sink.done();
-        return out.open();
-    });
+    };
 }
 
 }  // namespace kvec::server

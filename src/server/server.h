@@ -1,9 +1,10 @@
-// `kvec serve`: an OpenAI-compatible HTTP server (cpp-httplib) over one model, with --parallel N
-// slots that each hold a conversation's KV cache under the request's eviction policy and budget.
-// See docs/server.md for the endpoints.
+// `kvec serve`: an OpenAI-compatible HTTP server over one model, with --parallel N slots that
+// each hold a conversation's KV cache under the request's eviction policy and budget. See
+// docs/server.md for the endpoints.
 //
-// Threads: httplib's pool answers connections; a completion waits for a free slot (SlotPool),
-// then generates on its connection's thread, taking the forward lock for each forward step.
+// Threads: the transport (http.h) gives each connection a thread; a completion waits for a free
+// slot (SlotPool), then generates on its connection's thread, taking the forward lock for each
+// forward step.
 #pragma once
 
 #include <cstddef>
@@ -16,16 +17,11 @@
 #include "model/model.h"
 #include "model/session.h"
 #include "server/cross_site.h"
+#include "server/http.h"
 #include "server/metrics.h"
 #include "server/request.h"
 #include "server/slots.h"
 #include "tokenizer/tokenizer.h"
-
-namespace httplib {
-class Server;
-struct Request;
-struct Response;
-}  // namespace httplib
 
 namespace kvec::server {
 
@@ -41,7 +37,8 @@ struct ServerOptions {
     std::optional<int64_t> budget;         // default --budget
     std::optional<double> ratio;           // default --ratio
     SessionOptions session;                // context (-c), prefill chunk, cache element type
-    int http_threads = 0;                  // 0: parallel + 8 (waiting requests hold a thread)
+    int max_connections = 256;             // open connections (--max-connections); beyond, 503
+    size_t max_header_bytes = size_t{32} << 10;  // request line and headers; larger get 431
     size_t max_body_bytes = size_t{8} << 20;  // larger request bodies get 413
     int read_timeout_s = 30;               // a request's headers and body must arrive within this
     int write_timeout_s = 30;              // a client that stops reading for this long is dropped
@@ -76,14 +73,18 @@ public:
     const Metrics& metrics() const { return metrics_; }
 
 private:
-    void configure();       // timeouts, limits, authentication, errors, logging (server.cpp)
+    // Every request: cross-site checks, the API key, the route, errors as OpenAI-style bodies,
+    // metrics and the log line (server.cpp).
+    void handle(http::Request& req, http::Response& res);
+    // What the transport refuses itself (400, 408, 413, 431, 503), the same way.
+    void refuse(const http::Request& req, int status, std::string_view why, http::Response& res);
     void add_routes();      // the endpoints (routes.cpp)
-    void complete(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
-    void stream(std::shared_ptr<PreparedRequest> request, httplib::Response& res, std::function<bool()> gone);
+    void complete(const http::Request& req, http::Response& res, Endpoint endpoint);
+    void stream(std::shared_ptr<PreparedRequest> request, http::Response& res, std::function<bool()> gone);
     // A slot, the kept conversation it continues; ApiError 503 after the queue timeout, 499 when
     // `gone` says the client went away while it waited.
     SlotLease acquire(const PreparedRequest& request, const std::function<bool()>& gone);
-    void slot_action(const httplib::Request& req, httplib::Response& res);  // POST /slots/{id} (slot_files.cpp)
+    void slot_action(const http::Request& req, http::Response& res);  // POST /slots/{id} (slot_files.cpp)
     const std::string& model_sha256();  // of the model file, computed at the first slot save or restore
 
     const Model& model_;
@@ -93,9 +94,9 @@ private:
     std::string default_policy_;
     std::unique_ptr<SlotPool> slots_;
     Metrics metrics_;
-    std::unique_ptr<httplib::Server> http_;
+    http::Router router_;
+    std::unique_ptr<http::HttpServer> http_;
     int64_t started_ = 0;  // Unix time
-    int listen_socket_ = -1;  // the listening socket, seen by the socket-options callback
     std::once_flag model_sha256_once_;
     std::string model_sha256_;
 };

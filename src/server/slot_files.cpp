@@ -4,7 +4,6 @@
 // leading dot, nothing but regular files (docs/server.md). A save writes a temporary file beside the
 // destination and renames it (util/atomic_file.h); the server removes the temporaries of saves
 // killed before their rename when it starts.
-#include <httplib.h>
 
 #include <nlohmann/json.hpp>
 
@@ -71,15 +70,15 @@ const std::string& Server::model_sha256() {
     return model_sha256_;
 }
 
-void Server::slot_action(const httplib::Request& req, httplib::Response& res) {
-    const std::string& id_text = req.matches[1].str();
+void Server::slot_action(const http::Request& req, http::Response& res) {
+    const std::string& id_text = req.matches[1];
     int id = -1;
     const auto [end, ec] = std::from_chars(id_text.data(), id_text.data() + id_text.size(), id);
     if (ec != std::errc() || end != id_text.data() + id_text.size() || id >= slots_->size()) {
         throw ApiError(404, "invalid_request_error", "slot_not_found",
                        fmt::format("slot {} does not exist (the server has slots 0 to {})", id_text, slots_->size() - 1));
     }
-    const std::string action = req.get_param_value("action");
+    const std::string action = req.param("action");
     if (action != "save" && action != "restore" && action != "erase") {
         bad_request("invalid_action", "'action' must be save, restore or erase, got '{}'", action);
     }

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <set>
@@ -17,6 +18,7 @@
 #include "eval/report.h"
 #include "eval/shard.h"
 #include "util/error.h"
+#include "util/sha256.h"
 
 namespace kvec::eval {
 namespace {
@@ -324,6 +326,113 @@ TEST_F(MergeFixture, RefusesAnUnshardedRun) {
     std::ofstream(dir(1) + "/config.json") << c.dump(2);
     EXPECT_NE(error_of([&] { read_shards(dirs()); }).find("not made with --shard"), std::string::npos);
     EXPECT_NE(error_of([&] { read_shards({root + "/absent"}); }).find("is not a directory"), std::string::npos);
+}
+
+
+// ---- kvec eval merge on damaged shards (issue 44, item 9): a clear error naming the file and the
+// field, never an abort, never a summary it cannot vouch for ------------------------------------
+
+nlohmann::json read_json(const std::string& path) {
+    std::ifstream in(path);
+    return nlohmann::json::parse(in);
+}
+
+void write_json(const std::string& path, const nlohmann::json& j) { std::ofstream(path) << j.dump(1); }
+
+// shard.json with its items changed by `edit` and, with `restamp`, a digest that matches them (an
+// edit made by someone who knew the format), to reach the checks behind the digest.
+void edit_manifest(const std::string& dir, const std::function<void(nlohmann::json&)>& edit, bool restamp) {
+    nlohmann::json m = read_json(dir + "/shard.json");
+    edit(m);
+    if (restamp) m["items_sha256"] = sha256_hex(m["items"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    write_json(dir + "/shard.json", m);
+}
+
+TEST_F(MergeFixture, RefusesDamagedShardJsonNamingTheField) {
+    auto merge_error = [&] { return error_of([&] { merge_shards(root + "/merged", dirs()); }); };
+    edit_manifest(dir(1), [](nlohmann::json& m) { m["items"] = {1, 2}; }, true);
+    EXPECT_NE(merge_error().find("shard1/shard.json items/0: expected an object holding 'index', got number"), std::string::npos)
+        << merge_error();
+    write_shard(dir(1), items, {1, 3, ""}, run_config({1, 3}));
+    edit_manifest(dir(1), [](nlohmann::json& m) { m["items"][0]["length"] = 1e300; }, true);
+    EXPECT_NE(merge_error().find("'length' must be a whole number in [-1, 1099511627776], got 1e+300"), std::string::npos)
+        << merge_error();
+    write_shard(dir(1), items, {1, 3, ""}, run_config({1, 3}));
+    edit_manifest(dir(1), [](nlohmann::json& m) { m["shard"]["index"] = 5; }, false);
+    EXPECT_NE(merge_error().find("'index' must be a whole number in [0, 2], got 5"), std::string::npos) << merge_error();
+    // A directory where shard.json should be.
+    write_shard(dir(1), items, {1, 3, ""}, run_config({1, 3}));
+    fs::remove(dir(2) + "/shard.json");
+    fs::create_directory(dir(2) + "/shard.json");
+    EXPECT_NE(merge_error().find("shard.json' is not a regular file"), std::string::npos) << merge_error();
+    EXPECT_FALSE(fs::exists(root + "/merged/summary.md"));
+}
+
+TEST_F(MergeFixture, RefusesEditedReferences) {
+    // Edited in shard.json only: its digest no longer matches.
+    edit_manifest(dir(0), [](nlohmann::json& m) { m["items"][0]["references"] = {"something else"}; }, false);
+    std::string e = error_of([&] { read_shards(dirs()); });
+    EXPECT_NE(e.find("shard0/shard.json: its items do not match their digest"), std::string::npos) << e;
+    // With the digest redone: the predictions still carry the run's references.
+    edit_manifest(dir(0), [](nlohmann::json&) {}, true);
+    e = error_of([&] { read_shards(dirs()); });
+    EXPECT_NE(e.find("shard0/predictions.jsonl: the references of the prediction of"), std::string::npos) << e;
+}
+
+TEST_F(MergeFixture, RefusesPredictionsOutsideTheGridAndConflictingRepeats) {
+    const std::string pred = dir(0) + "/predictions.jsonl";
+    std::ifstream in(pred);
+    std::string first;
+    std::getline(in, first);
+    in.close();
+    nlohmann::json r = nlohmann::json::parse(first);
+    {  // budget 999, then policy 'bogus!'
+        nlohmann::json odd = r;
+        odd["budget"] = 999;
+        std::ofstream(pred, std::ios::app) << odd.dump() << "\n";
+        const std::string e = error_of([&] { read_shards(dirs()); });
+        EXPECT_NE(e.find("at budget 999, which is not in the run's policies x budgets"), std::string::npos) << e;
+    }
+    write_shard(dir(0), items, {0, 3, ""}, run_config({0, 3}));
+    {
+        nlohmann::json odd = r;
+        odd["policy"] = "bogus!";
+        std::ofstream(pred, std::ios::app) << odd.dump() << "\n";
+        EXPECT_NE(error_of([&] { read_shards(dirs()); }).find("by policy 'bogus!'"), std::string::npos);
+    }
+    // A budget dropped from every shard's config: the predictions of that budget are outside it.
+    for (int64_t k = 0; k < 3; ++k) {
+        nlohmann::ordered_json c = run_config({k, 3});
+        c["run"]["budgets"] = std::vector<int64_t>{64};
+        write_shard(dir(k), items, {k, 3, ""}, c);
+    }
+    EXPECT_NE(error_of([&] { read_shards(dirs()); }).find("at budget 128, which is not in the run's"), std::string::npos);
+    // No policies at all.
+    for (int64_t k = 0; k < 3; ++k) {
+        nlohmann::ordered_json c = run_config({k, 3});
+        c["run"]["policies"] = nlohmann::ordered_json::array();
+        write_shard(dir(k), items, {k, 3, ""}, c);
+    }
+    EXPECT_NE(error_of([&] { read_shards(dirs()); }).find("'run/policies' must be a non-empty list"), std::string::npos);
+    // A tampered copy of a record placed before it: two different predictions of one key.
+    for (int64_t k = 0; k < 3; ++k) write_shard(dir(k), items, {k, 3, ""}, run_config({k, 3}));
+    nlohmann::json tampered = r;
+    tampered["prediction"] = "tampered";
+    std::stringstream rest;
+    rest << std::ifstream(pred).rdbuf();
+    std::ofstream(pred) << tampered.dump() << "\n" << rest.str();
+    EXPECT_NE(error_of([&] { read_shards(dirs()); }).find("two different predictions of"), std::string::npos);
+    // An identical repeat (what a resume may leave) is one record.
+    std::ofstream(pred) << rest.str() << first << "\n";
+    EXPECT_NO_THROW(read_shards(dirs()));
+}
+
+TEST_F(MergeFixture, RefusesDamagedCosts) {
+    write_json(dir(1) + "/metrics.json", {{"total", {{"wall_seconds", "12 s"}}}});
+    const std::string e = error_of([&] { merge_shards(root + "/merged", dirs()); });
+    EXPECT_NE(e.find("shard1/metrics.json total: 'wall_seconds' must be a number, got string"), std::string::npos) << e;
+    write_json(dir(1) + "/metrics.json", {{"total", {{"wall_seconds", 12.5}, {"prefills", 3}}}});
+    EXPECT_NO_THROW(merge_shards(root + "/merged", dirs()));
 }
 
 }  // namespace

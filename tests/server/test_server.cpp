@@ -15,7 +15,13 @@
 #include <random>
 #include <thread>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
+
+#include <fmt/format.h>
 
 #include "engine/generator.h"
 #include "engine/session_file.h"
@@ -704,6 +710,217 @@ TEST(Server, BodiesOverTheLimitGet413) {
     EXPECT_EQ(res->status, 200);
     auto m = c.Get("/metrics");
     EXPECT_NE(m->body.find("kvec_requests_total{path=\"/v1/completions\",code=\"413\"} 1"), std::string::npos) << m->body;
+}
+
+// ---- The HTTP transport under attack (issue 44) -------------------------------------------
+
+// A raw TCP connection: what a client that is no HTTP library sends.
+class RawClient {
+public:
+    explicit RawClient(int port) {
+        fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_port = htons(static_cast<uint16_t>(port));
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        EXPECT_EQ(::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    }
+    ~RawClient() { ::close(fd_); }
+    RawClient(const RawClient&) = delete;
+    RawClient& operator=(const RawClient&) = delete;
+
+    // False once the server has closed its end (EPIPE or a reset), never SIGPIPE.
+    bool send(std::string_view bytes) {
+        while (!bytes.empty()) {
+            const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+            if (n <= 0) return false;
+            bytes.remove_prefix(static_cast<size_t>(n));
+        }
+        return true;
+    }
+    // What the server sends until it closes, or until nothing more came for `quiet`.
+    std::string read_all(std::chrono::milliseconds quiet = std::chrono::milliseconds(5000)) {
+        std::string out;
+        char buf[65536];
+        for (;;) {
+            pollfd p{fd_, POLLIN, 0};
+            if (::poll(&p, 1, static_cast<int>(quiet.count())) <= 0) break;
+            const ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
+            if (n <= 0) break;
+            out.append(buf, static_cast<size_t>(n));
+        }
+        return out;
+    }
+
+private:
+    int fd_ = -1;
+};
+
+// The status codes of the responses in `bytes`, in order ("HTTP/1.1 NNN" at each response start).
+std::vector<int> statuses_in(const std::string& bytes) {
+    std::vector<int> out;
+    for (size_t at = bytes.find("HTTP/1.1 "); at != std::string::npos; at = bytes.find("HTTP/1.1 ", at + 1)) {
+        if (at == 0 || bytes.compare(at - 2, 2, "\r\n") == 0 || bytes.compare(at - 1, 1, "}") == 0) {
+            out.push_back(std::atoi(bytes.c_str() + at + 9));
+        }
+    }
+    return out;
+}
+
+bool health_ok(int port) {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(2, 0);
+    auto res = c.Get("/health");
+    return res && res->status == 200;
+}
+
+TEST(Server, AHeaderFloodGets431BeforeAnyHandler) {
+    TestServer s;
+    RawClient c(s.port());
+    std::string flood;
+    for (int i = 0; i < 2000; ++i) flood += "X-H" + std::to_string(i) + ": " + std::string(50, 'v') + "\r\n";
+    // 2.3 MB of headers without the end of the header block (the issue's reproduction, smaller):
+    // the server stops reading at its limit, answers 431 and closes.
+    c.send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n");
+    for (int i = 0; i < 20 && c.send(flood); ++i) {
+    }
+    const std::string response = c.read_all();
+    EXPECT_EQ(statuses_in(response), std::vector<int>{431}) << response.substr(0, 300);
+    EXPECT_NE(response.find("headers_too_large"), std::string::npos);
+    // Many small headers within the limit are fine.
+    RawClient ok(s.port());
+    std::string some;
+    for (int i = 0; i < 100; ++i) some += "X-H" + std::to_string(i) + ": v\r\n";
+    ok.send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n" + some + "Connection: close\r\n\r\n");
+    EXPECT_EQ(statuses_in(ok.read_all()), std::vector<int>{200});
+}
+
+TEST(Server, ChunkedBodiesAreBoundedAndDechunked) {
+    ServerOptions o;
+    o.max_body_bytes = 4096;
+    TestServer s(o);
+    auto chunked = [](const std::string& body, size_t piece) {
+        std::string out;
+        for (size_t at = 0; at < body.size(); at += piece) {
+            const std::string part = body.substr(at, piece);
+            out += fmt::format("{:x}\r\n{}\r\n", part.size(), part);
+        }
+        return out + "0\r\n\r\n";
+    };
+    const std::string head = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                             "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
+    {  // 20 KB in 1000-byte chunks: 413 at the limit, not parsed or tokenised
+        RawClient c(s.port());
+        c.send(head + chunked(json{{"prompt", std::string(20000, 'a')}}.dump(), 1000));
+        const std::string response = c.read_all();
+        EXPECT_EQ(statuses_in(response), std::vector<int>{413}) << response.substr(0, 300);
+        EXPECT_NE(response.find("request_too_large"), std::string::npos);
+    }
+    {  // a small body in chunks of 7 bytes is answered as a whole one
+        RawClient c(s.port());
+        c.send(head + chunked(json{{"prompt", "hi"}, {"max_tokens", 2}, {"temperature", 0}}.dump(), 7));
+        const std::string response = c.read_all();
+        EXPECT_EQ(statuses_in(response), std::vector<int>{200}) << response.substr(0, 300);
+        EXPECT_NE(response.find("text_completion"), std::string::npos);
+    }
+}
+
+TEST(Server, ConflictingLengthsAndControlCharactersGet400) {
+    const int port = shared_server().port();
+    const std::string body = R"({"prompt": "hi", "max_tokens": 1})";
+    const std::string start = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n";
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {"two different Content-Length",
+         start + "Content-Length: " + std::to_string(body.size()) + "\r\nContent-Length: 5\r\n\r\n" + body},
+        {"Content-Length beside chunked",
+         start + "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n" + body},
+        {"bare CR in a value", start + "X-A: a\rb\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body},
+        {"NUL in a value",
+         start + std::string("X-A: a\0b\r\n", 10) + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body},
+        {"a malformed chunk", start + "Transfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n"},
+        {"a target that is not a path", "GET health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"},
+    };
+    for (const auto& [what, request] : cases) {
+        RawClient c(port);
+        c.send(request);
+        const std::string response = c.read_all();
+        EXPECT_EQ(statuses_in(response), std::vector<int>{400}) << what << ": " << response.substr(0, 300);
+    }
+    // The same length twice is one length (RFC 9112 allows treating it so).
+    RawClient c(port);
+    c.send(start + "Content-Length: " + std::to_string(body.size()) + "\r\nContent-Length: " +
+           std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
+    EXPECT_EQ(statuses_in(c.read_all()), std::vector<int>{200});
+}
+
+TEST(Server, PipelinedRequestsAreAnsweredInOrder) {
+    RawClient c(shared_server().port());
+    const std::string body = R"({"prompt": "hi", "max_tokens": 1})";
+    c.send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+           "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: " +
+           std::to_string(body.size()) + "\r\n\r\n" + body +
+           "GET /nowhere HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    const std::string response = c.read_all();
+    EXPECT_EQ(statuses_in(response), (std::vector<int>{200, 200, 404})) << response;
+    const size_t health = response.find("slots_idle");
+    const size_t completion = response.find("text_completion");
+    EXPECT_LT(health, completion);
+}
+
+TEST(Server, SlowClientsGet408AndDoNotStarveOthers) {
+    ServerOptions o;
+    o.read_timeout_s = 2;
+    TestServer s(o);
+    // Twelve clients sending a request one byte every 100 ms (slowloris).
+    const std::string request = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + std::string(100, 's') + "\r\n\r\n";
+    std::vector<std::unique_ptr<RawClient>> slow;
+    for (int i = 0; i < 12; ++i) slow.push_back(std::make_unique<RawClient>(s.port()));
+    std::atomic<bool> done{false};
+    std::vector<std::string> answers(slow.size());
+    std::thread dripper([&] {
+        for (size_t at = 0; at < request.size() && !done; ++at) {
+            for (auto& c : slow) c->send(request.substr(at, 1));
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+    });
+    // Meanwhile the server answers everyone else at once.
+    for (int i = 0; i < 5; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        EXPECT_TRUE(health_ok(s.port()));
+        EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    // After 2 s each slow request is refused with 408 and its connection closed.
+    for (size_t i = 0; i < slow.size(); ++i) answers[i] = slow[i]->read_all(std::chrono::milliseconds(4000));
+    done = true;
+    dripper.join();
+    for (const std::string& a : answers) {
+        EXPECT_EQ(statuses_in(a), std::vector<int>{408}) << a.substr(0, 200);
+    }
+}
+
+TEST(Server, ConnectionsBeyondTheLimitGet503) {
+    ServerOptions o;
+    o.max_connections = 2;
+    TestServer s(o);
+    auto a = std::make_unique<RawClient>(s.port());
+    auto b = std::make_unique<RawClient>(s.port());
+    a->send("GET");
+    b->send("GET");
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // both accepted and waiting
+    RawClient third(s.port());
+    const std::string response = third.read_all();
+    EXPECT_EQ(statuses_in(response), std::vector<int>{503}) << response;
+    EXPECT_NE(response.find("Retry-After: 1"), std::string::npos);
+    a.reset();
+    b.reset();
+    // Their threads end once they see the close; then there is room again.
+    bool served = false;
+    for (int i = 0; i < 50 && !served; ++i) {
+        served = health_ok(s.port());
+        if (!served) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_TRUE(served);
 }
 
 // ---- Metrics and load ---------------------------------------------------------------------

@@ -165,6 +165,7 @@ row 1 "$C" "K >= N" "^error:" -- "$KVEC" "${SH[@]}" --shard 2/2 --out "$DIR/sh"
 row 1 "$C" "0 shards" "^error:" -- "$KVEC" "${SH[@]}" --shard 0/0 --out "$DIR/sh"
 row 1 "$C" "not K/N" "^error:" -- "$KVEC" "${SH[@]}" --shard half --out "$DIR/sh"
 row 1 "$C" "N past int64" "^error:" -- "$KVEC" "${SH[@]}" --shard 0/9223372036854775807 --out "$DIR/sh"
+row 1 "$C" "empty" "^error:" -- "$KVEC" "${SH[@]}" --shard '' --out "$DIR/sh"
 row 1 "$C" "slurm outside an array job" "^error:" -- env -u SLURM_ARRAY_TASK_ID "$KVEC" "${SH[@]}" --shard slurm --out "$DIR/sh"
 row 1 "$C" "k8s/N outside an Indexed Job" "^error:" -- env -u JOB_COMPLETION_INDEX "$KVEC" "${SH[@]}" --shard k8s/2 --out "$DIR/sh"
 C="eval merge"
@@ -175,6 +176,25 @@ row 1 "$C" "a shard missing" "^error:" -- "$KVEC" eval merge "$DIR/merged" "$DIR
 row 1 "$C" "a shard given twice" "^error:" -- "$KVEC" eval merge "$DIR/merged" "$DIR/sh0" "$DIR/sh1" "$DIR/sh1"
 row 1 "$C" "shards of different commands" "^error:" -- "$KVEC" eval merge "$DIR/merged" "$DIR/sh0" "$DIR/sh1b"
 row 1 "$C" "an unsharded run" "^error:" -- "$KVEC" eval merge "$DIR/merged" "$DIR/run"
+# Damaged shards (each on a copy of shard 1): one error naming the file and field, no abort, and
+# the lock released (the next row merges again).
+damaged() {  # damaged NAME PYTHON-EDIT: a copy of shard 1 as $DIR/dm-NAME, edited by the Python statement (d: its path)
+    rm -rf "$DIR/dm-$1"; cp -r "$DIR/sh1" "$DIR/dm-$1"
+    /usr/bin/python3 -c "import json, os, shutil; d='$DIR/dm-$1'; $2"
+}
+damaged items 'm = json.load(open(d + "/shard.json")); m["items"] = [1, 2]; json.dump(m, open(d + "/shard.json", "w"))'
+row 1 "$C" "shard.json items are numbers" "^error:" -- "$KVEC" eval merge "$DIR/merged" "$DIR/sh0" "$DIR/dm-items"
+damaged dir 'os.remove(d + "/shard.json"); os.mkdir(d + "/shard.json")'
+row 1 "$C" "shard.json is a directory" "^error:" -- "$KVEC" eval merge "$DIR/merged" "$DIR/sh0" "$DIR/dm-dir"
+damaged refs 'm = json.load(open(d + "/shard.json")); m["items"][0]["references"] = ["x"]; json.dump(m, open(d + "/shard.json", "w"))'
+row 1 "$C" "references edited" "^error:" -- "$KVEC" eval merge "$DIR/merged" "$DIR/sh0" "$DIR/dm-refs"
+damaged cost 'm = json.load(open(d + "/metrics.json")); m["total"]["wall_seconds"] = "long"; json.dump(m, open(d + "/metrics.json", "w"))'
+row 1 "$C" "a cost in metrics.json is a string" "^error:" -- "$KVEC" eval merge "$DIR/merged" "$DIR/sh0" "$DIR/dm-cost"
+damaged grid 'p = d + "/predictions.jsonl"; r = json.loads(open(p).readline()); r["budget"] = 999; open(p, "a").write(json.dumps(r) + "\n")'
+row 1 "$C" "a prediction outside the grid" "^error:" -- "$KVEC" eval merge "$DIR/merged" "$DIR/sh0" "$DIR/dm-grid"
+damaged repeat 'p = d + "/predictions.jsonl"; t = open(p).read(); r = json.loads(t.splitlines()[0]); r["prediction"] = "x"; open(p, "w").write(json.dumps(r) + "\n" + t)'
+row 1 "$C" "a different repeat of a prediction" "^error:" -- "$KVEC" eval merge "$DIR/merged" "$DIR/sh0" "$DIR/dm-repeat"
+row 0 "$C" "the undamaged shards" "^merged" -- "$KVEC" eval merge "$DIR/merged" "$DIR/sh0" "$DIR/sh1"
 
 # ---- the table in the docs ---------------------------------------------------------------------
 DOC="$SRC/docs/reliability.md"
