@@ -24,7 +24,7 @@
 #                K-VEC designs and the focus design's head-ranking controls; SmolLM2 in both protocols
 #                (6 samples per task), Qwen2.5-Coder 0.5B in kvpress's protocol (2 per task)
 #   designs-qwen05-aware  the same designs and baselines on Qwen2.5-Coder 0.5B, query-aware (not
-#                in the default list: not run yet)
+#                in the default list; about 31 minutes on 2 threads)
 # SAMPLES=N replaces every per-task sample count above (tighter intervals, proportionally longer).
 # Gemma 3's sliding-window memory: scripts/swa-memory.sh.
 # Needs the models (scripts/fetch-models.sh --all --accept-gemma-terms) and build/release.
