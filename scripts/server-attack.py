@@ -25,6 +25,7 @@ import random
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -42,9 +43,11 @@ def free_port():
 class Server:
     def __init__(self, kvec, model, extra):
         self.port = free_port()
+        # stderr to a file: a pipe nobody reads would fill and stop the server at its next line.
+        self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen([kvec, "serve", "-m", model, "--port", str(self.port), "--parallel", "2",
                                       "-t", "1", "-c", "512"] + extra,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                     stdout=subprocess.DEVNULL, stderr=self.log)
         for _ in range(600):
             if self.health(timeout=0.2) is not None:
                 break
@@ -95,7 +98,8 @@ class Server:
             self.proc.wait(10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-        return self.proc.stderr.read().decode(errors="replace")
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
 
 
 def exchange(port, data, timeout=10.0):

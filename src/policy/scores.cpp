@@ -94,7 +94,7 @@ std::vector<std::vector<float>> window_scores(std::span<const std::span<const fl
     return reduced;
 }
 
-std::vector<float> keydiff_scores(std::span<const float> keys, int64_t head_dim) {
+std::vector<float> keydiff_scores(std::span<const float> keys, int64_t head_dim, bool unit_anchor) {
     if (head_dim < 1) fail("keydiff: head dimension must be >= 1, got {}", head_dim);
     if (keys.size() % static_cast<size_t>(head_dim) != 0) {
         fail("keydiff: {} key values is not a multiple of head dimension {}", keys.size(),
@@ -104,7 +104,13 @@ std::vector<float> keydiff_scores(std::span<const float> keys, int64_t head_dim)
     const size_t n = keys.size() / d;
     std::vector<double> mean(d, 0.0);  // [d]
     for (size_t i = 0; i < n; ++i) {
-        for (size_t c = 0; c < d; ++c) mean[c] += keys[i * d + c];
+        double scale = 1.0;
+        if (unit_anchor) {
+            double norm2 = 0.0;
+            for (size_t c = 0; c < d; ++c) norm2 += static_cast<double>(keys[i * d + c]) * keys[i * d + c];
+            scale = norm2 > 0.0 ? 1.0 / std::sqrt(norm2) : 0.0;
+        }
+        for (size_t c = 0; c < d; ++c) mean[c] += scale * keys[i * d + c];
     }
     double mean_norm2 = 0.0;
     for (double& v : mean) {

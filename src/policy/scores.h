@@ -47,9 +47,11 @@ std::vector<std::vector<float>> window_scores(
     int64_t n_kv_heads, GqaReduce gqa, int64_t kernel, Pooling pooling,
     int64_t follow = 0);  // -> [H_kv][m_h]
 
-// KeyDiff: score_i = -cos(k_i, mean_j k_j) over the n keys of one head (all of them, window
-// included, form the mean). A zero key or zero mean has similarity 0 (score 0).
+// KeyDiff: score_i = -cos(k_i, anchor) over the n keys of one head (all of them, window included,
+// form the anchor): the mean key, or with `unit_anchor` the mean of the keys scaled to unit length
+// (kvpress's KeyDiffPress). A zero key or zero anchor has similarity 0 (score 0).
 std::vector<float> keydiff_scores(std::span<const float> keys,  // [n, d] row-major
-                                  int64_t head_dim);            // -> [n]
+                                  int64_t head_dim,             // -> [n]
+                                  bool unit_anchor = false);
 
 }  // namespace kvec::policy

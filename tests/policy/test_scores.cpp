@@ -113,6 +113,16 @@ TEST(KeyDiff, NegativeCosineToTheMeanKey) {
     const std::vector<float> keys2 = {1, 0, 1, 0.1f, -1, 0};  // [3, 2]; mean (1/3, 1/30)
     const std::vector<float> s2 = keydiff_scores(keys2, 2);
     EXPECT_EQ(top_k(s2, 1), (std::vector<int32_t>{2}));
+    // A unit anchor weighs every key's direction alike: keys (4,0), (0,1), (0,1) have the mean
+    // (4/3, 2/3), nearest to (4,0) (cos 0.894 against 0.447), but the unit mean (1/3, 2/3),
+    // nearest to (0,1) (0.894 against 0.447).
+    const std::vector<float> keys3 = {4, 0, 0, 1, 0, 1};  // [3, 2]
+    const std::vector<float> raw = keydiff_scores(keys3, 2);
+    const std::vector<float> unit = keydiff_scores(keys3, 2, true);
+    EXPECT_NEAR(raw[0], -2.0 / std::sqrt(5.0), 1e-6);
+    EXPECT_NEAR(raw[1], -1.0 / std::sqrt(5.0), 1e-6);
+    EXPECT_NEAR(unit[0], -1.0 / std::sqrt(5.0), 1e-6);
+    EXPECT_NEAR(unit[1], -2.0 / std::sqrt(5.0), 1e-6);
 }
 
 TEST(KeyDiff, ZeroKeyAndBadShape) {
