@@ -227,20 +227,22 @@ def phase_malformed(srv, n, seed):
 
 # ---- flood, slowloris, chunked flood --------------------------------------------------------
 
-def header_flood(srv, connections):
-    line_block = b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 50) for i in range(100000))
+def flood(srv, connections, head, pieces):
+    """`connections` clients at once, each sending `head` and then the byte strings `pieces`
+    yields until the server closes; -> [(bytes sent, statuses of the answer)]."""
     results = []
 
     def one():
         s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
         sent = 0
         try:
-            s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
-            for _ in range(10):  # 10^6 headers, about 60 MB
-                s.sendall(line_block)
-                sent += len(line_block)
+            s.sendall(head)
+            for piece in pieces():
+                s.sendall(piece)
+                sent += len(piece)
         except OSError:
             pass
+        s.settimeout(2)
         try:
             answer = s.recv(65536)
         except OSError:
@@ -254,6 +256,12 @@ def header_flood(srv, connections):
     for t in threads:
         t.join()
     return results
+
+
+def header_flood(srv, connections):
+    """10^6 headers of 50 bytes (about 60 MB) per connection, never ending the header block."""
+    block = b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 50) for i in range(100000))
+    return flood(srv, connections, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n", lambda: (block for _ in range(10)))
 
 
 def slowloris(srv, clients, seconds):
@@ -297,35 +305,12 @@ def slowloris(srv, clients, seconds):
 
 
 def chunked_flood(srv, connections, total):
+    """A chunked body of `total` bytes per connection (64 KiB chunks of a JSON string)."""
     piece = b"a" * 65536
     chunk = b"%x\r\n%s\r\n" % (len(piece), piece)
-    results = []
-
-    def one():
-        s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
-        sent = 0
-        try:
-            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                      b"Transfer-Encoding: chunked\r\n\r\n" + b"c\r\n{\"prompt\": \"\r\n")
-            while sent < total:
-                s.sendall(chunk)
-                sent += len(piece)
-        except OSError:
-            pass
-        s.settimeout(2)
-        try:
-            answer = s.recv(65536)
-        except OSError:
-            answer = b""
-        s.close()
-        results.append((sent, statuses(answer)))
-
-    threads = [threading.Thread(target=one) for _ in range(connections)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return results
+    head = (b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n" + b"c\r\n{\"prompt\": \"\r\n")
+    return flood(srv, connections, head, lambda: (chunk for _ in range(total // len(piece))))
 
 
 def mib(b):
