@@ -14,6 +14,7 @@
 #include "policy/registry.h"
 #include "test_helpers.h"
 #include "util/error.h"
+#include "error_of.h"
 
 namespace kvec {
 namespace {
@@ -40,14 +41,7 @@ void write_bytes(const std::string& path, const std::string& bytes) {
     std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
 }
 
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "(no error)";
-}
+using testing_support::error_of;
 
 struct Case {
     std::string spec;  // "" = full cache

@@ -7,18 +7,12 @@
 
 #include "eval/jsonl.h"
 #include "util/error.h"
+#include "error_of.h"
 
 namespace kvec::eval {
 namespace {
 
-std::string error_of(const std::function<void()>& fn) {
-    try {
-        fn();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
-}
+using testing_support::error_of;
 
 TEST(Jsonl, ParsesLinesWithNumbers) {
     // Line 2 is blank and skipped, line 3 ends in CRLF; numbering counts every physical line.

@@ -12,20 +12,14 @@
 #include "eval/longbench.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
+#include "error_of.h"
 
 namespace kvec::eval {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string error_of(const std::function<void()>& fn) {
-    try {
-        fn();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
-}
+using testing_support::error_of;
 
 const LongBenchConfig& config() {
     static const LongBenchConfig c = LongBenchConfig::load(LongBenchConfig::default_dir());

@@ -19,6 +19,7 @@
 #include "eval/shard.h"
 #include "util/error.h"
 #include "util/sha256.h"
+#include "error_of.h"
 
 namespace kvec::eval {
 namespace {
@@ -33,16 +34,7 @@ EnvLookup env_of(std::map<std::string, std::string> vars) {
     };
 }
 
-// The message of the kvec::Error `f` throws ("" if none).
-template <typename F>
-std::string error_of(F&& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
-}
+using testing_support::error_of;
 
 TEST(Shard, ParsesExplicitShards) {
     const Shard s = parse_shard("2/4", env_of({}));

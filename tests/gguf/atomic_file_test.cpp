@@ -13,6 +13,7 @@
 #include "gguf_test_util.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "error_of.h"
 
 namespace kvec {
 namespace {
@@ -26,14 +27,7 @@ std::string slurp(const std::string& path) {
 
 void spit(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 
-std::string error_of(auto&& fn) {
-    try {
-        fn();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
-}
+using testing_support::error_of;
 
 int entries(const std::string& dir) {
     int n = 0;

@@ -23,6 +23,7 @@
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
+#include "error_of.h"
 
 namespace kvec::eval {
 namespace {
@@ -104,15 +105,7 @@ std::set<std::string> words_of(std::string_view text) {
     return out;
 }
 
-template <typename F>
-std::string error_of(F&& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "(no error)";
-}
+using testing_support::error_of;
 
 // ---------------------------------------------------------------------------------------------
 // Sentences and text sources.
