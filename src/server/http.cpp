@@ -425,11 +425,6 @@ void HttpServer::stop() {
     [[maybe_unused]] const ssize_t n = ::write(stop_fd_, &one, sizeof(one));
 }
 
-int HttpServer::open_connections() const {
-    std::lock_guard lock(mutex_);
-    return connections_;
-}
-
 bool HttpServer::reserve_body(size_t bytes) {
     std::lock_guard lock(mutex_);
     if (bytes > limits_.max_body_bytes_in_flight - body_bytes_in_flight_) return false;

@@ -114,7 +114,6 @@ public:
     void run();
     void stop();
     bool running() const { return running_.load(); }
-    int open_connections() const;
     // Serves one connected socket until the client closes it, a request is refused, or the
     // server stops (run() calls it on a thread per accepted connection; the fuzzing harness on
     // one end of a socket pair). Does not close `fd`.
@@ -131,7 +130,7 @@ private:
     int stop_fd_ = -1;  // an eventfd, readable once stop() is called: wakes every wait
     std::atomic<bool> running_{false};
     std::atomic<bool> stopping_{false};
-    mutable std::mutex mutex_;
+    std::mutex mutex_;
     std::condition_variable all_closed_;
     int connections_ = 0;
     size_t body_bytes_in_flight_ = 0;
