@@ -56,12 +56,8 @@ int64_t int_field(const nlohmann::json& j, const std::string& key, int64_t lo, i
     return v.get<int64_t>();
 }
 
-std::string string_field(const nlohmann::json& j, const std::string& key, const std::string& where) {
-    const nlohmann::json& v = field(j, key, where);
-    if (!v.is_string()) fail("{}: '{}' must be a string, got {}", where, key, v.type_name());
-    return v.get<std::string>();
-}
-
+// (Not json_optional_string_list: that one also takes numbers for strings, as LongBench files
+// need; a shard's lists are written by kvec and hold strings only.)
 std::vector<std::string> strings_field(const nlohmann::json& j, const std::string& key, const std::string& where) {
     const nlohmann::json& v = field(j, key, where);
     if (!v.is_array() || !std::all_of(v.begin(), v.end(), [](const nlohmann::json& e) { return e.is_string(); })) {
@@ -123,12 +119,12 @@ std::string value_at(const nlohmann::json& j, const std::string& path) {
 
 EvalItem item_from_manifest(const nlohmann::json& j, const std::string& where) {
     EvalItem item;
-    item.id = string_field(j, "id", where);
-    item.task = string_field(j, "task", where);
+    item.id = json_required_string(j, "id", where);
+    item.task = json_required_string(j, "task", where);
     const nlohmann::json& lb = field(j, "longbench", where);
     if (!lb.is_boolean()) fail("{}: 'longbench' must be true or false", where);
     item.longbench = lb.get<bool>();
-    item.metric = string_field(j, "metric", where);
+    item.metric = json_required_string(j, "metric", where);
     item.references = strings_field(j, "references", where);
     item.all_classes = strings_field(j, "all_classes", where);
     item.length = int_field(j, "length", -1, int64_t{1} << 40, where);  // -1: not a LongBench item
@@ -198,18 +194,18 @@ ShardDir read_shard_dir(const std::string& dir) {
     const nlohmann::json& sh = field(s.manifest, "shard", manifest_path);
     s.shard.count = int_field(sh, "count", 1, int64_t{1} << 31, manifest_path);
     s.shard.index = int_field(sh, "index", 0, s.shard.count - 1, manifest_path);
-    s.shard.source = sh.contains("source") ? string_field(sh, "source", manifest_path) : "explicit";
+    s.shard.source = sh.contains("source") ? json_required_string(sh, "source", manifest_path) : "explicit";
     const std::vector<std::string> ids = strings_field(s.manifest, "item_ids", manifest_path);
     if (int_field(s.manifest, "items_total", 0, INT64_MAX, manifest_path) != static_cast<int64_t>(ids.size())) {
         fail("{}: 'items_total' is not the number of 'item_ids' ({})", manifest_path, ids.size());
     }
     const nlohmann::json& own = field(s.manifest, "items", manifest_path);
     if (!own.is_array()) fail("{}: 'items' must be a list", manifest_path);
-    if (string_field(s.manifest, "items_sha256", manifest_path) != items_digest(own)) {
+    if (json_required_string(s.manifest, "items_sha256", manifest_path) != items_digest(own)) {
         fail("{}: its items do not match their digest 'items_sha256' (the file was edited or damaged after the "
              "shard wrote it; run the shard again)", manifest_path);
     }
-    if (s.manifest.contains("format")) string_field(s.manifest, "format", manifest_path);
+    if (s.manifest.contains("format")) json_required_string(s.manifest, "format", manifest_path);
     const nlohmann::json& rs = s.config["run"]["shard"];
     const std::string run_shard = config_path + " run/shard";
     if (int_field(rs, "index", 0, INT64_MAX, run_shard) != s.shard.index ||
@@ -330,7 +326,7 @@ MergedRun read_shards(const std::vector<std::string>& dirs) {
     const nlohmann::json& policies = field(run, "policies", config_path + " run");
     if (!policies.is_array() || policies.empty()) fail("{}: 'run/policies' must be a non-empty list", config_path);
     for (const auto& p : policies) {
-        const std::string label = string_field(p, "label", config_path + " run/policies");
+        const std::string label = json_required_string(p, "label", config_path + " run/policies");
         const std::vector<PolicyChoice> one = parse_policy_list(label);
         if (one.size() != 1) fail("{}: the policy '{}' does not parse as one", config_path, label);
         m.policies.push_back(one[0]);
