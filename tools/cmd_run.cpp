@@ -16,7 +16,6 @@
 #include "model/model.h"
 #include "model/session.h"
 #include "policy/coverage_probe.h"
-#include "policy/policy.h"
 #include "policy/registry.h"
 #include "tensor/matmul.h"
 #include "util/error.h"
@@ -63,12 +62,12 @@ struct RunOptions {
 };
 
 // The policy string of the run: --policy with --budget / --ratio / --chunk / --decode-evict
-// folded in as options (each may be given once, either way).
-std::string policy_spec(const RunOptions& o) {
+// folded in as options (each may be given once, either way). No policy: an empty spec and none.
+policy::ResolvedPolicy resolve_policy(const RunOptions& o) {
     const bool any_flag = o.budget_given || o.ratio_given || o.decode_evict > 0;
     if (o.policy.empty()) {
         if (any_flag) fail("--budget, --ratio and --decode-evict need an eviction policy (--policy NAME)");
-        return "";
+        return {};
     }
     if (o.budget_given && o.ratio_given) fail("give either --budget or --ratio, not both");
     std::vector<policy::OptionOverride> overrides;
@@ -78,7 +77,7 @@ std::string policy_spec(const RunOptions& o) {
     if (o.chunk_given && policy::has_option(policy::find_policy(policy::parse_policy_spec(o.policy).name), "chunked")) {
         overrides.push_back({"chunked", "true", "--chunk"});
     }
-    return policy::add_policy_options(o.policy, overrides);
+    return policy::resolve(o.policy, overrides);
 }
 
 std::string join_values(const std::vector<policy::LayerCoverage>& layers, bool redundancy) {
@@ -185,13 +184,7 @@ int run(const RunOptions& o) {
     if (o.ctx < 0) fail("--ctx-size must be positive, got {}", o.ctx);
     if (o.coverage_window < 0) fail("--coverage-window must be >= 0, got {}", o.coverage_window);
     const KvType kv_type_k = o.kv.key_type(), kv_type_v = o.kv.value_type();
-    const std::string spec = policy_spec(o);
-    std::unique_ptr<Evictor> evictor;
-    std::string canonical;
-    if (!spec.empty()) {
-        canonical = policy::policy_options(spec).canonical();
-        evictor = policy::make_policy(spec);
-    }
+    auto [canonical, evictor] = resolve_policy(o);
 
     set_num_threads(o.threads);
     auto model = Model::load(o.model, o.load);
@@ -229,14 +222,13 @@ int run(const RunOptions& o) {
                num_threads(), session.n_ctx(), session.options().n_batch, kv_types_name(kv_type_k, kv_type_v),
                matmul_backend_description(), g.sampling.seed);
     if (evictor) {
-        const auto* frame = dynamic_cast<const policy::FramePolicy*>(evictor.get());
-        const bool decode = frame != nullptr && frame->frame().decode_interval > 0;
-        const bool every_chunk = frame != nullptr && frame->frame().chunked;
+        const auto plan = evictor->budget_plan(0);
+        const bool decode = plan && plan->decode_interval > 0;
         fmt::print(stderr, "policy: {} (evicts {}{})\n", canonical,
-                   frame == nullptr ? "nothing"
-                   : every_chunk    ? fmt::format("after every prefill chunk of {} tokens", session.options().n_batch)
-                                    : std::string("once after the prompt"),
-                   decode ? fmt::format(", and every {} decode step(s)", frame->frame().decode_interval) : "");
+                   !plan          ? "nothing"
+                   : plan->chunked ? fmt::format("after every prefill chunk of {} tokens", session.options().n_batch)
+                                   : std::string("once after the prompt"),
+                   decode ? fmt::format(", and every {} decode step(s)", plan->decode_interval) : "");
     }
     if (o.echo) {
         fmt::print("{}", prompt);

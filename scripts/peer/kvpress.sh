@@ -16,6 +16,9 @@
 #             one scorer, paired intervals of K-VEC against each press; DIR/leaderboard-<model>.md.
 #             SAMPLES=N items per task instead of 2; PER_TASK=K runs kvpress on the first K of each
 #             task only (a later run with more resumes).
+#   leaderboard-aware  the same items in the query-aware protocol (the question is compressed
+#             with the context): `kvec eval --protocol query-aware` and kvpress's pipeline compressing
+#             the whole prompt (FINCH too, whose window is the question); DIR/leaderboard-aware-<model>.md.
 # The model: models/SmolLM2-135M-Instruct.Q4_1.gguf unless --model names another GGUF file,
 # loaded by transformers from the same file (float32); kvec runs with KVEC_MATMUL=exact (float
 # activations) for identity and at its defaults (8-bit activations, as users run it) for the leaderboard.
@@ -32,7 +35,7 @@ while [ $# -gt 0 ]; do
         -t) threads="$2"; shift 2 ;;
         --out) out="$2"; shift 2 ;;
         --model) model="$2"; shift 2 ;;
-        -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) steps+=("$1"); shift ;;
     esac
 done
@@ -40,6 +43,7 @@ done
 [ -x "$kvec" ] || { echo "error: $kvec not built (cmake --preset release && cmake --build --preset release)" >&2; exit 2; }
 [ -f "$model" ] || { echo "error: $model is not there (scripts/fetch-models.sh)" >&2; exit 2; }
 peer_venv_ensure
+agnostic_presses=streamingllm,snapkv,tova,knorm,keydiff,lagkv,expected-attention,kvzip,random,leverage,adakv-snapkv,criticalkv-snapkv,chunkkv-snapkv,compactor,cur,cap
 export HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error HF_HUB_DISABLE_PROGRESS_BARS=1 TQDM_DISABLE=1
 export OMP_NUM_THREADS="$threads"
 mkdir -p "$out"
@@ -59,8 +63,21 @@ for step in "${steps[@]}"; do
                 >/dev/null
             "$peer_python" "$root/scripts/peer/kvpress_leaderboard.py" --run "$run" --model "$model" --threads "$threads" \
                 --per-task "${PER_TASK:-0}" \
-                --presses streamingllm,snapkv,tova,knorm,keydiff,lagkv,expected-attention,kvzip \
+                --presses "$agnostic_presses" \
                 | tee "$out/leaderboard-$name.md" ;;
+        leaderboard-aware)
+            run="$out/leaderboard-aware-$name"
+            "$kvec" eval -m "$model" -t "$threads" --suite synthetic-2k --split test --samples "${SAMPLES:-2}" \
+                --tasks niah_single,niah_multikey,niah_multivalue,niah_multiquery,niah_askmany,fwe,qa \
+                --protocol query-aware --compression 0.25,0.5,0.75,0.875 --save-items --out "$run" \
+                --policies "full,kvec,snapkv:window=64,kernel=5,pooling=avg,ada-snapkv:window=64,kernel=5,pooling=avg,tova:scope=layer,streaming,expected-attention,kvzip" \
+                >/dev/null
+            # FINCH adds a token to the model: a process of its own, after the others (its table has all).
+            for presses in streamingllm,snapkv,adakv-snapkv,criticalkv-snapkv,tova,expected-attention,kvzip finch; do
+                "$peer_python" "$root/scripts/peer/kvpress_leaderboard.py" --run "$run" --model "$model" --threads "$threads" \
+                    --per-task "${PER_TASK:-0}" --presses "$presses" >"$out/leaderboard-aware-$name.md"
+            done
+            cat "$out/leaderboard-aware-$name.md" ;;
         *) echo "unknown step: $step" >&2; exit 2 ;;
     esac
 done

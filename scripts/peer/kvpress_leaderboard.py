@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""The leaderboard view on the same items (issue 42): kvpress's presses in its query-agnostic
-pipeline against kvec's policies, on the items of one `kvec eval ... --protocol query-agnostic
---compression ... --save-items` run, scored by one scorer.
+"""The leaderboard view on the same items (issue 42): kvpress's presses in its pipeline against
+kvec's policies, on the items of one `kvec eval ... --protocol P --compression ... --save-items`
+run, scored by one scorer.
 
     kvpress_leaderboard.py --run DIR --model MODEL.gguf [--presses snapkv,tova,...]
                            [--ratios 0.25,0.5,0.75,0.875] [--kvec-policy kvec] [--threads 2] [--per-task K]
@@ -10,6 +10,11 @@ For each item of DIR/items.jsonl (kvec's token ids; `n_context` of them are the 
 context, the rest the question and the chat template's answer cue) and each press and ratio:
 kvpress's pipeline compresses the context ids with the press, then answers the question ids
 greedily (KVPressTextGenerationPipeline._forward: the same ids kvec ran, no re-tokenization).
+The run's protocol (its config.json) decides what is compressed: query-agnostic, the first
+`n_context` ids (the question follows, uncompressed); query-aware, every id but the last (kvec
+compresses the whole prompt; the pipeline needs one id to answer from, so the last prompt id is
+its "question": at most one entry per head more than kvec keeps). FINCH runs in the query-aware
+protocol only (its window is the question, which its delimiter token marks).
 Predictions go to DIR/kvpress/predictions.jsonl (resumable). Every prediction, kvec's own (from
 DIR/predictions.jsonl) and kvpress's, is scored by this script's scorer, a port of kvec's RULER
 string match (src/eval/synthetic.cpp); the script first checks that it reproduces kvec's recorded
@@ -33,7 +38,6 @@ import kvpress
 PRESSES = {
     "streamingllm": lambda r: kvpress.StreamingLLMPress(compression_ratio=r),
     "snapkv": lambda r: kvpress.SnapKVPress(compression_ratio=r),
-    "pyramidkv": lambda r: kvpress.PyramidKVPress(compression_ratio=r),
     "tova": lambda r: kvpress.TOVAPress(compression_ratio=r),
     "knorm": lambda r: kvpress.KnormPress(compression_ratio=r),
     "keydiff": lambda r: kvpress.KeyDiffPress(compression_ratio=r),
@@ -43,8 +47,21 @@ PRESSES = {
     "leverage": lambda r: kvpress.LeverageScorePress(compression_ratio=r),
     "adakv-snapkv": lambda r: kvpress.AdaKVPress(kvpress.SnapKVPress(compression_ratio=r)),
     "criticalkv-snapkv": lambda r: kvpress.CriticalKVPress(kvpress.SnapKVPress(compression_ratio=r)),
+    "chunkkv-snapkv": lambda r: kvpress.ChunkKVPress(kvpress.SnapKVPress(compression_ratio=r)),
+    "compactor": lambda r: kvpress.CompactorPress(compression_ratio=r),
+    "cur": lambda r: kvpress.CURPress(compression_ratio=r),
+    "cap": lambda r: kvpress.CapPress(compression_ratio=r),
     "kvzip": lambda r: kvpress.KVzipPress(compression_ratio=r),
+    "finch": lambda r: kvpress.FinchPress(compression_ratio=r),  # query-aware only (see above)
 }
+# Not run, and why (docs/peer-kvpress.md): ThinK compresses key channels, not entries (no ratio of
+# kept entries to match); SimLayerKV sets its compression by a laziness threshold, not a ratio;
+# LU-KV, QFilter, KVzap, DuoAttention and FastKVzip download per-model curves, filters or gates
+# (this machine reaches no model hub, and none exist for SmolLM2); DMS needs a retrained model;
+# CAM and the decoding presses compress during decoding, which neither protocol here does.
+# PyramidKV and KVCompose keep a different number of entries per layer, and kvpress 0.5.5 on
+# transformers 5.2.0 then fails on a question of more than one token ("The size of tensor a (1868)
+# must match the size of tensor b (1931)": one attention mask for every layer's cache length).
 
 
 # ---- one scorer (kvec's RULER string match, src/eval/synthetic.cpp) -----------------------------
@@ -119,6 +136,8 @@ def main():
         items = [it for it in items if seen.setdefault(it["task"], []).append(it) or len(seen[it["task"]]) <= a.per_task]
     by_id = {it["id"]: it for it in items}
     ratios = [float(x) for x in a.ratios.split(",")]
+    protocol = json.loads((run / "config.json").read_text())["run"]["protocol"]
+    aware = protocol == "query-aware"
 
     # kvec's predictions, and the scorer checked against kvec's own scores.
     kvec = {}
@@ -167,18 +186,39 @@ def main():
 
     kvzip_module.AutoTokenizer = _FileTokenizer
     presses = a.presses.split(",")
+    unknown = [name for name in presses if name not in PRESSES]
+    if unknown:
+        sys.exit(f"unknown press(es) {', '.join(unknown)}; known: {', '.join(PRESSES)}")
+    finch_token = None
+    if "finch" in presses:
+        if not aware:
+            sys.exit("finch compresses with the question as its window: run it on a query-aware run")
+        if len(presses) > 1:
+            sys.exit("finch adds a token to the model's vocabulary: run it alone (--presses finch)")
+        finch = kvpress.FinchPress()
+        finch.update_model_and_tokenizer(model, tokenizer)  # adds the delimiter token (one row)
+        finch_token = finch.delimiter_token_id
+
+    def make_press(name, r):
+        press = PRESSES[name](r)
+        if name == "finch":
+            press.delimiter_token, press.delimiter_token_id = finch.delimiter_token, finch_token
+        return press
     with pred_path.open("a") as f:
         for it in items:
-            ctx = torch.tensor([it["prompt"][: it["n_context"]]])
-            question = torch.tensor([it["prompt"][it["n_context"]:]])
+            ids, n = it["prompt"], it["n_context"]
+            split = len(ids) - 1 if aware else n
+            ctx = torch.tensor([ids[:split]])
+            question = torch.tensor([ids[split:]])
             for name in presses:
                 for r in ratios:
                     if (it["id"], name, r) in done:
                         continue
+                    c = torch.tensor([ids[:n] + [finch_token] + ids[n:split]]) if name == "finch" else ctx
                     t0 = time.perf_counter()
                     with torch.no_grad():
-                        answer = pipe._forward({"context_ids": ctx, "questions_ids": [question]},
-                                               max_new_tokens=it["max_new_tokens"], press=PRESSES[name](r))[0]
+                        answer = pipe._forward({"context_ids": c, "questions_ids": [question]},
+                                               max_new_tokens=it["max_new_tokens"], press=make_press(name, r))[0]
                     rec = {"id": it["id"], "task": it["task"], "press": name, "ratio": r, "prediction": answer,
                            "score": score(it["metric"], answer, it["references"]),
                            "seconds": round(time.perf_counter() - t0, 3)}
@@ -187,7 +227,8 @@ def main():
                     done[(it["id"], name, r)] = rec
                     print(f"{it['id']} {name} {r}: {rec['score']:.2f} ({rec['seconds']} s)", file=sys.stderr)
 
-    # The tables.
+    # The tables: every press with a prediction for every item and ratio, from this call or earlier ones.
+    presses = [name for name in PRESSES if all((it["id"], name, r) in done for it in items for r in ratios)]
     kvec_labels = sorted({k[1] for k in kvec})
     print(f"{len(items)} items ({', '.join(sorted({it['task'] for it in items}))}), query-agnostic; "
           f"kvec policies {', '.join(kvec_labels)}\n")

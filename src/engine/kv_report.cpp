@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "policy/policy.h"
 
 namespace kvec {
 
@@ -25,11 +24,11 @@ KvReport kv_report(const Session& session, const Evictor* policy, const Generati
     r.prompt_peak_bytes = s.kv_prompt_peak_bytes;
     r.chunk = session.options().n_batch;
     r.eviction = session.eviction_stats();
-    if (const auto* frame = dynamic_cast<const policy::FramePolicy*>(policy)) {
-        r.budget = frame->budget_for_prompt(s.n_prompt);
+    if (const auto plan = policy != nullptr ? policy->budget_plan(s.n_prompt) : std::nullopt) {
+        r.budget = plan->budget;
         r.budget_entries = r.heads * std::min<int64_t>(r.budget, s.n_prompt);
         r.budget_held = r.prompt_entries <= r.budget_entries;
-        r.chunked = frame->frame().chunked;
+        r.chunked = plan->chunked;
         if (r.chunked) r.prompt_peak_bound = static_cast<size_t>(r.heads * (r.budget + r.chunk)) * r.entry_bytes;
     }
     return r;

@@ -24,7 +24,7 @@ struct KvReport {
     size_t end_bytes = 0;
     size_t peak_bytes = 0;            // largest allocation during the generation
     size_t prompt_peak_bytes = 0;     // largest allocation during the prompt
-    // Budgeted policies (policy::FramePolicy) only; budget < 0 otherwise.
+    // Budgeted policies only (Evictor::budget_plan); budget < 0 otherwise.
     int64_t budget = -1;              // B per (layer, KV head) for this prompt
     int64_t budget_entries = -1;      // heads * min(B, prompt tokens): what the prompt may keep
     bool budget_held = true;          // prompt_entries <= budget_entries

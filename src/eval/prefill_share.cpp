@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <limits>
 
-#include "policy/policy.h"
 #include "util/error.h"
 
 namespace kvec::eval {
@@ -14,10 +13,8 @@ size_t sz(int64_t n) { return static_cast<size_t>(n); }
 
 bool is_one_shot(const Evictor& policy, std::string_view name) {
     if (name == "full") return true;
-    const auto* frame = dynamic_cast<const policy::FramePolicy*>(&policy);
-    if (frame == nullptr) return false;
-    return !frame->frame().chunked && frame->frame().decode_interval <= 0 &&
-           policy.request().decode_interval <= 0;
+    const auto plan = policy.budget_plan(0);
+    return plan && !plan->chunked && plan->decode_interval <= 0 && policy.request().decode_interval <= 0;
 }
 
 int share_group_key(const ObservationRequest& request) {

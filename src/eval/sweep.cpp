@@ -108,12 +108,7 @@ std::vector<PolicyChoice> parse_policy_list(const std::string& list) {
         c.name = entry.name;
         c.budgeted = std::any_of(entry.options.begin(), entry.options.end(),
                                  [](const policy::OptionSpec& o) { return o.name == "budget"; });
-        c.spec = c.name;
-        bool first = true;
-        for (const auto& [k, v] : spec.options) {
-            c.spec += (first ? ":" : ",") + k + "=" + v;
-            first = false;
-        }
+        c.spec = policy::format_policy_spec(spec);
         (void)policy::policy_options(c.spec);  // validates the options
         for (const PolicyChoice& p : out) {
             if (p.label == c.label) fail("policy '{}' is listed twice", c.label);

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -143,11 +144,23 @@ struct Repositioning {
     int32_t next_position = 0;                    // > every new position
 };
 
+// What a budgeted policy holds a prompt to, for reports and memory reservations: the entries per
+// KV head per layer it keeps and when it compresses.
+struct BudgetPlan {
+    int64_t budget = 0;           // B for this prompt (the fixed budget, or its ratio of the prompt)
+    bool chunked = false;         // compresses after every prefill chunk (else once after the prompt)
+    int64_t decode_interval = 0;  // > 0: keeps the budget while decoding, every k steps
+};
+
 class Evictor {
 public:
     virtual ~Evictor() = default;
 
     virtual ObservationRequest request() const = 0;
+
+    // The budget for a prompt of n_prompt tokens; nullopt for a policy that keeps no fixed number of
+    // entries per head (no eviction, probes).
+    virtual std::optional<BudgetPlan> budget_plan(int64_t n_prompt) const { return std::nullopt; }
 
     // A new sequence starts (the engine resets its cache); n_prompt tokens will be prefilled.
     virtual void begin_sequence(int32_t n_prompt) {}

@@ -42,6 +42,7 @@ public:
     explicit CoverageProbe(Evictor& inner, int64_t window = 32);
 
     ObservationRequest request() const override { return inner_.request(); }
+    std::optional<BudgetPlan> budget_plan(int64_t n_prompt) const override { return inner_.budget_plan(n_prompt); }
     void begin_sequence(int32_t n_prompt) override;
     bool on_prefill(const LayerView& view, KeepLists& keep) override;
     void observe(const LayerView& view) override { inner_.observe(view); }

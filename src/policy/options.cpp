@@ -87,6 +87,16 @@ OptionSpec string_option(std::string name, std::string default_value, std::strin
     return s;
 }
 
+std::string format_policy_spec(const PolicySpec& spec) {
+    std::string text = spec.name;
+    char sep = ':';
+    for (const auto& [key, value] : spec.options) {
+        text += sep + key + "=" + value;
+        sep = ',';
+    }
+    return text;
+}
+
 PolicySpec parse_policy_spec(std::string_view text) {
     PolicySpec out;
     const size_t colon = text.find(':');

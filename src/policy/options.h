@@ -44,6 +44,8 @@ struct PolicySpec {
     std::map<std::string, std::string> options;
 };
 PolicySpec parse_policy_spec(std::string_view text);
+// "name" or "name:key=value,..." with the options in key order (as given: no defaults added).
+std::string format_policy_spec(const PolicySpec& spec);
 
 // Validated option values of one policy: every option of `specs` has a value (given or default).
 class OptionValues {

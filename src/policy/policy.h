@@ -112,6 +112,9 @@ public:
                 const std::string& kept_what);
 
     ObservationRequest request() const override;
+    std::optional<BudgetPlan> budget_plan(int64_t n_prompt) const override {
+        return BudgetPlan{budget_for_prompt(n_prompt), frame_.chunked, frame_.decode_interval};
+    }
     bool on_prefill(const LayerView& view, KeepLists& keep) override;
     bool on_decode(const LayerView& view, KeepLists& keep) override;
 

@@ -58,26 +58,33 @@ bool has_option(const PolicyEntry& entry, std::string_view key) {
     return std::any_of(entry.options.begin(), entry.options.end(), [&](const OptionSpec& o) { return o.name == key; });
 }
 
-std::string add_policy_options(std::string_view spec, const std::vector<OptionOverride>& overrides,
-                               std::string_view spec_source) {
+namespace {
+
+// `spec` parsed, with the overrides added; `entry` is set to its policy's entry.
+PolicySpec fold_overrides(std::string_view spec, const std::vector<OptionOverride>& overrides,
+                          std::string_view spec_source, const PolicyEntry*& entry) {
     PolicySpec parsed = parse_policy_spec(spec);
-    const PolicyEntry& entry = find_policy(parsed.name);
+    entry = &find_policy(parsed.name);
     for (const OptionOverride& o : overrides) {
-        if (!has_option(entry, o.key)) {
-            fail("{} does not apply to policy {} (it has no option '{}')", o.source, entry.name, o.key);
+        if (!has_option(*entry, o.key)) {
+            fail("{} does not apply to policy {} (it has no option '{}')", o.source, entry->name, o.key);
         }
         if (parsed.options.count(o.key) != 0) {
             fail("{} given twice: in {} ({}={}) and as {}", o.key, spec_source, o.key, parsed.options.at(o.key), o.source);
         }
         parsed.options[o.key] = o.value;
     }
-    std::string text = parsed.name;
-    char sep = ':';
-    for (const auto& [key, value] : parsed.options) {
-        text += sep + key + "=" + value;
-        sep = ',';
-    }
-    return text;
+    return parsed;
+}
+
+}  // namespace
+
+ResolvedPolicy resolve(std::string_view spec, const std::vector<OptionOverride>& overrides,
+                       std::string_view spec_source) {
+    const PolicyEntry* entry = nullptr;
+    const PolicySpec parsed = fold_overrides(spec, overrides, spec_source, entry);
+    const OptionValues values(entry->name, entry->options, parsed.options);
+    return {values.canonical(), entry->create(values)};
 }
 
 std::unique_ptr<Evictor> make_policy(std::string_view spec) {

@@ -44,14 +44,20 @@ struct OptionOverride {
     std::string source;
 };
 
-// The policy string `spec` ("name[:key=value,...]") with the overrides added as options:
-// "name:key=value,..." in key order. kvec::Error for an unknown policy, an override of an option
-// the policy does not have, or one the string already sets (spec_source names the string).
-std::string add_policy_options(std::string_view spec, const std::vector<OptionOverride>& overrides,
-                               std::string_view spec_source = "--policy");
-
 // A ready policy from "name[:key=value,...]". Throws kvec::Error on any problem of the string.
 std::unique_ptr<Evictor> make_policy(std::string_view spec);
+
+// A policy string and its overrides resolved once: what run and serve turn --policy / kv.policy
+// plus --budget, --ratio, kv.budget... into.
+struct ResolvedPolicy {
+    std::string spec;                 // canonical "name:key=value,..." with every option
+    std::unique_ptr<Evictor> policy;  // ready to attach
+};
+// `spec` ("name[:key=value,...]") with the overrides added as options, parsed and validated once.
+// kvec::Error for an unknown policy, a bad option, an override of an option the policy does not
+// have, or one the string already sets (spec_source names the string).
+ResolvedPolicy resolve(std::string_view spec, const std::vector<OptionOverride>& overrides = {},
+                       std::string_view spec_source = "--policy");
 
 // Human-readable list of the policies and their options with defaults (`kvec policies`).
 std::string format_policy_list();

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "policy/policy.h"
 #include "server/api_error.h"
 #include "util/error.h"
 #include "util/timer.h"
@@ -47,20 +46,20 @@ KvReservation kv_reservation(const PreparedRequest& p, const Model& model, const
         return static_cast<size_t>(int64_t{c.n_layer} * c.n_head_kv * entries) * entry;
     };
     KvReservation r;
-    const auto* frame = dynamic_cast<const policy::FramePolicy*>(policy);
-    if (frame == nullptr) {
+    const auto plan = policy != nullptr ? policy->budget_plan(prompt) : std::nullopt;
+    if (!plan) {
         r.peak = r.steady = bytes(prompt + generated);
         return r;
     }
-    const int64_t budget = std::min<int64_t>(prompt, frame->budget_for_prompt(static_cast<int32_t>(prompt)));
+    const int64_t budget = std::min<int64_t>(prompt, plan->budget);
     r.steady = bytes(budget + generated);
     if (reuse > 0) {  // the kept (compressed) conversation, then the rest of the prompt on top of it
         const int64_t rest = prompt - reuse;
-        r.peak = std::max(kept_bytes + bytes(frame->frame().chunked ? std::min<int64_t>(rest, options.n_batch) : rest),
+        r.peak = std::max(kept_bytes + bytes(plan->chunked ? std::min<int64_t>(rest, options.n_batch) : rest),
                           r.steady);
         return r;
     }
-    const int64_t held = frame->frame().chunked ? std::min(prompt, budget + options.n_batch) : prompt;
+    const int64_t held = plan->chunked ? std::min(prompt, budget + options.n_batch) : prompt;
     r.peak = std::max(bytes(held), r.steady);
     return r;
 }

@@ -198,10 +198,10 @@ KvChoice resolve_kv(const json* kv, const RequestDefaults& d) {
             if (d.budget && policy::has_option(entry, "budget")) overrides.push_back({"budget", std::to_string(*d.budget), "--budget"});
             if (d.ratio && policy::has_option(entry, "ratio")) overrides.push_back({"ratio", fmt::format("{}", *d.ratio), "--ratio"});
         }
-        const std::string folded = policy::add_policy_options(policy, overrides, "kv.policy");
+        policy::ResolvedPolicy resolved = policy::resolve(policy, overrides, "kv.policy");
         KvChoice c;
-        c.spec = policy::policy_options(folded).canonical();
-        c.policy = policy::make_policy(folded);
+        c.spec = std::move(resolved.spec);
+        c.policy = std::move(resolved.policy);
         c.reuse = reuse;
         c.map = map;
         return c;

@@ -61,9 +61,7 @@ Server::Server(const Model& model, const Tokenizer& tokenizer, ServerOptions opt
         std::vector<policy::OptionOverride> overrides;
         if (options_.budget) overrides.push_back({"budget", std::to_string(*options_.budget), "--budget"});
         if (options_.ratio) overrides.push_back({"ratio", fmt::format("{}", *options_.ratio), "--ratio"});
-        const std::string folded = policy::add_policy_options(options_.policy, overrides);
-        policy::make_policy(folded);
-        default_policy_ = policy::policy_options(folded).canonical();
+        default_policy_ = policy::resolve(options_.policy, overrides).spec;
     }
     started_ = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
     add_routes();

@@ -117,19 +117,28 @@ TEST(Registry, CanonicalOptions) {
     EXPECT_EQ(v.get_choice("gqa"), "mean");
 }
 
-TEST(Registry, AddPolicyOptionsFoldsFlagsIntoTheString) {
-    EXPECT_EQ(add_policy_options("snapkv:window=8", {{"budget", "40", "--budget"}}), "snapkv:budget=40,window=8");
-    EXPECT_EQ(add_policy_options("kvec", {}), "kvec");
-    EXPECT_EQ(add_policy_options(" kvec : gamma=0.5", {{"ratio", "0.25", "kv.ratio"}}), "kvec:gamma=0.5,ratio=0.25");
+TEST(Registry, ResolveFoldsFlagsIntoTheSpecOnce) {
+    const ResolvedPolicy r = resolve("snapkv:window=8", {{"budget", "40", "--budget"}});
+    EXPECT_EQ(r.spec, policy_options("snapkv:budget=40,window=8").canonical());
+    ASSERT_NE(r.policy, nullptr);
+    EXPECT_EQ(r.policy->request().window, 8);
+    EXPECT_EQ(r.policy->budget_plan(1000)->budget, 40);
+    EXPECT_EQ(resolve("kvec").spec, policy_options("kvec").canonical());
+    const ResolvedPolicy ratio = resolve(" kvec : gamma=0.5", {{"ratio", "0.25", "kv.ratio"}});
+    EXPECT_EQ(ratio.spec, policy_options("kvec:gamma=0.5,ratio=0.25").canonical());
+    EXPECT_EQ(ratio.policy->budget_plan(1000)->budget, 250);
+    EXPECT_FALSE(resolve("full").policy->budget_plan(1000).has_value());
+    EXPECT_EQ(format_policy_spec(parse_policy_spec(" kvec : unit=token, gamma=0.5")), "kvec:gamma=0.5,unit=token");
     EXPECT_TRUE(has_option(find_policy("snapkv"), "window"));
     EXPECT_FALSE(has_option(find_policy("full"), "budget"));
-    expect_error([] { add_policy_options("full", {{"budget", "64", "kv.budget"}}); },
+    expect_error([] { resolve("full", {{"budget", "64", "kv.budget"}}); },
                  {"kv.budget does not apply to policy full", "no option 'budget'"});
-    expect_error([] { add_policy_options("kvec:budget=64", {{"budget", "32", "--budget"}}); },
+    expect_error([] { resolve("kvec:budget=64", {{"budget", "32", "--budget"}}); },
                  {"budget given twice", "in --policy (budget=64)", "as --budget"});
-    expect_error([] { add_policy_options("kvec:budget=64", {{"budget", "32", "kv.budget"}}, "kv.policy"); },
+    expect_error([] { resolve("kvec:budget=64", {{"budget", "32", "kv.budget"}}, "kv.policy"); },
                  {"in kv.policy (budget=64)"});
-    expect_error([] { add_policy_options("nosuch", {}); }, {"unknown eviction policy 'nosuch'"});
+    expect_error([] { resolve("nosuch", {}); }, {"unknown eviction policy 'nosuch'"});
+    expect_error([] { resolve("snapkv", {{"budget", "0", "--budget"}}); }, {"budget"});
 }
 
 TEST(Registry, ClearErrors) {
