@@ -31,6 +31,10 @@
 // the probability rows; a policy's view gets the keys as float, converted only when it runs.
 //
 // Threads: OpenMP, as set by omp_set_num_threads() (the tools' -t).
+//
+// Files: session.cpp holds the forward step and the attention over the cache; session_eviction.cpp
+// the eviction orchestration (remembered queries, a layer's view and its hook, compaction,
+// re-positioning, context reconstruction).
 #pragma once
 
 #include <algorithm>
@@ -44,6 +48,7 @@
 #include "kvcache/kv_cache.h"
 #include "model/model.h"
 #include "model/moe.h"
+#include "model/query_ring.h"
 #include "model/reconstruction.h"
 #include "tensor/attention.h"
 #include "tensor/ops.h"
@@ -229,11 +234,9 @@ private:
     // before n_past - sliding_window); during decoding once kSwaSlack of them have gathered.
     void trim_sliding_windows(Step step);
     void clear_query_rings();
-    void remember_queries(int layer, int32_t T, const int32_t* positions);
     // Keeps the layer's queries before RoPE (q_) for a policy that asked for them
     // (ObservationRequest::queries), per sequence in a batched decode step.
     void remember_prerope_queries(int layer, int32_t T, const int32_t* positions, Step step);
-    void remember_prerope_sequence(int layer, int32_t T, const int32_t* positions);
     void reconstruct_and_evict(std::span<const int32_t> context, std::span<const int32_t> last_positions);
     void window_from_recent_queries(int layer);
     // Attention work items: (KV head, slice of `width` of its query heads), items = n_head_kv * slices.
@@ -253,6 +256,7 @@ private:
     };
     GroupSplit group_split() const;
     KvHeadData head_data(int layer, int h) const;
+    const float* sink_logits(int layer, int h, int g0) const;
     const float* float_keys(int layer, int h);
     const float* float_values(int layer, int h);
     void check_positions(std::span<const int32_t> positions) const;
@@ -314,17 +318,11 @@ private:
     std::vector<std::vector<float>> last_row_;  // [n_head_kv][group, n_h]
     std::vector<std::vector<float>> colsum_;    // [n_head_kv][group, n_h] (view copy of the aux scores)
 
-    // Recent post-RoPE queries per layer, for decode-time window scores.
-    std::vector<std::vector<float>> recent_q_;    // [n_layer][window, q_dim] ring
-    std::vector<std::vector<int32_t>> recent_pos_;  // [n_layer][window]
-    std::vector<int32_t> recent_count_;           // [n_layer]
-    std::vector<int32_t> recent_next_;            // [n_layer] next ring slot
-
-    // Recent queries before RoPE per layer (ObservationRequest::queries).
-    std::vector<std::vector<float>> prerope_q_;      // [n_layer][queries, q_dim] ring
-    std::vector<std::vector<int32_t>> prerope_pos_;  // [n_layer][queries]
-    std::vector<int32_t> prerope_count_;             // [n_layer]
-    std::vector<int32_t> prerope_next_;              // [n_layer] next ring slot
+    // Recent queries per layer: post-RoPE for decode-time and prompt-scope window scores
+    // ([window, q_dim] each), before RoPE for ObservationRequest::queries ([queries, q_dim]);
+    // capacity 0 where the policy asks for neither.
+    std::vector<QueryRing> recent_q_;   // [n_layer]
+    std::vector<QueryRing> prerope_q_;  // [n_layer]
     std::vector<float> queries_view_;                // [n_queries, q_dim] oldest first, for a view
     std::vector<int32_t> query_positions_view_;      // [n_queries]
     std::vector<std::vector<float>> values_f_;       // [n_head_kv][n_h, head_dim] values as float (F16 cache)
