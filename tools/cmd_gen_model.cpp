@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "gguf/ggml_type.h"
+#include "model/config.h"
 #include "model/random_model.h"
 #include "util/error.h"
 #include "util/timer.h"
@@ -98,8 +99,11 @@ void add_gen_model_command(CLI::App& app, Action& action) {
     o->cmd = cmd;
     RandomModelSpec& s = o->spec;
     cmd->add_option("--arch", s.arch, "architecture")
-        ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3", "qwen3moe",
-                               "qwen2moe", "gpt-oss"}))
+        ->check(CLI::IsMember([] {
+            std::vector<std::string> names;
+            for (const ArchTraits& t : architectures()) names.emplace_back(t.name);
+            return names;
+        }()))
         ->capture_default_str();
     cmd->add_option(
         "--preset", o->preset,

@@ -8,10 +8,6 @@
 
 namespace kvec {
 
-const char* supported_architectures() {
-    return "llama, qwen2, qwen3, gemma3, gemma2, phi3, qwen3moe, qwen2moe, gpt-oss";
-}
-
 namespace {
 
 int positive_int(const gguf::File& f, const std::string& key, int64_t max = 1 << 24) {
@@ -104,7 +100,7 @@ void read_gemma3(const gguf::File& f, ModelConfig& c) {
 // for these architectures (llama.cpp ignores them there too).
 void read_moe_config(const gguf::File& f, ModelConfig& c) {
     const std::string a = c.arch_name + ".";
-    c.family = Family::Moe;
+    if (c.family == Family::Llama) c.family = Family::Moe;
     c.n_expert = positive_int(f, a + "expert_count", 1024);
     c.n_expert_used = positive_int(f, a + "expert_used_count", 1024);
     if (c.n_expert_used > c.n_expert) {
@@ -160,7 +156,6 @@ void read_gemma2(const gguf::File& f, ModelConfig& c) {
 // attention scaled by 1/sqrt(head_dim); the MoE keys as read_moe_config reads them.
 void read_gptoss(const gguf::File& f, ModelConfig& c) {
     const std::string a = c.arch_name + ".";
-    c.family = Family::GptOss;
     c.sliding_window = positive_int(f, a + "attention.sliding_window", 1 << 30);
     read_swa_layers(f, c, 2);
     c.rope_freq_base_swa = read_freq_base_swa(f, c, c.rope_freq_base);
@@ -173,57 +168,76 @@ void read_gptoss(const gguf::File& f, ModelConfig& c) {
     }
 }
 
+// One row per architecture (ArchTraits in config.h).
+using E = ArchTraits::Experts;
+using B = ArchTraits::QkvBias;
+using O = ArchTraits::Output;
+constexpr auto kNorm = ops::RopeMode::Norm, kNeox = ops::RopeMode::Neox;
+// phi3.attention.sliding_window is read by llama.cpp and then switched off ("Phi SWA is currently
+// disabled"): every phi3 layer attends globally here too.
+const std::vector<ArchTraits> kArchitectures = {
+    // name        arch            family          rope   experts      qk_norm  qkv_bias     fused  post   output        own keys
+    {"llama",      Arch::Llama,    Family::Llama,  kNorm, E::Optional, false,   B::Optional, false, false, O::TiedOrOwn, nullptr},
+    {"qwen2",      Arch::Qwen2,    Family::Llama,  kNeox, E::None,     false,   B::Required, false, false, O::TiedOrOwn, nullptr},
+    {"qwen3",      Arch::Qwen3,    Family::Llama,  kNeox, E::None,     true,    B::Optional, false, false, O::TiedOrOwn, nullptr},
+    {"gemma3",     Arch::Gemma3,   Family::Gemma,  kNeox, E::None,     true,    B::Optional, false, true,  O::TiedOrOwn, read_gemma3},
+    {"gemma2",     Arch::Gemma2,   Family::Gemma,  kNeox, E::None,     false,   B::Optional, true,  true,  O::Tied,      read_gemma2},
+    {"phi3",       Arch::Phi3,     Family::Llama,  kNeox, E::None,     false,   B::Optional, true,  false, O::TiedOrOwn, nullptr},
+    {"qwen3moe",   Arch::Qwen3Moe, Family::Moe,    kNeox, E::Always,   true,    B::Optional, false, false, O::TiedOrOwn, nullptr},
+    {"qwen2moe",   Arch::Qwen2Moe, Family::Moe,    kNeox, E::Always,   false,   B::Usual,    false, false, O::Own,       nullptr},
+    {"gpt-oss",    Arch::GptOss,   Family::GptOss, kNeox, E::Always,   false,   B::Usual,    true,  false, O::Own,       read_gptoss},
+};
+
 }  // namespace
+
+const std::vector<ArchTraits>& architectures() { return kArchitectures; }
+
+const ArchTraits* find_architecture(std::string_view name) {
+    for (const ArchTraits& t : kArchitectures) {
+        if (name == t.name) return &t;
+    }
+    return nullptr;
+}
+
+const ArchTraits& arch_traits(Arch arch) {
+    for (const ArchTraits& t : kArchitectures) {
+        if (t.arch == arch) return t;
+    }
+    fail("architecture {} has no row in the architecture table", static_cast<int>(arch));
+}
+
+const std::string& supported_architectures() {
+    static const std::string list = [] {
+        std::string s;
+        for (const ArchTraits& t : kArchitectures) s += (s.empty() ? "" : ", ") + std::string(t.name);
+        return s;
+    }();
+    return list;
+}
 
 ModelConfig read_model_config(const gguf::File& f) {
     ModelConfig c;
     c.arch_name = f.get_string("general.architecture");
-    if (c.arch_name == "llama") {
-        c.arch = Arch::Llama;
-        c.rope_mode = ops::RopeMode::Norm;
-    } else if (c.arch_name == "qwen2") {
-        c.arch = Arch::Qwen2;
-        c.rope_mode = ops::RopeMode::Neox;
-    } else if (c.arch_name == "qwen3") {
-        c.arch = Arch::Qwen3;
-        c.rope_mode = ops::RopeMode::Neox;
-    } else if (c.arch_name == "gemma3") {
-        c.arch = Arch::Gemma3;
-        c.family = Family::Gemma3;
-        c.rope_mode = ops::RopeMode::Neox;
-    } else if (c.arch_name == "qwen3moe") {
-        c.arch = Arch::Qwen3Moe;
-        c.rope_mode = ops::RopeMode::Neox;
-    } else if (c.arch_name == "qwen2moe") {
-        c.arch = Arch::Qwen2Moe;
-        c.rope_mode = ops::RopeMode::Neox;
-    } else if (c.arch_name == "gemma2") {
-        c.arch = Arch::Gemma2;
-        c.family = Family::Gemma2;
-        c.rope_mode = ops::RopeMode::Neox;
-    } else if (c.arch_name == "phi3") {
-        // phi3.attention.sliding_window is read by llama.cpp and then switched off ("Phi SWA is
-        // currently disabled"): every layer attends globally here too.
-        c.arch = Arch::Phi3;
-        c.rope_mode = ops::RopeMode::Neox;
-    } else if (c.arch_name == "gpt-oss") {
-        c.arch = Arch::GptOss;
-        c.rope_mode = ops::RopeMode::Neox;
-    } else {
-        fail("'{}': unsupported architecture '{}' (supported: {})", f.path(), c.arch_name,
-             supported_architectures());
+    const ArchTraits* t = find_architecture(c.arch_name);
+    if (t == nullptr) {
+        fail("'{}': unsupported architecture '{}' (supported: {})", f.path(), c.arch_name, supported_architectures());
     }
+    c.arch = t->arch;
+    c.family = t->family;
+    c.rope_mode = t->rope_mode;
     c.name = f.get_string("general.name", "");
     const std::string a = c.arch_name + ".";
-    // Experts: llama with {arch}.expert_count > 0 (Mixtral), qwen3moe, qwen2moe.
-    const bool moe =
-        c.arch == Arch::Qwen3Moe || c.arch == Arch::Qwen2Moe || c.arch == Arch::GptOss ||
-        (c.arch == Arch::Llama && f.has(a + "expert_count") && f.get_uint(a + "expert_count") > 0);
-    if (!moe && f.has(a + "expert_count") && f.get_uint(a + "expert_count") > 0) {
-        fail(
-            "'{}': {}expert_count = {}: a {} model has no experts (mixture-of-experts "
-            "architectures: llama, qwen3moe, qwen2moe, gpt-oss)",
-            f.path(), a, f.get_uint(a + "expert_count"), c.arch_name);
+    // Experts: always (qwen3moe, qwen2moe, gpt-oss), or when {arch}.expert_count > 0 (llama: Mixtral).
+    const bool has_experts = f.has(a + "expert_count") && f.get_uint(a + "expert_count") > 0;
+    const bool moe = t->experts == ArchTraits::Experts::Always ||
+                     (t->experts == ArchTraits::Experts::Optional && has_experts);
+    if (!moe && has_experts) {
+        std::string with;
+        for (const ArchTraits& e : architectures()) {
+            if (e.experts != ArchTraits::Experts::None) with += (with.empty() ? "" : ", ") + std::string(e.name);
+        }
+        fail("'{}': {}expert_count = {}: a {} model has no experts (mixture-of-experts architectures: {})",
+             f.path(), a, f.get_uint(a + "expert_count"), c.arch_name, with);
     }
     c.n_layer = positive_int(f, a + "block_count", 4096);
     c.n_embd = positive_int(f, a + "embedding_length");
@@ -294,10 +308,8 @@ ModelConfig read_model_config(const gguf::File& f) {
     c.n_ctx_orig = f.has(k_orig) ? positive_int(f, k_orig, 1 << 30) : c.n_ctx_train;
     c.rope_attn_factor = read_nonnegative(f, a + "rope.scaling.attn_factor", 1.0, true);
     c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-    if (c.arch == Arch::Gemma3) read_gemma3(f, c);
     if (moe) read_moe_config(f, c);
-    if (c.arch == Arch::Gemma2) read_gemma2(f, c);
-    if (c.arch == Arch::GptOss) read_gptoss(f, c);
+    if (t->read_keys != nullptr) t->read_keys(f, c);
     return c;
 }
 

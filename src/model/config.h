@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tensor/ops.h"
@@ -18,13 +19,43 @@ enum class Arch { Llama, Qwen2, Qwen3, Gemma3, Qwen3Moe, Qwen2Moe, Gemma2, Phi3,
 
 // The forward pass a model runs (src/model/arch/<family>.cpp): llama, qwen2, qwen3 and phi3 share
 // the llama diagram (optional biases and Q/K norms; phi3's fused projections are split into row
-// ranges when loaded); gemma3 and gemma2 have their own; the mixture-of-experts models (qwen3moe,
-// qwen2moe, llama with experts: Mixtral) share the MoE diagram (arch/moe.cpp); gpt-oss has its
-// own (arch/gptoss.cpp: attention sinks, biased experts, the clamped SwiGLU).
-enum class Family { Llama, Gemma3, Moe, Gemma2, GptOss };
+// ranges when loaded); gemma3 and gemma2 the Gemma diagram (arch/gemma.cpp: post-norms, scaled
+// embeddings, GELU); the mixture-of-experts models (qwen3moe, qwen2moe, llama with experts:
+// Mixtral) share the MoE diagram (arch/moe.cpp); gpt-oss has its own (arch/gptoss.cpp: attention
+// sinks, biased experts, the clamped SwiGLU).
+enum class Family { Llama, Gemma, Moe, GptOss };
 
+struct ModelConfig;
+
+// What kvec knows of one GGUF architecture: one row of the table in config.cpp
+// (architectures()), read by the configuration, the model loader, the random-model writer and
+// the error messages. Adding an architecture is a row there, plus a forward pass in arch/ where
+// its graph is none of the families'.
+struct ArchTraits {
+    enum class Experts { None, Optional, Always };    // Optional: experts when expert_count > 0 (llama: Mixtral)
+    enum class QkvBias { Optional, Usual, Required };  // Usual: the random writer writes them
+    enum class Output { TiedOrOwn, Own, Tied };        // Own: output.weight required; Tied: refused
+    const char* name;           // general.architecture
+    Arch arch;
+    Family family;              // its forward pass (a file with experts runs Family::Moe)
+    ops::RopeMode rope_mode;
+    Experts experts;
+    bool qk_norm;               // per-head attn_q_norm / attn_k_norm
+    QkvBias qkv_bias;           // attn_q/k/v.bias
+    bool fused_qkv;             // attn_qkv.weight accepted in place of attn_q/k/v.weight
+    bool post_norms;            // post_attention_norm and post_ffw_norm around both blocks (Gemma)
+    Output output;
+    void (*read_keys)(const gguf::File&, ModelConfig&);  // its own metadata keys, or null
+};
+
+// Every architecture kvec runs, in the order messages list them.
+const std::vector<ArchTraits>& architectures();
+// The row of general.architecture `name`; null when kvec does not run it.
+const ArchTraits* find_architecture(std::string_view name);
+// The row of `arch`.
+const ArchTraits& arch_traits(Arch arch);
 // "llama, qwen2, qwen3, gemma3, ...": what error messages list.
-const char* supported_architectures();
+const std::string& supported_architectures();
 
 struct ModelConfig {
     std::string arch_name;     // general.architecture
@@ -85,6 +116,7 @@ struct ModelConfig {
     bool is_swa(int layer) const { return !swa_layers.empty() && swa_layers[static_cast<size_t>(layer)] != 0; }
     bool has_swa() const { return !swa_layers.empty(); }
     bool has_moe() const { return n_expert > 0; }
+    const ArchTraits& traits() const { return arch_traits(arch); }
 
     int n_group() const { return n_head / n_head_kv; }  // query heads per KV head
     int q_dim() const { return n_head * head_dim; }

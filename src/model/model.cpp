@@ -168,15 +168,14 @@ Model::Model(std::unique_ptr<gguf::File> file) : file_(std::move(file)) {
     const int64_t E = c.n_embd, V = c.n_vocab, F = c.n_ff, Q = c.q_dim(), KV = c.kv_dim(), D = c.head_dim;
     w.token_embd = b.matrix("token_embd.weight", E, V);
     w.output_norm = b.vector("output_norm.weight", E);
-    if (c.arch == Arch::Gemma2 && f.find_tensor("output.weight") != nullptr) {
+    const ArchTraits& t = c.traits();
+    if (t.output == ArchTraits::Output::Tied && f.find_tensor("output.weight") != nullptr) {
         // llama.cpp's gemma2 reads token_embd.weight as the output and refuses a file with more
         // tensors than it reads.
-        fail("'{}': gemma2 ties the output to token_embd.weight, but the file holds an output.weight (llama.cpp "
-             "refuses such a file too)", f.path());
+        fail("'{}': {} ties the output to token_embd.weight, but the file holds an output.weight (llama.cpp "
+             "refuses such a file too)", f.path(), c.arch_name);
     }
-    if (f.find_tensor("output.weight") != nullptr || c.arch == Arch::Qwen2Moe ||
-        c.arch == Arch::GptOss) {
-        // qwen2moe, gpt-oss: required
+    if (f.find_tensor("output.weight") != nullptr || t.output == ArchTraits::Output::Own) {
         w.output = b.matrix("output.weight", E, V);
     } else {
         w.output = w.token_embd;
@@ -200,13 +199,11 @@ Model::Model(std::unique_ptr<gguf::File> file) : file_(std::move(file)) {
         check_rope_factors(f, "rope_factors_short.weight", w.rope_short);
     }
 
-    const bool biases_required = c.arch == Arch::Qwen2;
-    // phi3 and gemma2 (llama.cpp's create_tensor_qkv): attn_qkv.weight when present (with an
+    const bool biases_required = t.qkv_bias == ArchTraits::QkvBias::Required;
+    // ArchTraits::fused_qkv (llama.cpp's create_tensor_qkv): attn_qkv.weight when present (with an
     // optional attn_qkv.bias, else optional separate biases), else attn_q/k/v.weight.
-    const bool fused_qkv_allowed =
-        c.arch == Arch::Phi3 || c.arch == Arch::Gemma2 || c.arch == Arch::GptOss;
+    const bool fused_qkv_allowed = t.fused_qkv;
     const bool gptoss = c.arch == Arch::GptOss;
-    const bool gemma = c.arch == Arch::Gemma3 || c.arch == Arch::Gemma2;
     w.layers.resize(static_cast<size_t>(c.n_layer));
     for (int l = 0; l < c.n_layer; ++l) {
         LayerWeights& L = w.layers[static_cast<size_t>(l)];
@@ -236,7 +233,7 @@ Model::Model(std::unique_ptr<gguf::File> file) : file_(std::move(file)) {
         if (L.bq.empty()) L.bq = b.vector(p + "attn_q.bias", Q, biases_required);
         if (L.bk.empty()) L.bk = b.vector(p + "attn_k.bias", KV, biases_required);
         if (L.bv.empty()) L.bv = b.vector(p + "attn_v.bias", KV, biases_required);
-        if (c.arch == Arch::Qwen3 || c.arch == Arch::Gemma3 || c.arch == Arch::Qwen3Moe) {
+        if (t.qk_norm) {
             L.q_norm = b.vector(p + "attn_q_norm.weight", D);
             L.k_norm = b.vector(p + "attn_k_norm.weight", D);
         }
@@ -254,7 +251,7 @@ Model::Model(std::unique_ptr<gguf::File> file) : file_(std::move(file)) {
             L.w_up = b.matrix(p + "ffn_up.weight", E, F);
             L.w_down = b.matrix(p + "ffn_down.weight", F, E);
         }
-        if (gemma) {
+        if (t.post_norms) {
             L.attn_post_norm = b.vector(p + "post_attention_norm.weight", E);
             L.ffn_post_norm = b.vector(p + "post_ffw_norm.weight", E);
         }

@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "gguf/gguf.h"
+#include "model/config.h"
 #include "quant/quant.h"
 #include "util/error.h"
 #include "util/mapped_file.h"
@@ -402,19 +403,20 @@ namespace {
 
 // Checks and completes the expert settings; true for a mixture-of-experts model.
 bool check_moe_spec(RandomModelSpec& s) {
-    const bool qwen_moe = s.arch == "qwen3moe" || s.arch == "qwen2moe" || s.arch == "gpt-oss";
-    if (!qwen_moe && s.arch != "llama") {
+    const ArchTraits::Experts experts = find_architecture(s.arch)->experts;
+    if (experts == ArchTraits::Experts::None) {
         if (s.n_expert != 0 || s.n_expert_used != 0 || s.n_ff_exp != 0 || s.n_ff_shexp != 0 ||
             s.expert_type) {
-            fail(
-                "--experts, --experts-used, --expert-ff, --shared-ff and --expert-type are for "
-                "qwen3moe, "
-                "qwen2moe, gpt-oss and llama (architecture {})",
-                s.arch);
+            std::string with;
+            for (const ArchTraits& t : architectures()) {
+                if (t.experts != ArchTraits::Experts::None) with += (with.empty() ? "" : ", ") + std::string(t.name);
+            }
+            fail("--experts, --experts-used, --expert-ff, --shared-ff and --expert-type are for {} (architecture {})",
+                 with, s.arch);
         }
         return false;
     }
-    if (s.arch == "llama" && s.n_expert == 0) {
+    if (experts == ArchTraits::Experts::Optional && s.n_expert == 0) {
         if (s.n_expert_used != 0 || s.n_ff_exp != 0 || s.n_ff_shexp != 0 || s.expert_type) {
             fail(
                 "--experts-used, --expert-ff, --shared-ff and --expert-type need --experts for a "
@@ -448,15 +450,8 @@ bool check_moe_spec(RandomModelSpec& s) {
 
 void write_random_model(const RandomModelSpec& spec, const std::string& path) {
     RandomModelSpec s = spec;
-    if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "gemma3" &&
-        s.arch != "gemma2" && s.arch != "phi3" && s.arch != "qwen3moe" && s.arch != "qwen2moe" &&
-        s.arch != "gpt-oss") {
-        fail(
-            "unknown architecture '{}' (supported: llama, qwen2, qwen3, gemma3, gemma2, phi3, "
-            "qwen3moe, qwen2moe, "
-            "gpt-oss)",
-            s.arch);
-    }
+    const ArchTraits* traits = find_architecture(s.arch);
+    if (traits == nullptr) fail("unknown architecture '{}' (supported: {})", s.arch, supported_architectures());
     const bool moe = check_moe_spec(s);
     const bool gemma3 = s.arch == "gemma3", gemma2 = s.arch == "gemma2", phi3 = s.arch == "phi3";
     const bool gptoss = s.arch == "gpt-oss";
@@ -680,12 +675,12 @@ void write_random_model(const RandomModelSpec& spec, const std::string& path) {
             b.matrix(p + "attn_k.weight", E, KV, g_e);
             b.matrix(p + "attn_v.weight", E, KV, g_e);
         }
-        if (s.arch == "qwen2" || s.arch == "qwen2moe" || gptoss) {
+        if (traits->qkv_bias != ArchTraits::QkvBias::Optional) {
             b.vector(p + "attn_q.bias", Q, 0.0f, 0.5f);
             b.vector(p + "attn_k.bias", KV, 0.0f, 0.5f);
             b.vector(p + "attn_v.bias", KV, 0.0f, 0.5f);
         }
-        if (s.arch == "qwen3" || s.arch == "qwen3moe" || gemma3) {
+        if (traits->qk_norm) {
             b.vector(p + "attn_q_norm.weight", D, 1.0f, 0.1f);
             b.vector(p + "attn_k_norm.weight", D, 1.0f, 0.1f);
         }

@@ -469,9 +469,8 @@ void Session::forward_step(const int32_t* tokens, const int32_t* positions, int3
 
     switch (c.family) {  // x [T, E] = the family's layers over the embedded tokens
         case Family::Llama: forward_llama(tokens, positions, T, step, final_chunk); break;
-        case Family::Gemma3: forward_gemma3(tokens, positions, T, step, final_chunk); break;
+        case Family::Gemma: forward_gemma(tokens, positions, T, step, final_chunk); break;
         case Family::Moe: forward_moe(tokens, positions, T, step, final_chunk); break;
-        case Family::Gemma2: forward_gemma2(tokens, positions, T, step, final_chunk); break;
         case Family::GptOss: forward_gptoss(tokens, positions, T, step, final_chunk); break;
     }
     for (size_t b = 0; b < sequences.size(); ++b) {

@@ -2,9 +2,9 @@
 // eviction hook.
 //
 //   x = the family's layers over the embedded tokens     [T, n_embd]
-//       (src/model/arch/llama.cpp: llama, qwen2, qwen3, phi3; src/model/arch/gemma3.cpp: gemma3;
-//       src/model/arch/gemma2.cpp: gemma2; src/model/arch/moe.cpp: qwen3moe, qwen2moe, llama with
-//       experts; src/model/arch/gptoss.cpp: gpt-oss),
+//       (src/model/arch/llama.cpp: llama, qwen2, qwen3, phi3; src/model/arch/gemma.cpp: gemma3,
+//       gemma2; src/model/arch/moe.cpp: qwen3moe, qwen2moe, llama with experts;
+//       src/model/arch/gptoss.cpp: gpt-oss; which one: ArchTraits::family, config.h),
 //       each calling the shared attention over the budgeted cache:
 //         append k, v to the cache; a = attention over each KV head's entries (GQA; causal
 //         inside the chunk; sliding-window layers: only the last window positions)  [T, q_dim]
@@ -215,9 +215,8 @@ private:
     // Each family's forward pass, in a file of its own (src/model/arch/<family>.cpp): embeds the
     // tokens and runs every layer, leaving the final residual stream in x_ [T, n_embd].
     void forward_llama(const int32_t* tokens, const int32_t* positions, int32_t T, Step step, bool final_chunk);
-    void forward_gemma3(const int32_t* tokens, const int32_t* positions, int32_t T, Step step, bool final_chunk);
+    void forward_gemma(const int32_t* tokens, const int32_t* positions, int32_t T, Step step, bool final_chunk);
     void forward_moe(const int32_t* tokens, const int32_t* positions, int32_t T, Step step, bool final_chunk);
-    void forward_gemma2(const int32_t* tokens, const int32_t* positions, int32_t T, Step step, bool final_chunk);
     void forward_gptoss(const int32_t* tokens, const int32_t* positions, int32_t T, Step step,
                         bool final_chunk);
     // The attention over the budgeted cache (shared by every family): appends the layer's keys

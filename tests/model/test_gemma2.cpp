@@ -48,7 +48,7 @@ std::vector<float> all_logits(const Model& m, int n) { return prefill_logits(m, 
 TEST(Gemma2, ReadsHyperParameters) {
     const ModelConfig& c = gemma2_model().config();
     EXPECT_EQ(c.arch, Arch::Gemma2);
-    EXPECT_EQ(c.family, Family::Gemma2);
+    EXPECT_EQ(c.family, Family::Gemma);
     EXPECT_EQ(c.rope_mode, ops::RopeMode::Neox);
     EXPECT_EQ(c.sliding_window, 32);
     ASSERT_EQ(c.swa_layers.size(), 2u);

@@ -42,7 +42,7 @@ std::vector<int32_t> tokens(int n) { return token_cycle(n, 53, 17); }
 TEST(Gemma3, ReadsHyperParameters) {
     const ModelConfig& c = gemma_model().config();
     EXPECT_EQ(c.arch, Arch::Gemma3);
-    EXPECT_EQ(c.family, Family::Gemma3);
+    EXPECT_EQ(c.family, Family::Gemma);
     EXPECT_EQ(c.rope_mode, ops::RopeMode::Neox);
     EXPECT_EQ(c.head_dim, 128);
     EXPECT_EQ(c.sliding_window, kWindow);

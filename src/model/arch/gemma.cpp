@@ -1,20 +1,26 @@
-// The Gemma 2 forward pass (GGUF `gemma2`), as llama.cpp runs it (src/models/gemma2.cpp):
+// The Gemma forward pass (GGUF `gemma3`, text only, and `gemma2`), as llama.cpp runs them
+// (src/models/gemma3.cpp, gemma2.cpp):
 //
 //   x = embed(tokens) * sqrt(n_embd)                               [T, n_embd]
-//   for each layer (sliding-window when l % 2 == 0, ModelConfig::is_swa; else global):
+//   for each layer (sliding-window or global, ModelConfig::is_swa; gemma2: l % 2 == 0 slides):
 //     h = rms_norm(x) * attn_norm          (the GGUF's norm weights already hold Gemma's 1 + w)
-//     q, k, v = h . Wq, h . Wk, h . Wv  (attn_qkv.weight's row ranges when fused; + optional biases)
-//     q, k = RoPE(q, k), halves (NEOX); one base and scaling for every layer unless the file
-//            gives rope.freq_base_swa
-//     a = attention, logits s = attn_softcap * tanh(q.k * attn_scale / attn_softcap)
-//         (Session::attention; sliding-window layers see only the last sliding_window positions)
+//     q, k, v = h . Wq, h . Wk, h . Wv                              [T, q_dim], [T, kv_dim] x 2
+//               (gemma2: attn_qkv.weight's row ranges when fused; + optional biases)
+//     q, k = rms_norm(q) * q_norm, rms_norm(k) * k_norm per head    (gemma3 only)
+//     q, k = RoPE(q, k), halves (NEOX); gemma3's sliding-window layers: base rope.freq_base_swa,
+//            no scaling, its global layers: rope.freq_base and its linear scaling; gemma2: one
+//            base and scaling for every layer unless the file gives rope.freq_base_swa
+//     a = attention, logits q.k * attn_scale, gemma2's soft-capped:
+//         attn_softcap * tanh(q.k * attn_scale / attn_softcap) (Session::attention;
+//         sliding-window layers see only the last sliding_window positions)  [T, q_dim]
 //     x += rms_norm(a . Wo) * post_attention_norm
 //     h = rms_norm(x) * ffn_norm
 //     x += rms_norm((gelu_tanh(h . W_gate) * (h . W_up)) . W_down) * post_ffw_norm
 //
-// Unlike gemma3: no Q/K norms, soft-capped attention logits, the same RoPE for both layer kinds.
-// The output head (final norm, the tied output, final soft-capping: 30 unless the file says
-// otherwise) is shared (Session::forward).
+// What differs between the two is configuration (ModelConfig: the Q/K norms' weights, soft-capping,
+// the sliding-window pattern and RoPE), read by config.cpp. The output head (final norm, tied
+// output, final soft-capping: gemma2's 30 unless the file says otherwise, gemma3's optional) is
+// shared (Session::forward).
 #include <cmath>
 
 #include "model/session.h"
@@ -23,8 +29,8 @@
 
 namespace kvec {
 
-void Session::forward_gemma2(const int32_t* tokens, const int32_t* positions, int32_t T, Step step,
-                             bool final_chunk) {
+void Session::forward_gemma(const int32_t* tokens, const int32_t* positions, int32_t T, Step step,
+                            bool final_chunk) {
     const ModelConfig& c = model_.config();
     const ModelWeights& W = model_.weights();
     const int64_t E = c.n_embd, F = c.n_ff;
