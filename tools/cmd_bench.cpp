@@ -46,6 +46,7 @@
 #include "tensor/matmul.h"
 #include "util/error.h"
 #include "util/timer.h"
+#include "util/threads.h"
 
 namespace kvec::tools {
 

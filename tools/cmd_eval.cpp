@@ -36,6 +36,7 @@
 #include "util/error.h"
 #include "util/terminal.h"
 #include "util/timer.h"
+#include "util/threads.h"
 
 namespace kvec::tools {
 

@@ -17,6 +17,7 @@
 #include "util/error.h"
 #include "util/sha256.h"
 #include "util/timer.h"
+#include "util/threads.h"
 
 namespace kvec::tools {
 

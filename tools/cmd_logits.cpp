@@ -14,6 +14,7 @@
 #include "model/model.h"
 #include "model/session.h"
 #include "util/error.h"
+#include "util/threads.h"
 
 namespace kvec::tools {
 

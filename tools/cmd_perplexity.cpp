@@ -17,6 +17,7 @@
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 #include "util/timer.h"
+#include "util/threads.h"
 
 namespace kvec::tools {
 

@@ -19,6 +19,7 @@
 #include "policy/registry.h"
 #include "tensor/matmul.h"
 #include "util/error.h"
+#include "util/threads.h"
 
 namespace kvec::tools {
 

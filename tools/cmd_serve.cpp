@@ -14,6 +14,7 @@
 #include "server/server.h"
 #include "tensor/matmul.h"
 #include "util/error.h"
+#include "util/threads.h"
 
 namespace kvec::tools {
 

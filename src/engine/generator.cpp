@@ -1,11 +1,9 @@
 #include "engine/generator.h"
 
-#include <omp.h>
 
 #include <algorithm>
 #include <optional>
 #include <span>
-#include <thread>
 
 #include "engine/stop_strings.h"
 #include "util/error.h"
@@ -23,13 +21,6 @@ const char* stop_reason_name(StopReason r) {
     }
     return "?";
 }
-
-void set_num_threads(int n) {
-    if (n <= 0) n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    omp_set_num_threads(n);
-}
-
-int num_threads() { return omp_get_max_threads(); }
 
 void check_tokenizer_fits(const Tokenizer& tokenizer, int32_t model_vocab) {
     if (tokenizer.n_vocab() > model_vocab) {

@@ -104,8 +104,4 @@ private:
     const Tokenizer& tokenizer_;
 };
 
-// Threads for the forward pass (OpenMP); n <= 0 picks the number of hardware threads.
-void set_num_threads(int n);
-int num_threads();
-
 }  // namespace kvec

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "engine/generator.h"
+#include "util/threads.h"
 
 namespace kvec {
 

@@ -14,7 +14,7 @@
 #include "tensor/int8_decode.h"
 #include "tensor/int8_gemm.h"
 #include "tensor/kernels.h"
-#include "tensor/matmul.h"
+#include "tensor/dispatch.h"
 #include "tensor/ops.h"
 #include "util/error.h"
 #include "util/fp16.h"

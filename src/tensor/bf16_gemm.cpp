@@ -14,7 +14,7 @@
 
 #include "tensor/avx512.h"
 #include "tensor/kernels.h"
-#include "util/cpu.h"
+#include "tensor/dispatch.h"
 #include "util/error.h"
 #include "util/fp16.h"
 
@@ -135,13 +135,8 @@ KVEC_BF16 void tile_rows(const uint16_t* xb, int64_t nx, int64_t ldx, const uint
 }  // namespace
 
 bool supported() {
-    static const bool yes = [] {
-        __builtin_cpu_init();
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16") &&
-               kvec::cpu_has_f16c();
-    }();
-    return yes;
+    const CpuFeatures& f = cpu_features();
+    return f.avx512f && f.avx512bw && f.avx512vl && f.avx512bf16 && f.avx2_fma_f16c;
 }
 
 bool enabled() { return supported() && kernels::avx512_enabled(); }

@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "tensor/kernels.h"
-#include "tensor/matmul.h"
+#include "tensor/dispatch.h"
 #include "util/error.h"
 
 namespace kvec::int8::decode {

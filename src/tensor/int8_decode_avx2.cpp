@@ -11,7 +11,7 @@
 #include <cstring>
 
 #include "quant/blocks.h"
-#include "tensor/matmul.h"
+#include "tensor/dispatch.h"
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")

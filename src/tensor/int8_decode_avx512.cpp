@@ -15,6 +15,7 @@
 
 #include "quant/blocks.h"
 #include "tensor/avx512.h"
+#include "tensor/dispatch.h"
 #include "tensor/kernels.h"
 
 #pragma GCC push_options
@@ -231,11 +232,7 @@ namespace kvec::int8::decode {
 
 namespace {
 bool cpu_has_avx512_kernels() {
-    static const bool cpu = [] {
-        __builtin_cpu_init();
-        return vnni_supported() && __builtin_cpu_supports("avx512vl");
-    }();
-    return cpu;
+    return vnni_supported() && cpu_features().avx512vl;
 }
 }  // namespace
 

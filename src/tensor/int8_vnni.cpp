@@ -21,6 +21,7 @@
 
 #include "quant/blocks.h"
 #include "tensor/avx512.h"
+#include "tensor/dispatch.h"
 #include "tensor/int8_gemm.h"
 #include "tensor/kernels.h"
 #include "util/error.h"
@@ -278,12 +279,8 @@ void gemm_rows(const QuantRows& x, int64_t nx, const Rows& rows, int64_t nw, flo
 }  // namespace
 
 bool vnni_supported() {
-    static const bool yes = [] {
-        __builtin_cpu_init();
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512vnni");
-    }();
-    return yes;
+    const CpuFeatures& f = cpu_features();
+    return f.avx512f && f.avx512bw && f.avx512vnni;
 }
 
 bool vnni_enabled() { return vnni_supported() && kernels::avx512_enabled(); }

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "gguf/ggml_type.h"
+#include "tensor/dispatch.h"
 
 namespace kvec::kernels {
 
@@ -32,14 +33,6 @@ void tile_prepacked_f16_avx2(const float* xp, int64_t nx, const uint16_t* w, int
                              float* y, int64_t ldy);
 void tile_prepacked_bf16_avx2(const float* xp, int64_t nx, const uint16_t* w, int64_t nw, int64_t ldw, int64_t k,
                               float* y, int64_t ldy);
-// Where the CPU has AVX-512F, the prepacked tiles use 512-bit vectors against 32-row panels and
-// one-row F16/BF16 decode reads each weight row as one 512-bit stream (on by default there; the
-// environment variable KVEC_AVX512=0 keeps the 256-bit kernels, and with them the VNNI and BF16
-// kernels). Tests switch between the two; switching on where the CPU lacks AVX-512F throws
-// kvec::Error.
-bool avx512_supported();
-bool avx512_enabled();
-void set_avx512(bool on);
 // Q8_0 rows (row_bytes apart, k a multiple of 32) dequantised while packing.
 void tile_prepacked_q8_0_avx2(const float* xp, int64_t nx, const uint8_t* w, size_t row_bytes, int64_t nw, int64_t k,
                               float* y, int64_t ldy);

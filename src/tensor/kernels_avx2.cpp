@@ -282,20 +282,6 @@ KVEC_AVX512 void micro_packed_512(const float* xg, int mi, const float* panel, i
 }
 #undef KVEC_AVX512
 
-bool cpu_has_avx512() {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f");
-}
-
-// On where the CPU has AVX-512F, unless the environment sets KVEC_AVX512=0.
-std::atomic<bool>& avx512_choice() {
-    static std::atomic<bool> on{cpu_has_avx512() && [] {
-        const char* e = std::getenv("KVEC_AVX512");
-        return e == nullptr || std::string(e) != "0";
-    }()};
-    return on;
-}
-
 // Panels of NR weight rows, micro: the 6 x NR register tile for that width.
 template <int NR, class Rows, class Micro>
 void tile_panels(const float* xp, int64_t nx, const Rows& rows, int64_t nw, int64_t k, float* y, int64_t ldy,
@@ -319,7 +305,7 @@ void tile_panels(const float* xp, int64_t nx, const Rows& rows, int64_t nw, int6
 
 template <class Rows>
 void tile_prepacked(const float* xp, int64_t nx, const Rows& rows, int64_t nw, int64_t k, float* y, int64_t ldy) {
-    if (avx512_choice().load(std::memory_order_relaxed)) {
+    if (avx512_enabled()) {
         tile_panels<kNR512>(xp, nx, rows, nw, k, y, ldy, micro_packed_512);
     } else {
         tile_panels<kNR>(xp, nx, rows, nw, k, y, ldy, micro_packed);
@@ -348,12 +334,6 @@ void tile_prepacked_q8_0_avx2(const float* xp, int64_t nx, const uint8_t* w, siz
     tile_prepacked(xp, nx, Q80Rows{w, row_bytes}, nw, k, y, ldy);
 }
 
-bool avx512_supported() { return cpu_has_avx512(); }
-bool avx512_enabled() { return avx512_choice().load(std::memory_order_relaxed); }
-void set_avx512(bool on) {
-    if (on && !cpu_has_avx512()) fail("this CPU has no AVX-512F");
-    avx512_choice().store(on, std::memory_order_relaxed);
-}
 
 void tile_avx2(const float* x, int64_t nx, int64_t ldx, const float* w, int64_t nw, int64_t ldw,
                int64_t k, float* y, int64_t ldy) {
@@ -1138,11 +1118,6 @@ bool values_in_place_avx2(GgmlType) { return false; }
 void attention_values_quant_avx2(GgmlType, const float*, int64_t, int64_t, const uint8_t*, int64_t, int64_t, float*,
                                  int64_t) {
     KVEC_CHECK(false && "AVX2 kernel called in a build without AVX2");
-}
-bool avx512_supported() { return false; }
-bool avx512_enabled() { return false; }
-void set_avx512(bool on) {
-    if (on) fail("this build has no AVX-512 kernels");
 }
 void keys_t_f32_avx2(const float*, int64_t, int64_t, float*, int64_t) {
     KVEC_CHECK(false && "AVX2 kernel called in a build without AVX2");

@@ -15,7 +15,6 @@
 #include "tensor/int8_gemm.h"
 #include "tensor/kernels.h"
 #include "tensor/ops.h"
-#include "util/cpu.h"
 #include "util/error.h"
 
 namespace kvec {
@@ -34,23 +33,6 @@ constexpr int64_t kActBlock = 256;
 // L2): each weight panel is converted and transposed once per 512-row prefill chunk
 // (docs/performance.md: pp512 F16 +2-8 % over 256).
 constexpr int64_t kBf16ActBlock = 512;
-
-bool cpu_has_avx2() {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           kvec::cpu_has_f16c();
-#else
-    return false;
-#endif
-}
-
-CpuKernel detect_kernel() { return cpu_has_avx2() ? CpuKernel::Avx2 : CpuKernel::Generic; }
-
-std::atomic<CpuKernel>& kernel_choice() {
-    static std::atomic<CpuKernel> choice{detect_kernel()};
-    return choice;
-}
 
 TileKernel tile_for(CpuKernel k) {
     return k == CpuKernel::Avx2 ? &kernels::tile_avx2 : &kernels::tile_generic;
@@ -424,18 +406,8 @@ void matmul_panels(const float* x, int64_t n, const WeightView& w, float* y) {
     }
 }
 
-MatmulPrecision precision_from_env() {
-    const char* v = std::getenv("KVEC_MATMUL");
-    return v != nullptr && std::strcmp(v, "exact") == 0 ? MatmulPrecision::Exact : MatmulPrecision::Fast;
-}
-
-std::atomic<MatmulPrecision>& precision_choice() {
-    static std::atomic<MatmulPrecision> choice{precision_from_env()};
-    return choice;
-}
-
 bool use_int8(const WeightView& w) {
-    return precision_choice().load(std::memory_order_relaxed) == MatmulPrecision::Fast &&
+    return matmul_precision() == MatmulPrecision::Fast &&
            active_cpu_kernel() == CpuKernel::Avx2 && int8::has_panel_form(w.type) && w.n_in % int8::kBlock == 0;
 }
 
@@ -461,26 +433,7 @@ MatmulFn implementation_for(GgmlType type) {
 
 }  // namespace
 
-TileKernel tile_kernel() { return tile_for(kernel_choice().load(std::memory_order_relaxed)); }
-
-CpuKernel active_cpu_kernel() { return kernel_choice().load(std::memory_order_relaxed); }
-
-const char* cpu_kernel_name(CpuKernel kernel) {
-    return kernel == CpuKernel::Avx2 ? "avx2+fma+f16c" : "generic";
-}
-
-bool cpu_kernel_supported(CpuKernel kernel) {
-    return kernel == CpuKernel::Generic || cpu_has_avx2();
-}
-
-void set_cpu_kernel(CpuKernel kernel) {
-    if (!cpu_kernel_supported(kernel)) fail("this CPU does not support the {} kernel", cpu_kernel_name(kernel));
-    kernel_choice().store(kernel, std::memory_order_relaxed);
-}
-
-void set_matmul_precision(MatmulPrecision p) { precision_choice().store(p, std::memory_order_relaxed); }
-
-MatmulPrecision matmul_precision() { return precision_choice().load(std::memory_order_relaxed); }
+TileKernel tile_kernel() { return tile_for(active_cpu_kernel()); }
 
 std::string matmul_backend_description() {
     const bool avx2 = active_cpu_kernel() == CpuKernel::Avx2;

@@ -27,6 +27,7 @@
 #include <span>
 #include <string>
 
+#include "tensor/dispatch.h"
 #include "tensor/weight.h"
 
 namespace kvec {
@@ -49,32 +50,8 @@ void matmul_group(const float* x, int64_t n, std::span<const MatmulOut> outs);
 using TileKernel = void (*)(const float* x, int64_t nx, int64_t ldx, const float* w, int64_t nw,
                             int64_t ldw, int64_t k, float* y, int64_t ldy);
 
-enum class CpuKernel { Generic, Avx2 };
-
-// The tile kernel in use (chosen from the CPU on first use).
+// The tile kernel in use (of the active kernel family, tensor/dispatch.h).
 TileKernel tile_kernel();
-CpuKernel active_cpu_kernel();
-const char* cpu_kernel_name(CpuKernel kernel);
-bool cpu_kernel_supported(CpuKernel kernel);
-// Forces a kernel (tests compare kernels; throws kvec::Error if the CPU lacks it).
-void set_cpu_kernel(CpuKernel kernel);
-
-// Precision of matmul() for quantised weights.
-//   Fast:  with fewer than kernels::kPackedMinRows rows (decode), activations are quantised to
-//          int8 (blocks of 32, one float scale each) and multiplied with int8 dot products (as
-//          llama.cpp does, which quantises them in blocks of 256 for the K-quants; see
-//          int8_gemm.h for the error bound). Prefill is float32, except on
-//          CPUs with AVX-512 VNNI (quantised types: int8 as in decode, from 5 rows on) and
-//          AVX-512 BF16 (F16 and BF16 weights from 5 rows on: both operands rounded to bf16,
-//          bf16_gemm.h), so results there differ slightly from other CPUs'. The default on CPUs
-//          with AVX2; elsewhere matmul() is exact.
-//   Exact: weights dequantised to float and multiplied in float32 (what the PyTorch reference
-//          computes; the parity tests use it), on every CPU.
-// The initial value comes from the environment: KVEC_MATMUL=exact selects Exact.
-// F32 weights are always multiplied in float32, F16/BF16 too except in Fast prefill (above).
-enum class MatmulPrecision { Fast, Exact };
-void set_matmul_precision(MatmulPrecision precision);
-MatmulPrecision matmul_precision();
 
 // dst[n] = the fp16 values src[n] as float (F16C when the CPU has it). Used for F16 KV caches.
 void convert_fp16_to_fp32(const uint16_t* src, float* dst, int64_t n);

@@ -8,7 +8,7 @@
 #include "quant/quant.h"
 #include "tensor/int8_gemm.h"
 #include "tensor/kernels.h"
-#include "tensor/matmul.h"
+#include "tensor/dispatch.h"
 #include "util/error.h"
 #include "util/fp16.h"
 
