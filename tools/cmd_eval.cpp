@@ -3,7 +3,6 @@
 // agreement with the full cache over a text. All logic is in src/eval; this file maps flags,
 // keeps the output directory (config, resumable predictions) and prints. See docs/evaluation.md.
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <ctime>
@@ -105,196 +104,6 @@ std::string now_iso8601() {
     char buf[32];
     std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
     return buf;
-}
-
-// Reads predictions.jsonl for a resume. A torn last line (a killed write) is dropped; a line that
-// is not a valid record (damage from elsewhere) is moved to predictions.jsonl.damaged and a
-// repeated record is dropped, and the file is then rewritten atomically without them: a resume
-// never needs --overwrite. The dropped samples are run again.
-std::vector<eval::EvalRecord> load_predictions(const std::string& path) {
-    std::vector<eval::EvalRecord> out;
-    if (!fs::exists(path)) return out;
-    std::ifstream in(path, std::ios::binary);
-    if (!in) fail("cannot read '{}'", path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    const std::string text = ss.str();
-    std::string kept, damaged;
-    size_t pos = 0, line = 0, bad = 0, repeated = 0;
-    bool torn = false;
-    std::set<eval::RecordKey> keys;
-    while (pos < text.size()) {
-        const size_t nl = text.find('\n', pos);
-        ++line;
-        if (nl == std::string::npos) {  // no newline: a torn last write
-            torn = true;
-            break;
-        }
-        const std::string body = text.substr(pos, nl - pos);
-        pos = nl + 1;
-        if (body.empty()) continue;
-        const std::string where = fmt::format("{}:{}", path, line);
-        try {
-            const auto j = eval::parse_jsonl_line(body, where);
-            if (!j) continue;
-            eval::EvalRecord r = eval::record_from_json(*j, where);
-            if (!keys.insert({r.id, r.policy, r.budget}).second) {
-                ++repeated;
-                continue;
-            }
-            out.push_back(std::move(r));
-            kept += body + "\n";
-        } catch (const Error& e) {
-            ++bad;
-            damaged += body + "\n";
-            fmt::print(stderr, "note: {}\n", escape_control(e.what()));
-        }
-    }
-    if (torn) fmt::print(stderr, "note: dropping an incomplete last line of {} (interrupted write)\n", path);
-    if (bad > 0) {
-        std::ofstream(path + ".damaged", std::ios::binary | std::ios::app) << damaged;
-        fmt::print(stderr, "note: {} damaged line(s) of {} moved to {}.damaged; their samples run again\n", bad,
-                   path, path);
-    }
-    if (repeated > 0) fmt::print(stderr, "note: {} repeated record(s) of {} dropped\n", repeated, path);
-    if (torn || bad > 0 || repeated > 0) write_file_atomic(path, kept);
-    return out;
-}
-
-// The cost of every invocation of a run: one file per invocation in <out>/invocations/, rewritten
-// (atomically) after every record, so that a killed invocation's cost up to its last record is
-// kept in the totals.
-struct InvocationCosts {
-    std::string dir;
-    std::string mine;  // this invocation's file
-
-    explicit InvocationCosts(const std::string& out_dir)
-        : dir(out_dir + "/invocations"),
-          mine(dir + "/" + fmt::format("{}-{}.json", now_compact(), ::getpid())) {}
-
-    static std::string now_compact() {
-        const std::time_t t = std::time(nullptr);
-        char buf[32];
-        std::strftime(buf, sizeof buf, "%Y%m%dT%H%M%SZ", std::gmtime(&t));
-        return buf;
-    }
-
-    void record(const eval::SweepStats& st) const {
-        nlohmann::ordered_json j = {{"wall_seconds", st.wall_seconds},     {"prefill_seconds", st.prefill_seconds},
-                                    {"replay_seconds", st.replay_seconds}, {"decode_seconds", st.decode_seconds},
-                                    {"prefills", st.prefills},             {"generations", st.generations}};
-        write_file_atomic(mine, j.dump(2) + "\n");
-    }
-
-    // Sums of every invocation's figures (this one's included once it has recorded), and their count.
-    nlohmann::json totals() const {
-        nlohmann::json sum = nlohmann::json::object();
-        int64_t n = 0;
-        std::error_code ec;
-        for (const auto& e : fs::directory_iterator(dir, ec)) {
-            if (e.path().extension() != ".json") continue;
-            try {
-                std::ifstream in(e.path());
-                const nlohmann::json j = nlohmann::json::parse(in);
-                for (const auto& [k, v] : j.items()) {
-                    if (v.is_number()) sum[k] = sum.value(k, 0.0) + v.get<double>();
-                }
-                n += j.value("invocations", int64_t{1});
-            } catch (const nlohmann::json::exception&) {
-                fmt::print(stderr, "note: ignoring the unreadable cost file {}\n", e.path().string());
-            }
-        }
-        sum["invocations"] = n;
-        return sum;
-    }
-};
-
-void write_fidelity(const eval::FidelityReport& rep, const std::vector<eval::PolicyChoice>& policies,
-                    const std::vector<int64_t>& budgets, const std::string& dir, const std::string& header) {
-    nlohmann::ordered_json j;
-    j["prefix"] = rep.prefix;
-    j["continuation"] = rep.continuation;
-    j["segments"] = rep.segments;
-    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
-    std::string md = header;
-    md += fmt::format("\nPrompt {} tokens, continuation {} tokens (teacher-forced), {} segment(s).\n\n", rep.prefix,
-                      rep.continuation, rep.segments);
-    md += fmt::format("Continuation NLL with the full cache: {:.4f} nats per token (PPL {:.3f}). Intervals: 95 % "
-                      "bootstrap over segments ({} resamples, seed {}); paired over the same segments.\n\n",
-                      rep.full_nll_mean, std::exp(rep.full_nll_mean), eval::kBootstrapResamples, eval::kBootstrapSeed);
-    md += "| policy | budget | KL mean (nats) | KL max | top-1 agreement | NLL | PPL | NLL - full NLL | C_head | KV bytes | mode |\n"
-          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
-    std::string csv = "policy,budget,kl_mean,kl_max,top1,nll,ppl,dnll_full,dnll_full_lo,dnll_full_hi,c_head,kv_bytes,steps,mode\n";
-    for (size_t i = 0; i < rep.rows.size(); ++i) {
-        const auto& r = rep.rows[i];
-        const eval::Estimate vs_full = eval::paired_nll(rep, i, -1);
-        rows.push_back({{"policy", r.policy}, {"budget", r.budget}, {"kl_mean", r.kl_mean}, {"kl_max", r.kl_max},
-                        {"top1", r.top1}, {"nll", r.nll_mean}, {"dnll_full", {{"mean", vs_full.mean}, {"lo", vs_full.lo}, {"hi", vs_full.hi}}},
-                        {"segment_nll", r.segment_nll}, {"c_head", r.c_head}, {"kv_bytes", r.kv_bytes}, {"steps", r.steps},
-                        {"mode", r.mode}});
-        md += fmt::format("| {} | {} | {:.5f} | {:.5f} | {:.4f} | {:.4f} | {:.3f} | {} | {:.3f} | {:.0f} | {} |\n", r.policy,
-                          r.budget == 0 ? std::string("-") : std::to_string(r.budget), r.kl_mean, r.kl_max, r.top1,
-                          r.nll_mean, std::exp(r.nll_mean), eval::format_estimate(vs_full, 4, true), r.c_head,
-                          r.kv_bytes, r.mode);
-        csv += fmt::format("{},{},{:.8f},{:.8f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.1f},{},{}\n", eval::csv_quote(r.policy),
-                           r.budget, r.kl_mean, r.kl_max, r.top1, r.nll_mean, std::exp(r.nll_mean), vs_full.mean,
-                           vs_full.lo, vs_full.hi, r.c_head, r.kv_bytes, r.steps, r.mode);
-    }
-    // Paired NLL differences between the policies at each budget: every pair in the CSV, the
-    // comparisons of the kvec policies (registry name) in the table.
-    std::string pcsv = "policy_a,policy_b,budget,dnll,lo,hi,p_above,segments\n";
-    std::string ptable;
-    for (size_t a = 0; a < rep.rows.size(); ++a) {
-        for (size_t b = 0; b < rep.rows.size(); ++b) {
-            if (a == b || rep.rows[a].budget != rep.rows[b].budget || rep.rows[a].budget == 0) continue;
-            const eval::Estimate d = eval::paired_nll(rep, a, static_cast<int64_t>(b));
-            if (a < b) {
-                pcsv += fmt::format("{},{},{},{:.6f},{:.6f},{:.6f},{:.4f},{}\n", eval::csv_quote(rep.rows[a].policy),
-                                    eval::csv_quote(rep.rows[b].policy),
-                                    rep.rows[a].budget, d.mean, d.lo, d.hi, d.p_above, d.n);
-            }
-            const auto pa = std::find_if(policies.begin(), policies.end(),
-                                         [&](const eval::PolicyChoice& p) { return p.label == rep.rows[a].policy; });
-            if (pa != policies.end() && pa->name == "kvec") {
-                ptable += fmt::format("| {} | {} | {} | {} {}|\n", rep.rows[a].policy, rep.rows[b].policy,
-                                      rep.rows[a].budget, eval::format_estimate(d, 4, true),
-                                      d.hi < 0 ? "▲ lower NLL " : d.lo > 0 ? "▼ higher NLL " : "");
-            }
-        }
-    }
-    if (!ptable.empty()) {
-        md += "\nPaired per-segment NLL difference (first - second, nats per token; negative = the first predicts the "
-              "continuation better; ▲/▼ where the interval excludes 0):\n\n| policy | against | budget | NLL difference |\n"
-              "|---|---|---:|---:|\n" + ptable;
-    }
-    eval::write_text_file(dir + "/fidelity_paired.csv", pcsv);
-    j["results"] = rows;
-    eval::write_text_file(dir + "/fidelity.json", j.dump(2) + "\n");
-    eval::write_text_file(dir + "/fidelity.md", md);
-    eval::write_text_file(dir + "/fidelity.csv", csv);
-    std::vector<std::string> labels;  // [policies]
-    std::vector<bool> budgeted;       // [policies]
-    for (const auto& p : policies) {
-        labels.push_back(p.label);
-        budgeted.push_back(p.budgeted);
-    }
-    auto plot = [&](const std::string& title, const std::string& ylabel, auto value, const std::string& file,
-                    double y_min, double y_max) {
-        auto y = [&](size_t p, int64_t b) {
-            double v = NAN;
-            for (const auto& r : rep.rows) {
-                if (r.policy == labels[p] && (!budgeted[p] || r.budget == b)) v = value(r);
-            }
-            return v;
-        };
-        eval::write_line_plot_png(eval::budget_plot(title, ylabel, budgets, labels, budgeted, y, y_min, y_max),
-                                  dir + "/" + file);
-    };
-    plot("Fidelity: KL(full || compressed) vs KV budget", "mean KL divergence (nats)",
-         [](const eval::FidelityRow& r) { return r.kl_mean; }, "fidelity_kl.png", 0.0, NAN);
-    plot("Fidelity: top-1 agreement with the full cache vs KV budget", "top-1 agreement",
-         [](const eval::FidelityRow& r) { return r.top1; }, "fidelity_top1.png", 0.0, 1.05);
-    fmt::print("{}", md);
 }
 
 int run_eval(const EvalOptions& o) {
@@ -485,55 +294,14 @@ int run_eval(const EvalOptions& o) {
         header += fmt::format("KV cache {}; reference: the full cache of {}.\n", kv_types_name(so.kv_type_k, so.kv_type_v),
                               reference ? kv_types_name(reference->options().kv_type_k, reference->options().kv_type_v)
                                         : kv_types_name(so.kv_type_k, so.kv_type_v));
-        write_fidelity(rep, policies, budgets, out_dir, header);
+        eval::write_fidelity_outputs(rep, policies, budgets, out_dir, header);
         fmt::print(stderr, "fidelity: {} combinations in {:.1f} s; results in {}/\n", combos.size(), t.seconds(), out_dir);
         return 0;
     }
 
-    // Resume: the same run configuration continues; another one needs --overwrite or --out. Files
-    // are written atomically, so config.json is never torn by kvec; one that is unreadable all the
-    // same is rewritten (each prediction names its sample, policy and budget).
-    const std::string invocations_dir = out_dir + "/invocations";
-    auto discard = [&] {
-        fs::remove(pred_path, ec);
-        fs::remove_all(invocations_dir, ec);
-    };
-    if (fs::exists(config_path)) {
-        std::ifstream in(config_path);
-        nlohmann::json old;
-        bool readable = true;
-        try {
-            old = nlohmann::json::parse(in);
-        } catch (const nlohmann::json::exception& e) {
-            readable = false;
-            fmt::print(stderr, "note: '{}' is not valid JSON ({}); it is written again for this run, and the "
-                       "predictions in '{}' are kept\n", config_path, e.what(), pred_path);
-        }
-        const bool same = !readable || (old.contains("run") && old["run"] == nlohmann::json(run));
-        if (!same && !o.overwrite) {
-            fail("'{}' holds a different run (model, data, policies, budgets or options differ); use another --out, "
-                 "or --overwrite to discard it", out_dir);
-        }
-        if (!same || o.overwrite) discard();
-        // Runs made before the cost files kept their totals in metrics.json: carry them over once.
-        if (same && !o.overwrite && !fs::exists(invocations_dir) && fs::exists(out_dir + "/metrics.json")) {
-            try {
-                std::ifstream min(out_dir + "/metrics.json");
-                const nlohmann::json m = nlohmann::json::parse(min);
-                if (m.contains("total") && m["total"].is_object()) {
-                    fs::create_directories(invocations_dir, ec);
-                    write_file_atomic(invocations_dir + "/earlier.json", m["total"].dump(2) + "\n");
-                }
-            } catch (const nlohmann::json::exception&) {
-            }
-        }
-    } else if (o.overwrite) {
-        discard();
-    }
+    eval::open_run_dir(out_dir, run, o.overwrite);
     eval::write_text_file(config_path, config.dump(2) + "\n");
-    fs::create_directories(invocations_dir, ec);
-    if (ec) fail("cannot create '{}': {}", invocations_dir, ec.message());
-    const InvocationCosts costs(out_dir);
+    const eval::InvocationCosts costs(out_dir);
 
     eval::ItemOptions io;
     io.suite = o.suite;
@@ -580,7 +348,7 @@ int run_eval(const EvalOptions& o) {
                    items_total);
     }
 
-    std::vector<eval::EvalRecord> records = load_predictions(pred_path);
+    std::vector<eval::EvalRecord> records = eval::load_predictions(pred_path);
     std::set<eval::RecordKey> done;
     for (const auto& r : records) done.insert({r.id, r.policy, r.budget});
     if (!records.empty()) fmt::print(stderr, "resuming: {} predictions already in {}\n", records.size(), pred_path);

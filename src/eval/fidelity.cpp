@@ -1,10 +1,15 @@
 #include "eval/fidelity.h"
 
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
+#include "eval/plot.h"
 #include "eval/prefill_share.h"
+#include "eval/report.h"
 #include "policy/coverage_probe.h"
 #include "policy/registry.h"
 #include "sampling/sampler.h"
@@ -251,6 +256,94 @@ PerplexityResult perplexity(Session& session, const Tokenizer& tokenizer, const 
     r.kv_bytes = kv / r.n_chunks;
     r.c_head = c_head / r.n_chunks;
     return r;
+}
+
+void write_fidelity_outputs(const FidelityReport& rep, const std::vector<PolicyChoice>& policies,
+                            const std::vector<int64_t>& budgets, const std::string& dir, const std::string& header) {
+    nlohmann::ordered_json j;
+    j["prefix"] = rep.prefix;
+    j["continuation"] = rep.continuation;
+    j["segments"] = rep.segments;
+    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+    std::string md = header;
+    md += fmt::format("\nPrompt {} tokens, continuation {} tokens (teacher-forced), {} segment(s).\n\n", rep.prefix,
+                      rep.continuation, rep.segments);
+    md += fmt::format("Continuation NLL with the full cache: {:.4f} nats per token (PPL {:.3f}). Intervals: 95 % "
+                      "bootstrap over segments ({} resamples, seed {}); paired over the same segments.\n\n",
+                      rep.full_nll_mean, std::exp(rep.full_nll_mean), kBootstrapResamples, kBootstrapSeed);
+    md += "| policy | budget | KL mean (nats) | KL max | top-1 agreement | NLL | PPL | NLL - full NLL | C_head | KV bytes | mode |\n"
+          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
+    std::string csv = "policy,budget,kl_mean,kl_max,top1,nll,ppl,dnll_full,dnll_full_lo,dnll_full_hi,c_head,kv_bytes,steps,mode\n";
+    for (size_t i = 0; i < rep.rows.size(); ++i) {
+        const auto& r = rep.rows[i];
+        const Estimate vs_full = paired_nll(rep, i, -1);
+        rows.push_back({{"policy", r.policy}, {"budget", r.budget}, {"kl_mean", r.kl_mean}, {"kl_max", r.kl_max},
+                        {"top1", r.top1}, {"nll", r.nll_mean}, {"dnll_full", {{"mean", vs_full.mean}, {"lo", vs_full.lo}, {"hi", vs_full.hi}}},
+                        {"segment_nll", r.segment_nll}, {"c_head", r.c_head}, {"kv_bytes", r.kv_bytes}, {"steps", r.steps},
+                        {"mode", r.mode}});
+        md += fmt::format("| {} | {} | {:.5f} | {:.5f} | {:.4f} | {:.4f} | {:.3f} | {} | {:.3f} | {:.0f} | {} |\n", r.policy,
+                          r.budget == 0 ? std::string("-") : std::to_string(r.budget), r.kl_mean, r.kl_max, r.top1,
+                          r.nll_mean, std::exp(r.nll_mean), format_estimate(vs_full, 4, true), r.c_head,
+                          r.kv_bytes, r.mode);
+        csv += fmt::format("{},{},{:.8f},{:.8f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.1f},{},{}\n", csv_quote(r.policy),
+                           r.budget, r.kl_mean, r.kl_max, r.top1, r.nll_mean, std::exp(r.nll_mean), vs_full.mean,
+                           vs_full.lo, vs_full.hi, r.c_head, r.kv_bytes, r.steps, r.mode);
+    }
+    // Paired NLL differences between the policies at each budget: every pair in the CSV, the
+    // comparisons of the kvec policies (registry name) in the table.
+    std::string pcsv = "policy_a,policy_b,budget,dnll,lo,hi,p_above,segments\n";
+    std::string ptable;
+    for (size_t a = 0; a < rep.rows.size(); ++a) {
+        for (size_t b = 0; b < rep.rows.size(); ++b) {
+            if (a == b || rep.rows[a].budget != rep.rows[b].budget || rep.rows[a].budget == 0) continue;
+            const Estimate d = paired_nll(rep, a, static_cast<int64_t>(b));
+            if (a < b) {
+                pcsv += fmt::format("{},{},{},{:.6f},{:.6f},{:.6f},{:.4f},{}\n", csv_quote(rep.rows[a].policy),
+                                    csv_quote(rep.rows[b].policy),
+                                    rep.rows[a].budget, d.mean, d.lo, d.hi, d.p_above, d.n);
+            }
+            const auto pa = std::find_if(policies.begin(), policies.end(),
+                                         [&](const PolicyChoice& p) { return p.label == rep.rows[a].policy; });
+            if (pa != policies.end() && pa->name == "kvec") {
+                ptable += fmt::format("| {} | {} | {} | {} {}|\n", rep.rows[a].policy, rep.rows[b].policy,
+                                      rep.rows[a].budget, format_estimate(d, 4, true),
+                                      d.hi < 0 ? "▲ lower NLL " : d.lo > 0 ? "▼ higher NLL " : "");
+            }
+        }
+    }
+    if (!ptable.empty()) {
+        md += "\nPaired per-segment NLL difference (first - second, nats per token; negative = the first predicts the "
+              "continuation better; ▲/▼ where the interval excludes 0):\n\n| policy | against | budget | NLL difference |\n"
+              "|---|---|---:|---:|\n" + ptable;
+    }
+    write_text_file(dir + "/fidelity_paired.csv", pcsv);
+    j["results"] = rows;
+    write_text_file(dir + "/fidelity.json", j.dump(2) + "\n");
+    write_text_file(dir + "/fidelity.md", md);
+    write_text_file(dir + "/fidelity.csv", csv);
+    std::vector<std::string> labels;  // [policies]
+    std::vector<bool> budgeted;       // [policies]
+    for (const auto& p : policies) {
+        labels.push_back(p.label);
+        budgeted.push_back(p.budgeted);
+    }
+    auto plot = [&](const std::string& title, const std::string& ylabel, auto value, const std::string& file,
+                    double y_min, double y_max) {
+        auto y = [&](size_t p, int64_t b) {
+            double v = NAN;
+            for (const auto& r : rep.rows) {
+                if (r.policy == labels[p] && (!budgeted[p] || r.budget == b)) v = value(r);
+            }
+            return v;
+        };
+        write_line_plot_png(budget_plot(title, ylabel, budgets, labels, budgeted, y, y_min, y_max),
+                                  dir + "/" + file);
+    };
+    plot("Fidelity: KL(full || compressed) vs KV budget", "mean KL divergence (nats)",
+         [](const FidelityRow& r) { return r.kl_mean; }, "fidelity_kl.png", 0.0, NAN);
+    plot("Fidelity: top-1 agreement with the full cache vs KV budget", "top-1 agreement",
+         [](const FidelityRow& r) { return r.top1; }, "fidelity_top1.png", 0.0, 1.05);
+    fmt::print("{}", md);
 }
 
 }  // namespace kvec::eval

@@ -126,6 +126,11 @@ struct PerplexityResult {
 PerplexityResult perplexity(Session& session, const Tokenizer& tokenizer, const std::vector<int32_t>& tokens,
                             const PerplexityOptions& options);
 
+// fidelity.json, .md, .csv, fidelity_paired.csv and the KL / top-1 plots of a fidelity run in `dir`
+// (markdown after `header`); prints the markdown.
+void write_fidelity_outputs(const FidelityReport& rep, const std::vector<PolicyChoice>& policies,
+                            const std::vector<int64_t>& budgets, const std::string& dir, const std::string& header);
+
 // The whole text with BOS when the vocabulary adds one, special-token text not parsed (llama.cpp).
 std::vector<int32_t> tokenize_for_perplexity(const Tokenizer& tokenizer, const std::string& text);
 
