@@ -167,15 +167,10 @@ int run_eval(const EvalOptions& o) {
         heldout_fidelity ? eval::parse_heldout_split(o.fidelity.substr(8)) : eval::HeldoutSplit::All;
     if (fidelity && !heldout_fidelity) check_readable_file(o.fidelity, "fidelity text file");
 
-    set_num_threads(o.threads);
-    auto model = Model::load(o.model, o.load);
-    const Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
-    SessionOptions so;
-    so.n_ctx = o.ctx;
-    so.n_batch = o.batch;
-    so.kv_type_k = o.kv.key_type();
-    so.kv_type_v = o.kv.value_type();
-    Session session(*model, so);
+    const auto [model, tokenizer] = open_model(o.model, o.load, o.threads);
+    const std::unique_ptr<Session> opened = open_session(*model, o.ctx, o.batch, o.kv.key_type(), o.kv.value_type());
+    Session& session = *opened;
+    const SessionOptions& so = session.options();
     Generator generator(session, tokenizer);
     // --reference-kv-type: the fidelity reference is a full cache of that type (keys and values),
     // in a second session over the same model and context.

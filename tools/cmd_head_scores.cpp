@@ -40,9 +40,7 @@ int run_head_scores(const HeadScoresOptions& o) {
     check_threads(o.threads);
     if (o.samples < 1) fail("--samples must be at least 1, got {}", o.samples);
     if (o.top_k < 1) fail("--top-k must be at least 1, got {}", o.top_k);
-    set_num_threads(o.threads);
-    auto model = Model::load(o.model, o.load);
-    const Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
+    const auto [model, tokenizer] = open_model(o.model, o.load, o.threads);
     Session session(*model, SessionOptions{});
     Generator generator(session, tokenizer);
 

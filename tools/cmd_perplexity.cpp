@@ -61,15 +61,10 @@ int run_perplexity(const PerplexityCmdOptions& o) {
         fail("--budget needs --policy");
     }
 
-    set_num_threads(o.threads);
-    auto model = Model::load(o.model, o.load);
-    const Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
-    SessionOptions so;
-    so.n_ctx = o.ctx;
-    so.n_batch = o.batch;
-    so.kv_type_k = o.kv.key_type();
-    so.kv_type_v = o.kv.value_type();
-    Session session(*model, so);
+    const auto [model, tokenizer] = open_model(o.model, o.load, o.threads);
+    const std::unique_ptr<Session> opened = open_session(*model, o.ctx, o.batch, o.kv.key_type(), o.kv.value_type());
+    Session& session = *opened;
+    const SessionOptions& so = session.options();
 
     std::ifstream in(o.file, std::ios::binary);
     std::stringstream ss;

@@ -187,15 +187,9 @@ int run(const RunOptions& o) {
     const KvType kv_type_k = o.kv.key_type(), kv_type_v = o.kv.value_type();
     auto [canonical, evictor] = resolve_policy(o);
 
-    set_num_threads(o.threads);
-    auto model = Model::load(o.model, o.load);
-    const Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
-    SessionOptions so;
-    so.n_ctx = o.ctx;
-    so.n_batch = o.chunk_given ? o.chunk : o.batch;
-    so.kv_type_k = kv_type_k;
-    so.kv_type_v = kv_type_v;
-    Session session(*model, so);
+    const auto [model, tokenizer] = open_model(o.model, o.load, o.threads);
+    const std::unique_ptr<Session> opened = open_session(*model, o.ctx, o.chunk_given ? o.chunk : o.batch, kv_type_k, kv_type_v);
+    Session& session = *opened;
     std::unique_ptr<policy::CoverageProbe> probe;
     if (evictor) {
         probe = std::make_unique<policy::CoverageProbe>(*evictor, o.coverage_window);

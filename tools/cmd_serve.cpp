@@ -51,9 +51,7 @@ int serve(ServeOptions o, bool budget_given, bool ratio_given) {
     sigaddset(&stop_signals, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-    set_num_threads(o.threads);
-    auto model = Model::load(o.model, o.load);
-    const Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
+    const auto [model, tokenizer] = open_model(o.model, o.load, o.threads);
     server::Server srv(*model, tokenizer, o.server);
     const int port = srv.bind();
     fmt::print(stderr, "model: {} ({})\n", o.model, model->summary());

@@ -7,10 +7,14 @@
 
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "kvcache/kv_cache.h"
+#include "model/model.h"
+#include "model/session.h"
+#include "tokenizer/tokenizer.h"
 #include "util/mapped_file.h"
 
 namespace kvec::tools {
@@ -39,6 +43,17 @@ void check_readable_file(const std::string& path, const char* what);  // throws 
 void check_threads(int threads);  // -t/--threads: >= 0 (0: all hardware threads); kvec::Error otherwise
 // --mmap / --no-mmap: how the model's weights come into memory (LoadMode); neither leaves `mode`.
 void add_load_flags(CLI::App* cmd, LoadMode& mode);
+
+// What the commands that run a model open first: the forward pass's threads set (-t), the model
+// loaded and its tokenizer (from the same file).
+struct OpenModel {
+    std::unique_ptr<Model> model;
+    Tokenizer tokenizer;
+};
+OpenModel open_model(const std::string& path, LoadMode load, int threads);
+// A session over `model`: context n_ctx (0: the training length), prefill chunks of n_batch, the
+// cache's key and value types.
+std::unique_ptr<Session> open_session(const Model& model, int32_t n_ctx, int32_t n_batch, KvType k, KvType v);
 
 // KV cache element types (kv_cache.h): --cache-type-k/-ctk and --cache-type-v/-ctv as llama.cpp
 // spells them (main() turns -ctk / -ctv into the long names: CLI11 cannot declare them), and

@@ -5,8 +5,25 @@
 
 #include "commands.h"
 #include "util/error.h"
+#include "util/threads.h"
 
 namespace kvec::tools {
+
+OpenModel open_model(const std::string& path, LoadMode load, int threads) {
+    set_num_threads(threads);
+    std::unique_ptr<Model> model = Model::load(path, load);
+    Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
+    return {std::move(model), std::move(tokenizer)};
+}
+
+std::unique_ptr<Session> open_session(const Model& model, int32_t n_ctx, int32_t n_batch, KvType k, KvType v) {
+    SessionOptions so;
+    so.n_ctx = n_ctx;
+    so.n_batch = n_batch;
+    so.kv_type_k = k;
+    so.kv_type_v = v;
+    return std::make_unique<Session>(model, so);
+}
 
 std::vector<std::string> split_commas(const std::string& s) {
     std::vector<std::string> out;
