@@ -21,7 +21,9 @@
 // its own column), and for tg tests the
 // bytes read per token (weights of the matrices + live KV entries) as a share of the measured
 // streaming-read bandwidth (--bandwidth, on by default; measured before and after each tg test,
-// the best of both, since on a shared machine it moves with the load).
+// the best of both, since on a shared machine it moves with the load), and the per-token fixed
+// cost: the time per token not explained by those bytes at that bandwidth (`fixed µs/t`,
+// 1 / (t/s) - bytes per token / bandwidth), which is what keeps small models from the limit.
 //
 // Output: -o md (default, a Markdown table), csv or json.
 #include <fmt/format.h>
@@ -210,6 +212,7 @@ struct BenchResult {
     double bytes_per_token = 0;   // tg: weights + live KV read per decode step
     double bandwidth = 0;         // tg: streaming-read bytes/s measured around the test (best)
     double bw_share = -1;         // tg: bytes_per_token * t/s / bandwidth
+    double fixed_seconds = -1;    // tg: time per token not explained by its bytes, 1/(t/s) - bytes_per_token / bandwidth
 };
 
 std::vector<int32_t> random_tokens(int n, int n_vocab, std::mt19937& rng) {
@@ -368,6 +371,9 @@ void run_test(const Model& model, const RunConfig& rc, const BenchTest& t, int r
     if (gen && probe != nullptr) {
         r.bandwidth = std::max(r.bandwidth, probe->measure(3));
         r.bw_share = r.bytes_per_token * r.tokens_per_second.mean() / r.bandwidth;
+        // The per-token fixed cost: what synchronisation, small ops, the output head and the
+        // sampler add to the bytes' streaming time (the gap to the bandwidth limit, in time).
+        r.fixed_seconds = (1.0 - r.bw_share) / r.tokens_per_second.mean();
     }
 }
 
@@ -384,17 +390,18 @@ std::string budget_column(const std::string& spec) {
 
 void print_markdown(const std::vector<BenchResult>& rs) {
     fmt::print("| model | size | params | threads | kv | KV B/entry | chunk | policy | budget | test | t/s | KV bytes | KV peak | "
-               "evict % | recon % | GB/s | bw % |\n");
-    fmt::print("| --- | ---: | ---: | ---: | --- | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+               "evict % | recon % | GB/s | bw % | fixed µs/t |\n");
+    fmt::print("| --- | ---: | ---: | ---: | --- | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for (const BenchResult& r : rs) {
-        fmt::print("| {} {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", r.model, r.model_type,
+        fmt::print("| {} {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", r.model, r.model_type,
                    format_bytes(r.model_bytes), format_count(r.model_params), r.threads, r.kv_type, r.kv_entry_bytes,
                    r.chunk, r.policy, budget_column(r.policy), r.test.name(), pm(r.tokens_per_second, 2),
                    format_bytes(r.kv_bytes), format_bytes(r.kv_peak),
                    fmt::format("{:.1f}", 100.0 * r.evict_share.mean()),
                    r.recon_share.mean() > 0 ? fmt::format("{:.1f}", 100.0 * r.recon_share.mean()) : std::string("-"),
                    r.bandwidth > 0 ? fmt::format("{:.1f}", r.bandwidth / 1e9) : std::string("-"),
-                   r.bw_share >= 0 ? fmt::format("{:.0f}", 100.0 * r.bw_share) : std::string("-"));
+                   r.bw_share >= 0 ? fmt::format("{:.0f}", 100.0 * r.bw_share) : std::string("-"),
+                   r.fixed_seconds >= 0 ? fmt::format("{:.0f}", 1e6 * r.fixed_seconds) : std::string("-"));
     }
 }
 
@@ -408,15 +415,15 @@ std::string csv_field(const std::string& s) {
 void print_csv(const std::vector<BenchResult>& rs) {
     fmt::print("model,type,model_bytes,params,threads,kv_type,chunk,policy,test,kind,n_tokens,depth,reps,tps_mean,"
                "tps_stddev,seconds_mean,kv_entry_bytes,kv_bytes,kv_peak_bytes,kv_entries,evict_share,reconstruct_share,depth_prefill_seconds,"
-               "depth_evict_seconds,bytes_per_token,bandwidth_bytes_per_second,bandwidth_share,sequences\n");
+               "depth_evict_seconds,bytes_per_token,bandwidth_bytes_per_second,bandwidth_share,sequences,fixed_seconds_per_token\n");
     for (const BenchResult& r : rs) {
-        fmt::print("{},{},{},{},{},{},{},{},{},{},{},{},{},{:.4f},{:.4f},{:.6f},{},{},{},{},{:.5f},{:.5f},{:.4f},{:.4f},{:.0f},{:.0f},{:.4f},{}\n",
+        fmt::print("{},{},{},{},{},{},{},{},{},{},{},{},{},{:.4f},{:.4f},{:.6f},{},{},{},{},{:.5f},{:.5f},{:.4f},{:.4f},{:.0f},{:.0f},{:.4f},{},{:.9f}\n",
                    csv_field(r.model), r.model_type, r.model_bytes, r.model_params, r.threads, r.kv_type, r.chunk,
                    csv_field(r.policy), r.test.name(), r.test.kind == BenchTest::Kind::Prompt ? "pp" : "tg",
                    r.test.n_tokens, r.test.depth, r.tokens_per_second.v.size(), r.tokens_per_second.mean(),
                    r.tokens_per_second.stddev(), r.seconds.mean(), r.kv_entry_bytes, r.kv_bytes, r.kv_peak, r.kv_entries,
                    r.evict_share.mean(), r.recon_share.mean(), r.depth_seconds.mean(), r.depth_evict_seconds.mean(),
-                   r.bytes_per_token, r.bandwidth, r.bw_share, r.test.sequences);
+                   r.bytes_per_token, r.bandwidth, r.bw_share, r.test.sequences, r.fixed_seconds);
     }
 }
 
@@ -452,13 +459,14 @@ void print_json(const std::vector<BenchResult>& rs, double bandwidth, const std:
                    "\"kv_entry_bytes\": {}, \"kv_bytes\": {}, \"kv_peak_bytes\": {}, \"kv_entries\": {}, \"evict_share\": {:.5f}, "
                    "\"reconstruct_share\": {:.5f}, "
                    "\"depth_prefill_seconds\": {:.4f}, \"depth_evict_seconds\": {:.4f}, \"bytes_per_token\": {:.0f}, "
-                   "\"bandwidth_bytes_per_second\": {:.0f}, \"bandwidth_share\": {:.4f}, \"sequences\": {}}}{}\n",
+                   "\"bandwidth_bytes_per_second\": {:.0f}, \"bandwidth_share\": {:.4f}, \"sequences\": {}, "
+                   "\"fixed_seconds_per_token\": {:.9f}}}{}\n",
                    json_string(r.model), json_string(r.model_type), r.model_bytes, r.model_params, r.threads,
                    json_string(r.kv_type), r.chunk, json_string(r.policy), json_string(r.test.name()), r.test.n_tokens,
                    r.test.depth, json_array(r.tokens_per_second.v), r.tokens_per_second.mean(),
                    r.tokens_per_second.stddev(), json_array(r.seconds.v), r.kv_entry_bytes, r.kv_bytes, r.kv_peak, r.kv_entries,
                    r.evict_share.mean(), r.recon_share.mean(), r.depth_seconds.mean(), r.depth_evict_seconds.mean(), r.bytes_per_token,
-                   r.bandwidth, r.bw_share, r.test.sequences, i + 1 < rs.size() ? "," : "");
+                   r.bandwidth, r.bw_share, r.test.sequences, r.fixed_seconds, i + 1 < rs.size() ? "," : "");
     }
     fmt::print("  ]\n}}\n");
 }

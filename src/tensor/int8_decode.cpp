@@ -1,5 +1,5 @@
-// Scalar parts of the decode kernels (int8_decode.h): the layouts, the activation preparation,
-// the tail of a row through the panel form, and the choice of kernel. Compiled for the baseline
+// Scalar parts of the decode kernels (int8_decode.h): the layouts,
+// the activations' preparation and the choice of kernel. Compiled for the baseline
 // ISA; the kernels themselves are int8_decode_avx2.cpp and int8_decode_avx512.cpp.
 #include "tensor/int8_decode.h"
 
@@ -65,24 +65,6 @@ void prepare_rows(GgmlType type, const QuantRows& x, int64_t n, int8_t* q, float
             }
         }
     }
-}
-
-float tail_dot(GgmlType type, const uint8_t* src, int64_t nb, const int8_t* q, const float* dx, const float* xs) {
-    constexpr int kMaxTail = 3;  // a group is 4 blocks
-    KVEC_CHECK(nb <= kMaxTail && layout(type).sub == kBlock);
-    int8_t wq[kMaxTail * kBlock];  // [nb, 32] panel form of the blocks
-    float ws[kMaxTail * 2], wm[kMaxTail * 2] = {};  // [nb, 2] scale and min per half
-    unpack_blocks(type, src, nb, wq, ws, wm);
-    double acc = 0.0;
-    for (int64_t b = 0; b < nb; ++b) {
-        for (int h = 0; h < 2; ++h) {
-            int32_t s = 0;
-            for (int e = 16 * h; e < 16 * h + 16; ++e) s += int32_t{wq[b * kBlock + e]} * int32_t{q[b * kBlock + e]};
-            acc += static_cast<double>(dx[b]) * ws[2 * b + h] * s;
-        }
-        acc += static_cast<double>(wm[2 * b]) * xs[b];  // one min per block in these types
-    }
-    return static_cast<float>(acc);
 }
 
 Kernel kernel_for(GgmlType type, int64_t n) {

@@ -107,9 +107,4 @@ Kernel kernel_avx512(GgmlType type);
 // Q8_0, whose blocks the VNNI kernel reads in place.
 PanelPacker panel_packer(GgmlType type);
 
-// Scalar part shared by the kernels: the dot product of the nb blocks of 32 at the end of a row
-// (the tail; src: the first tail block) with its prepared activations (natural order; dx, xs per
-// block), through the panel form (int8::unpack_blocks).
-float tail_dot(GgmlType type, const uint8_t* src, int64_t nb, const int8_t* q, const float* dx, const float* xs);
-
 }  // namespace kvec::int8::decode

@@ -21,6 +21,7 @@
 //     lanes a compile-time constant once the loops are unrolled), reduce(F) (sum of the lanes).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 
@@ -418,11 +419,61 @@ struct MXFP4 {
     }
 };
 
+// One unpacked group against one activation row's group (xq [group] in the layout's order, dx
+// and xs [group / sub]): per segment one dot product, converted and multiplied by the table's
+// lanes (once for two segments whose lanes hold the same sub-blocks), into acc[2] (even and odd
+// segments) and, for the bias, bacc.
+template <class V, class T>
+[[gnu::always_inline]] inline void add_group(const Group<V, T::kLayout.group / 64>& grp, const int8_t* xq,
+                                             const float* dx, const float* xs, typename V::F acc[2],
+                                             typename V::F& bacc) {
+    constexpr Layout L = T::kLayout;
+    constexpr int S = L.group / 64, NS = L.group / L.sub;  // segments and sub-blocks per group
+    const typename V::F table = V::mul(grp.scale, V::template load<NS>(dx));
+    auto sum = V::zero_i();
+#pragma GCC unroll 4
+    for (int s = 0; s < S; ++s) {
+        sum = V::dp(sum, grp.u[s], V::load64(xq + 64 * s));
+        if (same_lanes_as_next<T>(s)) continue;
+        acc[s % 2] = V::fma(V::cvt(sum), V::expand(table, kSegmentLanes<T>[s]), acc[s % 2]);
+        sum = V::zero_i();
+    }
+    bacc = V::fma(grp.bias, V::template load<NS>(xs), bacc);
+}
+
+// The activations of the last, partial group of up to 4 rows (the 1 to 3 blocks of 32 after a
+// row's whole groups, k % group != 0: SmolLM2's 576 columns), zero-padded to a whole group in the
+// layout's order, so that the tail runs through the vector code of the whole groups (a scalar
+// tail took half of SmolLM2's decode time; docs/performance.md).
+template <class T>
+struct TailRows {
+    static constexpr Layout L = T::kLayout;
+    alignas(64) int8_t q[4][L.group];
+    float dx[4][L.group / L.sub], xs[4][L.group / L.sub];
+    int64_t blocks = 0;  // 0: no tail
+
+    TailRows(const Rows& x, int64_t i0, int rows) {
+        const int64_t k = x.k, ng = k / L.group, nsub = k / L.sub;
+        blocks = (k - ng * L.group) / kBlock;
+        if (blocks == 0) return;
+        alignas(64) int8_t natural[L.group];
+        for (int r = 0; r < rows; ++r) {
+            std::memset(natural, 0, sizeof natural);
+            std::memcpy(natural, x.q + (i0 + r) * k + ng * L.group, static_cast<size_t>(blocks * kBlock));
+            for (int i = 0; i < L.group / L.run; ++i) std::memcpy(q[r] + i * L.run, natural + L.order[i] * L.run, L.run);
+            const int64_t at = (i0 + r) * nsub + ng * (L.group / L.sub), n = blocks * kBlock / L.sub;
+            for (int j = 0; j < L.group / L.sub; ++j) {
+                dx[r][j] = j < n ? x.dx[at + j] : 0.0f;
+                xs[r][j] = j < n ? x.xs[at + j] : 0.0f;
+            }
+        }
+    }
+};
+
 // y[i * ldy] for the R activation rows i0.. against one weight row. Per group and row: the
-// sub-block scales times the row's d_x (the table), then per segment one dot product, converted
-// and multiplied by the table's lanes (once for two segments whose lanes hold the same
-// sub-blocks); two accumulators (even and odd segments) and one for the bias. Every row takes the
-// same operations whatever R is, so a row's result does not depend on the other rows of the call.
+// sub-block scales times the row's d_x (the table), then add_group; the partial last group (tail)
+// from a zero-padded copy of its blocks against TailRows. Every row takes the same operations
+// whatever R is, so a row's result does not depend on the other rows of the call.
 // Each group asks for the cache lines kPrefetchBytes ahead of it (the next rows of the matrix,
 // which follow in memory): decode is bound by the memory requests one core keeps in flight, which
 // the hardware prefetcher alone leaves too few (Gemma-3-4B-shaped Q4_K_M, 2 threads: 11.8 ->
@@ -430,7 +481,7 @@ struct MXFP4 {
 inline constexpr size_t kPrefetchBytes = 4096;
 
 template <class V, class T, int R>
-inline void dot_rows(const Rows& x, int64_t i0, const uint8_t* row, float* y, int64_t ldy) {
+inline void dot_rows(const Rows& x, int64_t i0, const uint8_t* row, float* y, int64_t ldy, const TailRows<T>& tail) {
     using F = typename V::F;
     constexpr Layout L = T::kLayout;
     constexpr int S = L.group / 64, NS = L.group / L.sub;  // segments and sub-blocks per group
@@ -446,30 +497,23 @@ inline void dot_rows(const Rows& x, int64_t i0, const uint8_t* row, float* y, in
         T::template unpack<V>(row + g * T::kGroupBytes, grp);
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) {
-            const int8_t* xq = x.q + (i0 + r) * k + g * L.group;  // [group]
-            const int64_t at = (i0 + r) * nsub + g * NS;            // this group's sub-blocks
-            const F table = V::mul(grp.scale, V::template load<NS>(x.dx + at));
-            auto sum = V::zero_i();
+            const int64_t at = (i0 + r) * nsub + g * NS;  // this group's sub-blocks
+            add_group<V, T>(grp, x.q + (i0 + r) * k + g * L.group, x.dx + at, x.xs + at, acc[r], bacc[r]);
+        }
+    }
+    if constexpr (L.sub == kBlock) {  // only the 32-element block types have partial groups
+        if (tail.blocks > 0) {
+            constexpr size_t kBlockBytes = T::kGroupBytes / (L.group / kBlock);
+            alignas(64) uint8_t padded[T::kGroupBytes] = {};  // zero blocks: scale 0, weights 0
+            std::memcpy(padded, row + ng * T::kGroupBytes, static_cast<size_t>(tail.blocks) * kBlockBytes);
+            Group<V, S> grp;
+            T::template unpack<V>(padded, grp);
 #pragma GCC unroll 4
-            for (int s = 0; s < S; ++s) {
-                sum = V::dp(sum, grp.u[s], V::load64(xq + 64 * s));
-                if (same_lanes_as_next<T>(s)) continue;
-                acc[r][s % 2] = V::fma(V::cvt(sum), V::expand(table, kSegmentLanes<T>[s]), acc[r][s % 2]);
-                sum = V::zero_i();
-            }
-            bacc[r] = V::fma(grp.bias, V::template load<NS>(x.xs + at), bacc[r]);
+            for (int r = 0; r < R; ++r) add_group<V, T>(grp, tail.q[r], tail.dx[r], tail.xs[r], acc[r], bacc[r]);
         }
     }
-    const int64_t tail = (k - ng * L.group) / kBlock;  // blocks of 32 after the last group
-    for (int r = 0; r < R; ++r) {
-        float v = V::reduce(V::add(V::add(acc[r][0], acc[r][1]), bacc[r]));
-        if (tail > 0) {
-            const int64_t at = (i0 + r) * nsub + ng * NS;
-            v += tail_dot(T::kType, row + ng * T::kGroupBytes, tail, x.q + (i0 + r) * k + ng * L.group, x.dx + at,
-                          x.xs + at);
-        }
-        y[r * ldy] = v;
-    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) y[r * ldy] = V::reduce(V::add(V::add(acc[r][0], acc[r][1]), bacc[r]));
 }
 
 // Every weight row against the activation rows, in tiles of 4 rows: a tile's activations stay in
@@ -478,14 +522,15 @@ inline void dot_rows(const Rows& x, int64_t i0, const uint8_t* row, float* y, in
 template <class V, class T>
 void kernel(const Rows& x, int64_t nx, const uint8_t* w, size_t row_bytes, int64_t nw, float* y, int64_t ldy) {
     for (int64_t i = 0; i < nx; i += 4) {
+        const TailRows<T> tail(x, i, static_cast<int>(std::min<int64_t>(4, nx - i)));
         for (int64_t j = 0; j < nw; ++j) {
             const uint8_t* row = w + static_cast<size_t>(j) * row_bytes;
             float* yij = y + i * ldy + j;
             switch (nx - i) {
-                case 1: dot_rows<V, T, 1>(x, i, row, yij, ldy); break;
-                case 2: dot_rows<V, T, 2>(x, i, row, yij, ldy); break;
-                case 3: dot_rows<V, T, 3>(x, i, row, yij, ldy); break;
-                default: dot_rows<V, T, 4>(x, i, row, yij, ldy); break;
+                case 1: dot_rows<V, T, 1>(x, i, row, yij, ldy, tail); break;
+                case 2: dot_rows<V, T, 2>(x, i, row, yij, ldy, tail); break;
+                case 3: dot_rows<V, T, 3>(x, i, row, yij, ldy, tail); break;
+                default: dot_rows<V, T, 4>(x, i, row, yij, ldy, tail); break;
             }
         }
     }
