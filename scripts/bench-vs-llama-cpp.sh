@@ -8,7 +8,12 @@
 # noisy machine's slow phases over both engines.
 #
 #   scripts/bench-vs-llama-cpp.sh -m build/tl-q8_0.gguf,build/tl-f16.gguf [-t 2] [-p 512]
-#                                 [-n 128] [-r 2] [--rounds 2] [--out DIR]
+#                                 [-n 128] [-d 0,4096] [-r 2] [--rounds 2] [--out DIR]
+#                                 [--policy kvec --budget 512]
+#
+# -d: depths (tokens in the cache before each test; both engines). --policy P --budget B: kvec also
+# runs its tests under policy P at budget B beside its full cache (llama.cpp has no eviction: its
+# full cache is the reference of both rows).
 #
 # Needs: kvec built in build/release (cmake --preset release && cmake --build build/release),
 # npm (installed by scripts/install-deps.sh), cmake, ninja, a C++ compiler. The first run builds
@@ -17,15 +22,18 @@ set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 source "$root/scripts/llama-cpp.sh"
-models="" threads=2 n_prompt=512 n_gen=128 reps=2 rounds=2 out=""
+models="" threads=2 n_prompt=512 n_gen=128 depths=0 reps=2 rounds=2 out="" policy="" budget=""
 
-usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
     case "$1" in
         -m) models="$2"; shift 2 ;;
         -t) threads="$2"; shift 2 ;;
         -p) n_prompt="$2"; shift 2 ;;
         -n) n_gen="$2"; shift 2 ;;
+        -d) depths="$2"; shift 2 ;;
+        --policy) policy="$2"; shift 2 ;;
+        --budget) budget="$2"; shift 2 ;;
         -r) reps="$2"; shift 2 ;;
         --rounds) rounds="$2"; shift 2 ;;
         --out) out="$2"; shift 2 ;;
@@ -34,6 +42,10 @@ while [ $# -gt 0 ]; do
     esac
 done
 [ -n "$models" ] || { echo "error: -m MODEL[,MODEL...] is required" >&2; exit 2; }
+[[ "$depths" =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "error: -d takes whole numbers separated by commas, got '$depths'" >&2; exit 2; }
+if [ -n "$policy" ] && [ -z "$budget" ]; then echo "error: --policy needs --budget" >&2; exit 2; fi
+kvec_policy=()
+[ -z "$policy" ] || kvec_policy=(--policy "full,$policy" --budget "$budget")
 for v in "$threads" "$n_prompt" "$n_gen" "$reps" "$rounds"; do
     [[ "$v" =~ ^[0-9]+$ ]] || { echo "error: -t/-p/-n/-r/--rounds take one whole number, got '$v'" >&2; exit 2; }
 done
@@ -53,10 +65,10 @@ for ((round = 1; round <= rounds; ++round)); do
     for i in "${!model_list[@]}"; do
         m="${model_list[$i]}"
         echo "round $round/$rounds: $m: kvec" >&2
-        "$kvec" bench -m "$m" -t "$threads" -p "$n_prompt" -n "$n_gen" -r "$reps" -o json \
-            > "$out/kvec-$round-$i.json"
+        "$kvec" bench -m "$m" -t "$threads" -p "$n_prompt" -n "$n_gen" -d "$depths" -r "$reps" "${kvec_policy[@]}" \
+            -o json > "$out/kvec-$round-$i.json"
         echo "round $round/$rounds: $m: llama.cpp" >&2
-        "$llama_bench" -m "$m" -t "$threads" -p "$n_prompt" -n "$n_gen" -r "$reps" -o json \
+        "$llama_bench" -m "$m" -t "$threads" -p "$n_prompt" -n "$n_gen" -d "$depths" -r "$reps" -o json \
             > "$out/llama-$round-$i.json" 2> "$out/llama-$round-$i.log"
     done
 done

@@ -5,7 +5,7 @@
 # The source is the llama.cpp that the npm package node-llama-cpp ships (a git bundle of
 # ggml-org/llama.cpp, MIT licence; nothing of it is committed here), fetched once into
 # build/llama.cpp/src; it builds into build/llama.cpp/build with GGML_NATIVE (the kernels for this
-# CPU). Needs npm (installed by scripts/install-deps.sh), cmake, ninja and a C++ compiler; the
+# CPU) less AMX (see llama_cpp_build). Needs npm (installed by scripts/install-deps.sh), cmake, ninja and a C++ compiler; the
 # first build takes about 8 minutes on 2 cores, later ones only build what is missing.
 
 #
@@ -37,7 +37,11 @@ llama_cpp_build() {
         rm -rf "$llama_cpp/package" "$llama_cpp/node-llama-cpp-$NODE_LLAMA_CPP_VERSION.tgz"
     fi
     if [ ! -f "$llama_cpp_build_dir/build.ninja" ]; then
+        # -march=native without AMX: ggml's AMX kernels die with SIGILL where the hypervisor lists
+        # AMX but does not grant its tile state (seen on this project's Sapphire-Rapids-class VMs),
+        # and kvec has no AMX kernels either, so both engines run the same instruction sets.
         cmake -S "$llama_cpp/src" -B "$llama_cpp_build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${llama_cpp_opt[@]}" -DGGML_NATIVE=ON \
+            -DCMAKE_C_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" -DCMAKE_CXX_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" \
             -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
             -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF > "$llama_cpp/configure.log"
     fi
