@@ -16,6 +16,8 @@
 #             one scorer, paired intervals of K-VEC against each press; DIR/leaderboard-<model>.md.
 #             SAMPLES=N items per task instead of 2; PER_TASK=K runs kvpress on the first K of each
 #             task only (a later run with more resumes).
+#   cost      seconds per item and method, kvec against kvpress, alternating rounds paired by round
+#             (scripts/peer/kvpress_cost.py; ROUNDS=N, default 3; run it on an idle machine).
 #   leaderboard-aware  the same items in the query-aware protocol (the question is compressed
 #             with the context): `kvec eval --protocol query-aware` and kvpress's pipeline compressing
 #             the whole prompt (FINCH too, whose window is the question); DIR/leaderboard-aware-<model>.md.
@@ -35,7 +37,7 @@ while [ $# -gt 0 ]; do
         -t) threads="$2"; shift 2 ;;
         --out) out="$2"; shift 2 ;;
         --model) model="$2"; shift 2 ;;
-        -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) steps+=("$1"); shift ;;
     esac
 done
@@ -48,6 +50,13 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error HF_HUB_DISABLE_PROGRESS_BAR
 export OMP_NUM_THREADS="$threads"
 mkdir -p "$out"
 name="$(basename "$model" .gguf)"
+# kvec_items PROTOCOL RUN POLICIES: kvec's side of a leaderboard (the synthetic-2k test split,
+# SAMPLES items per task, ratios 0.25-0.875) with its items saved for kvpress.
+kvec_items() {
+    "$kvec" eval -m "$model" -t "$threads" --suite synthetic-2k --split test --samples "${SAMPLES:-2}" \
+        --tasks niah_single,niah_multikey,niah_multivalue,niah_multiquery,niah_askmany,fwe,qa \
+        --protocol "$1" --compression 0.25,0.5,0.75,0.875 --save-items --out "$2" --policies "$3" >/dev/null
+}
 for step in "${steps[@]}"; do
     case "$step" in
         identity)
@@ -56,28 +65,25 @@ for step in "${steps[@]}"; do
                 --words 1400 --ratios 0.5,0.75 --out "$out/identity-$name.json" | tee "$out/identity-$name.md" ;;
         leaderboard)
             run="$out/leaderboard-$name"
-            "$kvec" eval -m "$model" -t "$threads" --suite synthetic-2k --split test --samples "${SAMPLES:-2}" \
-                --tasks niah_single,niah_multikey,niah_multivalue,niah_multiquery,niah_askmany,fwe,qa \
-                --protocol query-agnostic --compression 0.25,0.5,0.75,0.875 --save-items --out "$run" \
-                --policies "full,kvec,snapkv:window=64,kernel=5,pooling=avg,tova:scope=layer,keydiff:anchor=unit,knorm,streaming,lagkv,expected-attention,kvzip" \
-                >/dev/null
+            kvec_items query-agnostic "$run" \
+                "full,kvec,snapkv:window=64,kernel=5,pooling=avg,tova:scope=layer,keydiff:anchor=unit,knorm,streaming,lagkv,expected-attention,kvzip"
             "$peer_python" "$root/scripts/peer/kvpress_leaderboard.py" --run "$run" --model "$model" --threads "$threads" \
                 --per-task "${PER_TASK:-0}" \
                 --presses "$agnostic_presses" \
                 | tee "$out/leaderboard-$name.md" ;;
         leaderboard-aware)
             run="$out/leaderboard-aware-$name"
-            "$kvec" eval -m "$model" -t "$threads" --suite synthetic-2k --split test --samples "${SAMPLES:-2}" \
-                --tasks niah_single,niah_multikey,niah_multivalue,niah_multiquery,niah_askmany,fwe,qa \
-                --protocol query-aware --compression 0.25,0.5,0.75,0.875 --save-items --out "$run" \
-                --policies "full,kvec,snapkv:window=64,kernel=5,pooling=avg,ada-snapkv:window=64,kernel=5,pooling=avg,tova:scope=layer,streaming,expected-attention,kvzip" \
-                >/dev/null
+            kvec_items query-aware "$run" \
+                "full,kvec,snapkv:window=64,kernel=5,pooling=avg,ada-snapkv:window=64,kernel=5,pooling=avg,tova:scope=layer,streaming,expected-attention,kvzip"
             # FINCH adds a token to the model: a process of its own, after the others (its table has all).
             for presses in streamingllm,snapkv,adakv-snapkv,criticalkv-snapkv,tova,expected-attention,kvzip finch; do
                 "$peer_python" "$root/scripts/peer/kvpress_leaderboard.py" --run "$run" --model "$model" --threads "$threads" \
                     --per-task "${PER_TASK:-0}" --presses "$presses" >"$out/leaderboard-aware-$name.md"
             done
             cat "$out/leaderboard-aware-$name.md" ;;
+        cost)
+            "$peer_python" "$root/scripts/peer/kvpress_cost.py" --kvec "$kvec" --model "$model" --threads "$threads" \
+                --rounds "${ROUNDS:-3}" | tee "$out/cost-$name.md" ;;
         *) echo "unknown step: $step" >&2; exit 2 ;;
     esac
 done

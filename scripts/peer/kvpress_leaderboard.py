@@ -118,6 +118,26 @@ def code(ratio):
     return -round(ratio * 1000)
 
 
+def load_pipeline(model_path):
+    """kvpress's pipeline over the GGUF file read by transformers (float32), and its tokenizer.
+    KVzipPress loads the tokenizer by the model's hub name, which a model read from a GGUF file
+    does not have (and nothing is downloaded here): it is given the one loaded from the same file."""
+    p = Path(model_path).resolve()
+    model = AutoModelForCausalLM.from_pretrained(str(p.parent), gguf_file=p.name, dtype=torch.float32)
+    model.eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
+    pipe = kvpress.KVPressTextGenerationPipeline(model=model, tokenizer=tokenizer, device="cpu")
+    import kvpress.presses.kvzip_press as kvzip_module
+
+    class _FileTokenizer:
+        @staticmethod
+        def from_pretrained(*args, **kwargs):
+            return tokenizer
+
+    kvzip_module.AutoTokenizer = _FileTokenizer
+    return pipe, tokenizer
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run", required=True)
@@ -136,7 +156,8 @@ def main():
         items = [it for it in items if seen.setdefault(it["task"], []).append(it) or len(seen[it["task"]]) <= a.per_task]
     by_id = {it["id"]: it for it in items}
     ratios = [float(x) for x in a.ratios.split(",")]
-    protocol = json.loads((run / "config.json").read_text())["run"]["protocol"]
+    # config.json names the protocol only when it is not the default (query-aware).
+    protocol = json.loads((run / "config.json").read_text())["run"].get("protocol", "query-aware")
     aware = protocol == "query-aware"
 
     # kvec's predictions, and the scorer checked against kvec's own scores.
@@ -170,21 +191,8 @@ def main():
             except json.JSONDecodeError:
                 continue  # a line torn by a kill
             done[(r["id"], r["press"], r["ratio"])] = r
-    p = Path(a.model).resolve()
-    model = AutoModelForCausalLM.from_pretrained(str(p.parent), gguf_file=p.name, dtype=torch.float32)
-    model.eval()
-    tokenizer = AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
-    pipe = kvpress.KVPressTextGenerationPipeline(model=model, tokenizer=tokenizer, device="cpu")
-    # KVzipPress loads the tokenizer by the model's hub name, which a model read from a GGUF file
-    # does not have (and nothing is downloaded here): give it the one loaded from the same file.
-    import kvpress.presses.kvzip_press as kvzip_module
-
-    class _FileTokenizer:
-        @staticmethod
-        def from_pretrained(*args, **kwargs):
-            return tokenizer
-
-    kvzip_module.AutoTokenizer = _FileTokenizer
+    pipe, tokenizer = load_pipeline(a.model)
+    model = pipe.model
     presses = a.presses.split(",")
     unknown = [name for name in presses if name not in PRESSES]
     if unknown:
@@ -230,7 +238,7 @@ def main():
     # The tables: every press with a prediction for every item and ratio, from this call or earlier ones.
     presses = [name for name in PRESSES if all((it["id"], name, r) in done for it in items for r in ratios)]
     kvec_labels = sorted({k[1] for k in kvec})
-    print(f"{len(items)} items ({', '.join(sorted({it['task'] for it in items}))}), query-agnostic; "
+    print(f"{len(items)} items ({', '.join(sorted({it['task'] for it in items}))}), {protocol}; "
           f"kvec policies {', '.join(kvec_labels)}\n")
     print("| engine | policy / press | " + " | ".join(f"c={r}" for r in ratios) + " |")
     print("|---|---|" + "---:|" * len(ratios))
