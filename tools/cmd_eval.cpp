@@ -1,7 +1,7 @@
 // kvec eval: one sweep over eviction policies x KV budgets on a synthetic suite or LongBench
 // files (scores, coverage, KV bytes, tables, plots), or --fidelity: KL divergence and top-1
-// agreement with the full cache over a text. All logic is in src/eval; this file maps flags,
-// keeps the output directory (config, resumable predictions) and prints. See docs/evaluation.md.
+// agreement with the full cache over a text. All logic is in src/eval (the output directory, its
+// resume and costs: eval/out_dir); this file maps flags, writes config.json and prints. See docs/evaluation.md.
 #include <fmt/format.h>
 
 #include <chrono>
@@ -17,23 +17,18 @@
 #include "engine/generator.h"
 #include "eval/eval_items.h"
 #include "eval/fidelity.h"
-#include "eval/jsonl.h"
 #include "eval/merge.h"
 #include "eval/out_dir.h"
-#include "eval/plot.h"
 #include "eval/provenance.h"
 #include "eval/report.h"
 #include "util/sha256.h"
 #include "eval/shard.h"
-#include "eval/stats.h"
 #include "eval/sweep.h"
 #include "eval/text_source.h"
 #include "model/model.h"
 #include "model/session.h"
 #include "tokenizer/tokenizer.h"
-#include "util/atomic_file.h"
 #include "util/error.h"
-#include "util/terminal.h"
 #include "util/timer.h"
 #include "util/threads.h"
 
