@@ -26,9 +26,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench_ratio import interval  # noqa: E402  (the rounds' mean and 95 % t-interval)
 from kvpress_leaderboard import PRESSES, load_pipeline  # noqa: E402
-
-T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228]
 
 
 def main():
@@ -55,9 +55,9 @@ def main():
                             "--protocol", "query-agnostic", "--compression", str(a.ratio), "--no-share-prefill",
                             "--save-items", "--out", str(out), "--policies", ",".join(k for k, _ in pairs)],
                            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            timing = json.loads((out / "metrics.json").read_text())["timing"]
-            gens = json.loads((out / "metrics.json").read_text())["mode"]["generations"]
-            kvec_s = timing["wall_seconds"] / gens
+            metrics = json.loads((out / "metrics.json").read_text())
+            gens = metrics["mode"]["generations"]
+            kvec_s = metrics["timing"]["wall_seconds"] / gens
             items = [json.loads(line) for line in (out / "items.jsonl").read_text().splitlines() if line]
             secs = []
             for it in items:
@@ -74,10 +74,10 @@ def main():
             print(f"round {r}: kvec {kvec_s:.3f} s, kvpress {kvpress_s:.3f} s per item and method "
                   f"({gens} and {len(secs)} calls), kvec / kvpress {kvec_s / kvpress_s:.3f}", flush=True)
     ratios = [k / p for k, p in rows]
-    mean = statistics.mean(ratios)
-    half = T95[min(len(ratios) - 1, len(T95)) - 1] * statistics.stdev(ratios) / len(ratios) ** 0.5 if len(ratios) > 1 else 0.0
-    print(f"\nkvec / kvpress seconds per item and method: {mean:.3f} [{mean - half:.3f}, {mean + half:.3f}] "
-          f"(95 % t-interval over {len(ratios)} rounds), {a.threads} threads, compression {a.ratio}")
+    mean, ci = interval(ratios)
+    ci_text = f"[{ci[0]:.3f}, {ci[1]:.3f}] (95 % t-interval over {len(ratios)} rounds)" if ci else "(one round)"
+    print(f"\nkvec / kvpress seconds per item and method: {mean:.3f} {ci_text}, {a.threads} threads, "
+          f"compression {a.ratio}")
 
 
 if __name__ == "__main__":

@@ -188,6 +188,16 @@ const std::vector<ArchTraits> kArchitectures = {
     {"gpt-oss",    Arch::GptOss,   Family::GptOss, kNeox, E::Always,   false,   B::Usual,    true,  false, O::Own,       read_gptoss},
 };
 
+// The table's names, comma-separated; only those that can have experts where experts_only.
+std::string architecture_names(bool experts_only) {
+    std::string s;
+    for (const ArchTraits& t : kArchitectures) {
+        if (experts_only && t.experts == ArchTraits::Experts::None) continue;
+        s += (s.empty() ? "" : ", ") + std::string(t.name);
+    }
+    return s;
+}
+
 }  // namespace
 
 const std::vector<ArchTraits>& architectures() { return kArchitectures; }
@@ -207,11 +217,12 @@ const ArchTraits& arch_traits(Arch arch) {
 }
 
 const std::string& supported_architectures() {
-    static const std::string list = [] {
-        std::string s;
-        for (const ArchTraits& t : kArchitectures) s += (s.empty() ? "" : ", ") + std::string(t.name);
-        return s;
-    }();
+    static const std::string list = architecture_names(false);
+    return list;
+}
+
+const std::string& expert_architectures() {
+    static const std::string list = architecture_names(true);
     return list;
 }
 
@@ -232,12 +243,8 @@ ModelConfig read_model_config(const gguf::File& f) {
     const bool moe = t->experts == ArchTraits::Experts::Always ||
                      (t->experts == ArchTraits::Experts::Optional && has_experts);
     if (!moe && has_experts) {
-        std::string with;
-        for (const ArchTraits& e : architectures()) {
-            if (e.experts != ArchTraits::Experts::None) with += (with.empty() ? "" : ", ") + std::string(e.name);
-        }
         fail("'{}': {}expert_count = {}: a {} model has no experts (mixture-of-experts architectures: {})",
-             f.path(), a, f.get_uint(a + "expert_count"), c.arch_name, with);
+             f.path(), a, f.get_uint(a + "expert_count"), c.arch_name, expert_architectures());
     }
     c.n_layer = positive_int(f, a + "block_count", 4096);
     c.n_embd = positive_int(f, a + "embedding_length");

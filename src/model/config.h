@@ -56,6 +56,8 @@ const ArchTraits* find_architecture(std::string_view name);
 const ArchTraits& arch_traits(Arch arch);
 // "llama, qwen2, qwen3, gemma3, ...": what error messages list.
 const std::string& supported_architectures();
+// "llama, qwen3moe, qwen2moe, gpt-oss": the architectures that can have experts (ArchTraits::experts).
+const std::string& expert_architectures();
 
 struct ModelConfig {
     std::string arch_name;     // general.architecture

@@ -407,12 +407,8 @@ bool check_moe_spec(RandomModelSpec& s) {
     if (experts == ArchTraits::Experts::None) {
         if (s.n_expert != 0 || s.n_expert_used != 0 || s.n_ff_exp != 0 || s.n_ff_shexp != 0 ||
             s.expert_type) {
-            std::string with;
-            for (const ArchTraits& t : architectures()) {
-                if (t.experts != ArchTraits::Experts::None) with += (with.empty() ? "" : ", ") + std::string(t.name);
-            }
             fail("--experts, --experts-used, --expert-ff, --shared-ff and --expert-type are for {} (architecture {})",
-                 with, s.arch);
+                 expert_architectures(), s.arch);
         }
         return false;
     }

@@ -44,11 +44,7 @@ void prepare_rows(GgmlType type, const QuantRows& x, int64_t n, int8_t* q, float
     for (int64_t r = 0; r < n; ++r) {
         const int8_t* src = x.q + r * k;  // [k] natural order
         int8_t* dst = q + r * k;          // [k] the kernel's order
-        for (int64_t g = 0; g < full; g += L.group) {
-            for (int i = 0; i < L.group / L.run; ++i) {
-                std::memcpy(dst + g + i * L.run, src + g + L.order[i] * L.run, L.run);
-            }
-        }
+        for (int64_t g = 0; g < full; g += L.group) to_kernel_order(L, src + g, dst + g);
         std::memcpy(dst + full, src + full, static_cast<size_t>(k - full));  // the tail in natural order
         float* dr = dx + r * ns;  // [ns]
         float* sr = xs + r * ns;  // [ns]

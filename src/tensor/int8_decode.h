@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "gguf/ggml_type.h"
 #include "tensor/int8_gemm.h"
@@ -45,6 +46,11 @@ struct Layout {
     int run;               // elements moved together: 16 or 32
     const uint8_t* order;  // [group / run] natural run of each run in the kernel's order
 };
+
+// One group of activations from natural order (src [group]) into the kernel's (dst [group]).
+inline void to_kernel_order(const Layout& L, const int8_t* src, int8_t* dst) {
+    for (int i = 0; i < L.group / L.run; ++i) std::memcpy(dst + i * L.run, src + L.order[i] * L.run, L.run);
+}
 
 // The layouts (the kernels derive which sub-block each lane of a segment belongs to from them).
 // Q4_0, Q4_1, Q5_0, Q5_1: a 64-byte load holds the 16 quant bytes of 4 blocks; its low nibbles are

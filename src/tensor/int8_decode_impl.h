@@ -460,7 +460,7 @@ struct TailRows {
         for (int r = 0; r < rows; ++r) {
             std::memset(natural, 0, sizeof natural);
             std::memcpy(natural, x.q + (i0 + r) * k + ng * L.group, static_cast<size_t>(blocks * kBlock));
-            for (int i = 0; i < L.group / L.run; ++i) std::memcpy(q[r] + i * L.run, natural + L.order[i] * L.run, L.run);
+            to_kernel_order(L, natural, q[r]);
             const int64_t at = (i0 + r) * nsub + ng * (L.group / L.sub), n = blocks * kBlock / L.sub;
             for (int j = 0; j < L.group / L.sub; ++j) {
                 dx[r][j] = j < n ? x.dx[at + j] : 0.0f;
