@@ -17,6 +17,9 @@ APT_PACKAGES=(
     libboost-dev
     libcpp-httplib-dev
     python3 python3-torch python3-numpy python3-regex libopenblas0-pthread bible-kjv
+    # The Python package (python/, pyproject.toml): its module's headers (python3-dev, pybind11-dev)
+    # for the build tree, and pytest for its tests.
+    python3-dev pybind11-dev python3-pytest
     # scripts/coverage-hypothesis.py: its plots.
     python3-matplotlib
     bible-kjv-text

@@ -244,6 +244,29 @@ std::vector<EvalItem> build_items(const ItemOptions& options, const Tokenizer& t
     return longbench_items(options, tokenizer, generator, n_ctx, summary);
 }
 
+EvalItem question_item(const Tokenizer& tokenizer, const Generator& generator, std::string id,
+                       const std::string& context, const std::string& question, bool chat,
+                       int max_new_tokens, int32_t n_ctx) {
+    if (context.empty()) fail("the context is empty");
+    if (question.empty()) fail("question '{}' is empty", id);
+    if (max_new_tokens < 1) fail("max_new_tokens must be >= 1, got {}", max_new_tokens);
+    if (chat && !has_chat_template(tokenizer)) fail("chat: the model has no chat template the tokenizer can render");
+    EvalItem item;
+    item.id = std::move(id);
+    item.task = "question";
+    item.metric = "string_match_all";
+    const std::string prompt = context + question;
+    item.prompt = tokenize(generator, prompt, chat);
+    item.n_context = context_token_count(tokenizer, generator, item.prompt, prompt, context.size(), chat);
+    if (item.n_context <= 0 || item.n_context >= static_cast<int32_t>(item.prompt.size())) {
+        fail("question '{}': the context's end cannot be found in the prompt's tokens", item.id);
+    }
+    item.max_new_tokens = max_new_tokens;
+    item.chat = chat;
+    check_fits(item, n_ctx);
+    return item;
+}
+
 double score_item(const EvalItem& item, std::string_view prediction) {
     if (item.longbench) return sample_score(item.task, prediction, item.references, item.all_classes);
     return score_synthetic(item.metric, prediction, item.references);

@@ -74,6 +74,17 @@ std::vector<EvalItem> build_items(const ItemOptions& options, const Tokenizer& t
                                   const Generator& generator, int32_t n_ctx,
                                   ItemSummary* summary = nullptr);
 
+// One question about a context, as kvpress's pipeline takes them: the prompt is the context
+// followed by the question (one user turn when `chat`), n_context the context's tokens (what the
+// query-agnostic protocol compresses), no references (the caller may add them; score_item gives 0
+// without). Questions about the same context give items with the same first n_context tokens,
+// which run_sweep compresses once.
+// kvec::Error for an empty context or question, max_new_tokens < 1, a missing chat template, or a
+// prompt that does not fit n_ctx.
+EvalItem question_item(const Tokenizer& tokenizer, const Generator& generator, std::string id,
+                       const std::string& context, const std::string& question, bool chat,
+                       int max_new_tokens, int32_t n_ctx);
+
 // Score of one prediction in [0, 1]: LongBench eval.py's per-sample score (first-line cut, max
 // over references) or RULER's string match.
 double score_item(const EvalItem& item, std::string_view prediction);

@@ -2,6 +2,7 @@
 // policy, the sweep gives the same records in both modes, perplexity matches an independent
 // computation from Session logits, fidelity is exact for the full cache, and the helpers
 // (SHA-256, policy lists, plots) behave.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <numeric>
 
 #include "engine/generator.h"
+#include "error_of.h"
 #include "eval/eval_items.h"
 #include "eval/fidelity.h"
 #include "eval/head_scores.h"
@@ -33,6 +35,8 @@ namespace kvec::eval {
 namespace {
 
 using testing_helpers::temp_path;
+using testing_support::error_of;
+using ::testing::HasSubstr;
 using testing_helpers::write_model;
 
 // A tiny model with GQA (group 2) and a 512-token vocabulary.
@@ -642,6 +646,42 @@ TEST(EvalItems, ContextSplitAskManyAndHeldoutSplits) {
 // A classification sample without all_classes is refused instead of scored 0, and the same data
 // file given twice (also by another path) is refused instead of counting its samples twice
 // (issue 23).
+// kvpress's shape (the Python package's Model.answer): questions about one context share its
+// tokens, so the query-agnostic sweep compresses the context once for all of them.
+TEST(EvalItems, QuestionItemsShareTheirContext) {
+    const auto model = Model::load(std::string(KVEC_SOURCE_DIR) + "/models/kvec-tiny.gguf");
+    const Tokenizer tok = Tokenizer::from_gguf(model->file());
+    Session session(*model);
+    Generator generator(session, tok);
+    const std::string context = "The key is 4711 and the door is red. The garden lies behind the house.";
+    const EvalItem a = question_item(tok, generator, "a", context, "\n\nWhat is the key?", false, 8, session.n_ctx());
+    const EvalItem b = question_item(tok, generator, "b", context, "\n\nWhich colour is the door?", false, 8, session.n_ctx());
+    ASSERT_GT(a.n_context, 0);
+    EXPECT_EQ(a.n_context, b.n_context);
+    EXPECT_TRUE(std::equal(a.prompt.begin(), a.prompt.begin() + a.n_context, b.prompt.begin()));
+    // The context's tokens are those of the context alone (BOS included).
+    GenerateOptions g;
+    g.prompt = context;
+    const std::vector<int32_t> alone = generator.tokenize_prompt(g);
+    ASSERT_LE(static_cast<size_t>(a.n_context), alone.size());
+    EXPECT_TRUE(std::equal(a.prompt.begin(), a.prompt.begin() + a.n_context, alone.begin()));
+    EXPECT_EQ(a.max_new_tokens, 8);
+    const std::vector<EvalItem> items = {a, b};
+    EXPECT_EQ(compression_group_end(items, 0, Protocol::QueryAgnostic), 2u);
+    EXPECT_EQ(compression_group_end(items, 0, Protocol::QueryAware), 1u);
+
+    EXPECT_THAT(error_of([&] { question_item(tok, generator, "q", "", "?", false, 8, 1024); }),
+                HasSubstr("the context is empty"));
+    EXPECT_THAT(error_of([&] { question_item(tok, generator, "q", context, "", false, 8, 1024); }),
+                HasSubstr("question 'q' is empty"));
+    EXPECT_THAT(error_of([&] { question_item(tok, generator, "q", context, "?", false, 0, 1024); }),
+                HasSubstr("max_new_tokens must be >= 1"));
+    EXPECT_THAT(error_of([&] { question_item(tok, generator, "q", context, "?", true, 8, 1024); }),
+                HasSubstr("no chat template"));
+    EXPECT_THAT(error_of([&] { question_item(tok, generator, "q", context, "?", false, 8, 8); }),
+                HasSubstr("the context holds 8"));
+}
+
 TEST(EvalItems, RefusesClassesMissingAndTheSameFileTwice) {
     const Model& model = tiny_model();
     const Tokenizer tok = Tokenizer::from_gguf(model.file());
