@@ -316,14 +316,21 @@ class Model:
                        protocol="query-aware" if query_aware else "query-agnostic", chat=d["chat"], stats=d["stats"])
 
 
-def eval(model: Model, suite: str = "synthetic-1k", policies: Union[str, Sequence[str]] = "full,snapkv,kvec",
-         budgets: Sequence[Union[int, float]] = (64, 256), *, protocol: str = "query-aware", samples: int = 0,
-         tasks: Optional[Sequence[str]] = None, seed: Optional[int] = None, split: str = "all",
-         chat: Optional[bool] = None, max_new_tokens: int = 0, text_dir: str = "",
+def eval(model: Model, suite: Optional[str] = None, policies: Union[str, Sequence[str]] = "full,snapkv,kvec",
+         budgets: Sequence[Union[int, float]] = (64, 256), *, data_files: Sequence[str] = (),
+         protocol: str = "query-aware", samples: int = 0, tasks: Optional[Sequence[str]] = None,
+         seed: Optional[int] = None, split: str = "all", chat: Optional[bool] = None, max_new_tokens: int = 0,
+         max_length: int = 0, text_dir: str = "",
          on_progress: Optional[Callable[[int, int], None]] = None) -> EvalResult:
-    """One `kvec eval` sweep on a synthetic suite (synthetic-1k, -2k, -4k, ...): every policy at
-    every budget, scored; the same items, records and metrics as the command. budgets: integers
-    are entries per KV head and layer, floats in (0, 1) compression ratios (--compression)."""
+    """One `kvec eval` sweep: every policy at every budget, scored; the same items, records and
+    metrics as the command. The items: a synthetic suite (synthetic-1k, -2k, -4k, ...; the default
+    is synthetic-1k) or LongBench JSONL files (data_files, named <dataset>.jsonl; max_length: the
+    middle truncation, 0 for the context's). budgets: integers are entries per KV head and layer,
+    floats in (0, 1) compression ratios (--compression)."""
+    files = [str(f) for f in data_files]
+    if suite is not None and files:
+        raise Error("give a synthetic suite or LongBench data files, not both")
+    suite = "" if files else _text(suite or "synthetic-1k", "suite")
     if isinstance(policies, str):
         policy_list = policies
     else:
@@ -338,7 +345,7 @@ def eval(model: Model, suite: str = "synthetic-1k", policies: Union[str, Sequenc
             ratios.append(float(b))
         else:
             raise TypeError(f"budgets must be ints (entries) or floats (compression ratios), got {type(b).__name__}")
-    d = model._handle().evaluate(_text(suite, "suite"), policy_list, ints, ratios, protocol, samples,
+    d = model._handle().evaluate(suite, files, max_length, policy_list, ints, ratios, protocol, samples,
                                list(tasks or []), _optional_int(seed, "seed"), split, chat, max_new_tokens,
                                text_dir, on_progress)
     return EvalResult(metrics=json.loads(d["metrics"]) if d["metrics"] else {},

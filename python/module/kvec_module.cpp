@@ -326,8 +326,10 @@ public:
         return d;
     }
 
-    // One `kvec eval` sweep on a synthetic suite; metrics.json's object and the records, as JSON text.
-    py::dict evaluate(const std::string& suite, const std::string& policies, const std::vector<int64_t>& budgets,
+    // One `kvec eval` sweep on a synthetic suite or LongBench files; metrics.json's object and the
+    // records, as JSON text.
+    py::dict evaluate(const std::string& suite, const std::vector<std::string>& data_files, int64_t max_length,
+                      const std::string& policies, const std::vector<int64_t>& budgets,
                       const std::vector<double>& ratios, const std::string& protocol, int samples,
                       const std::vector<std::string>& tasks, std::optional<uint64_t> seed, const std::string& split,
                       std::optional<bool> chat, int max_new_tokens, const std::string& text_dir, py::object on_progress) {
@@ -343,8 +345,12 @@ public:
         if (samples < 0) fail("samples must be >= 0 (0: the suite's default), got {}", samples);
         if (max_new_tokens < 0) fail("max_new_tokens must be >= 0 (0: each task's own), got {}", max_new_tokens);
         const std::vector<eval::Combo> combos = eval::make_combos(choices, columns);
+        if (suite.empty() == data_files.empty()) fail("give a synthetic suite or LongBench data files, not both");
+        if (max_length < 0) fail("max_length must be >= 0 (0: the context's), got {}", max_length);
         eval::ItemOptions io;
         io.suite = suite;
+        io.data_files = data_files;
+        io.max_length = max_length;
         io.samples = samples;
         io.tasks = tasks;
         io.split = eval::parse_heldout_split(split);
@@ -500,7 +506,8 @@ PYBIND11_MODULE(_core, m) {
         .def("answer", &PyModel::answer, py::arg("context"), py::arg("questions"), py::arg("policy"), py::arg("budget"),
              py::arg("compression_ratio"), py::arg("query_aware"), py::arg("max_new_tokens"), py::arg("chat"),
              py::arg("references"), py::arg("cancel"))
-        .def("evaluate", &PyModel::evaluate, py::arg("suite"), py::arg("policies"), py::arg("budgets"),
+        .def("evaluate", &PyModel::evaluate, py::arg("suite"), py::arg("data_files"), py::arg("max_length"),
+             py::arg("policies"), py::arg("budgets"),
              py::arg("ratios"), py::arg("protocol"), py::arg("samples"), py::arg("tasks"), py::arg("seed"),
              py::arg("split"), py::arg("chat"), py::arg("max_new_tokens"), py::arg("text_dir"), py::arg("on_progress"));
 }

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from conftest import TINY, run_cli
+from conftest import ROOT, TINY, run_cli
 
 TASKS = "niah_askmany,niah_single,vt"
 
@@ -67,6 +67,19 @@ def test_eval_equals_kvec_eval(kvec, tiny, tmp_path):
     assert [(x["policy"], x["budget"]) for x in rows] == [("full", None), ("snapkv", 64), ("snapkv", 128),
                                                           ("kvec", 64), ("kvec", 128)]
     assert all(set(x) >= {"average", "average_lo", "average_hi", "score_vt"} for x in rows)
+
+
+def test_eval_on_longbench_files_equals_kvec_eval(kvec, tiny, tmp_path):
+    files = [ROOT / "data" / "longbench" / "fixture" / f for f in ("2wikimqa.jsonl", "hotpotqa.jsonl")]
+    out = tmp_path / "longbench"
+    run_cli("eval", "-m", TINY, "-t", 2, "--data", ",".join(map(str, files)), "--policies", "full,kvec",
+            "--budgets", 64, "--out", out)
+    metrics = json.loads((out / "metrics.json").read_text())
+    r = kvec.eval(tiny, data_files=files, policies="full,kvec", budgets=[64])
+    assert r.metrics["results"] == metrics["results"]
+    assert r.metrics["tasks"] == ["2wikimqa", "hotpotqa"]
+    with pytest.raises(kvec.Error, match="not both"):
+        kvec.eval(tiny, suite="synthetic-1k", data_files=files)
 
 
 def test_eval_with_compression_ratios(kvec, tiny):
