@@ -291,35 +291,21 @@ public:
         const bool use_chat = chat.value_or(eval::has_chat_template(*tokenizer_));
 
         Interrupts interrupts(cancel);
-        std::vector<std::string> records;
-        eval::SweepStats stats;
-        {
-            py::gil_scoped_release nogil;
-            std::lock_guard lock(mutex_);
-            set_num_threads(threads_);
-            Session& s = session(n_batch_);
-            Generator generator(s, *tokenizer_);
-            std::vector<eval::EvalItem> items;
-            for (size_t q = 0; q < questions.size(); ++q) {
-                items.push_back(eval::question_item(*tokenizer_, generator, fmt::format("q{}", q), context, questions[q],
-                                                    use_chat, max_new_tokens, s.n_ctx()));
-                if (!references.empty()) items.back().references = references[q];
-            }
-            eval::SweepOptions so;
-            so.protocol = query_aware ? eval::Protocol::QueryAware : eval::Protocol::QueryAgnostic;
-            so.on_record = [&](const eval::EvalRecord& r) { records.push_back(eval::to_json(r).dump()); };
-            so.on_progress = [&](int64_t, int64_t) {
-                if (!interrupts.check()) throw Stopped{};
-            };
-            try {
-                stats = eval::run_sweep(s, *tokenizer_, items, choices, combos, {}, so);
-            } catch (const Stopped&) {
-            }
-        }
-        interrupts.raise_pending();
+        const SweepOutput out = sweep(
+            [&](const Generator& generator, int32_t n_ctx) {
+                std::vector<eval::EvalItem> items;
+                for (size_t q = 0; q < questions.size(); ++q) {
+                    items.push_back(eval::question_item(*tokenizer_, generator, fmt::format("q{}", q), context,
+                                                        questions[q], use_chat, max_new_tokens, n_ctx));
+                    if (!references.empty()) items.back().references = references[q];
+                }
+                return items;
+            },
+            choices, combos, query_aware ? eval::Protocol::QueryAware : eval::Protocol::QueryAgnostic, interrupts,
+            py::none());
         py::dict d;
-        d["records"] = records;
-        d["stats"] = sweep_stats(stats);
+        d["records"] = record_texts(out.records);
+        d["stats"] = sweep_stats(out.stats);
         d["spec"] = combos.front().spec;
         d["chat"] = use_chat;
         d["cancelled"] = interrupts.cancelled();
@@ -362,23 +348,39 @@ public:
         if (!on_progress.is_none() && !PyCallable_Check(on_progress.ptr())) fail("on_progress must be callable");
 
         Interrupts interrupts{py::none()};
-        std::vector<std::string> records;
-        std::string metrics;
+        const SweepOutput out = sweep(
+            [&](const Generator& generator, int32_t n_ctx) { return eval::build_items(io, *tokenizer_, generator, n_ctx); },
+            choices, combos, proto, interrupts, on_progress);
+        py::dict d;
+        d["metrics"] = out.stopped ? std::string() : eval::metrics_json(eval::summarize(out.items, choices, columns, out.records)).dump();
+        d["records"] = record_texts(out.records);
+        d["stats"] = sweep_stats(out.stats);
+        return d;
+    }
+
+private:
+    struct SweepOutput {
+        std::vector<eval::EvalItem> items;
+        std::vector<eval::EvalRecord> records;
         eval::SweepStats stats;
+        bool stopped = false;  // Python asked to stop (the records so far are kept)
+    };
+    // One eval sweep on this model's session, the GIL released: the items from `make_items`, every
+    // combination, stopping after the next record when Python asks (a signal raises at the end).
+    SweepOutput sweep(const std::function<std::vector<eval::EvalItem>(const Generator&, int32_t n_ctx)>& make_items,
+                      const std::vector<eval::PolicyChoice>& choices, const std::vector<eval::Combo>& combos,
+                      eval::Protocol protocol, Interrupts& interrupts, py::object on_progress) {
+        SweepOutput out;
         {
             py::gil_scoped_release nogil;
             std::lock_guard lock(mutex_);
             set_num_threads(threads_);
             Session& s = session(n_batch_);
             Generator generator(s, *tokenizer_);
-            const std::vector<eval::EvalItem> items = eval::build_items(io, *tokenizer_, generator, s.n_ctx());
-            std::vector<eval::EvalRecord> done;
+            out.items = make_items(generator, s.n_ctx());
             eval::SweepOptions so;
-            so.protocol = proto;
-            so.on_record = [&](const eval::EvalRecord& r) {
-                done.push_back(r);
-                records.push_back(eval::to_json(r).dump());
-            };
+            so.protocol = protocol;
+            so.on_record = [&](const eval::EvalRecord& r) { out.records.push_back(r); };
             so.on_progress = [&](int64_t n, int64_t total) {
                 if (!interrupts.check()) throw Stopped{};
                 if (!on_progress.is_none()) {
@@ -387,20 +389,21 @@ public:
                 }
             };
             try {
-                stats = eval::run_sweep(s, *tokenizer_, items, choices, combos, {}, so);
-                metrics = eval::metrics_json(eval::summarize(items, choices, columns, done)).dump();
+                out.stats = eval::run_sweep(s, *tokenizer_, out.items, choices, combos, {}, so);
             } catch (const Stopped&) {
+                out.stopped = true;
             }
         }
         interrupts.raise_pending();
-        py::dict d;
-        d["metrics"] = metrics;
-        d["records"] = records;
-        d["stats"] = sweep_stats(stats);
-        return d;
+        return out;
     }
 
-private:
+    static std::vector<std::string> record_texts(const std::vector<eval::EvalRecord>& records) {
+        std::vector<std::string> out;
+        for (const eval::EvalRecord& r : records) out.push_back(eval::to_json(r).dump());
+        return out;
+    }
+
     // The policy of one generate call: the spec with budget / ratio / decode interval / chunked
     // as options (each given once, either way), or none.
     static policy::ResolvedPolicy resolve_policy(const std::optional<std::string>& spec, std::optional<int64_t> budget,
