@@ -738,12 +738,17 @@ void Session::attention_sliding(int layer, int32_t T, const int32_t* positions) 
             for (int32_t t0 = 0; t0 < T;) {
                 const int32_t np = std::min(n_pos, T - t0);
                 const int32_t first = start_of(t0);
-                const int32_t n = start_of(t0 + np - 1) == first ? np : 1;
+                // Entries of consecutive positions from the first position's window to the block's
+                // last (a prefill): the block in one call, each position masked to its own window.
+                // Otherwise the block only where every position sees the same first entry.
+                const int32_t last = n_old + t0 + np - 1;
+                const bool consecutive = pos[last] - pos[first] == last - first;
+                const int32_t n = consecutive || start_of(t0 + np - 1) == first ? np : 1;
                 const int64_t q0 = t0 * Q + int64_t{h * G + g0} * D;  // query heads h * G + g0 .. + ng
                 kvec::attention_causal(q_.data() + q0, {Q, D}, n, ng, from(first),
                                        n_old + t0 + 1 - first, scale, s, n_max, att_.data() + q0,
                                        {Q, D}, c.attn_logit_softcap,
-                                       sink_logits(layer, h, g0));
+                                       sink_logits(layer, h, g0), consecutive ? window : 0);
                 t0 += n;
             }
         }

@@ -302,9 +302,9 @@ void check_args(int64_t n_pos, int64_t nq, const KvHeadData& kv, int32_t n_vis, 
 
 void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
                       const KvHeadData& kv, int32_t n_vis, float scale, float* p, int64_t ldp,
-                      float* out, RowLayout out_at, float softcap, const float* sinks) {
+                      float* out, RowLayout out_at, float softcap, const float* sinks, int32_t window) {
     check_args(n_pos, nq, kv, n_vis, ldp, out != nullptr);
-    KVEC_CHECK(softcap >= 0.0f);
+    KVEC_CHECK(softcap >= 0.0f && window >= 0);
     const BlockKernels k = block_kernels(kv);
     const int64_t D = kv.head_dim;
     const size_t key_row = ggml_row_size(kv.key_type, D), value_row = ggml_row_size(kv.value_type, D);
@@ -348,6 +348,7 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
         }
     }
     for (int64_t t = 0; t < n_pos; ++t) {
+        const int32_t lo = window > 0 ? std::max(0, vis(t) - window) : 0;  // entries before the window
         for (int64_t i = 0; i < nq; ++i) {
             float* row = p_row(t, i);  // [vis(t)]
             if (softcap > 0.0f) {
@@ -355,6 +356,7 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
             } else {
                 for (int32_t j = 0; j < vis(t); ++j) row[j] *= scale;
             }
+            std::fill(row, row + lo, -INFINITY);  // probability 0 after the softmax
             ops::softmax(row, vis(t), sinks != nullptr ? sinks[i] : -INFINITY);
         }
     }

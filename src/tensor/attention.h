@@ -65,10 +65,13 @@ struct RowLayout {
 //   p:   [n_pos * nq, ldp], row t * nq + i = the probabilities of row i of position t (columns
 //        < n_vis + t written; ldp >= n_vis + n_pos - 1)
 //   out: rows as laid out by out_at, head_dim each (nullptr: probabilities only)
+//   window > 0: position t sees only its last `window` entries, [n_vis + t - window, n_vis + t);
+//        the probabilities before them are 0 (a sliding-window layer whose entries are
+//        consecutive positions: a block of positions in one call although each sees its own range)
 void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
                       const KvHeadData& kv, int32_t n_vis, float scale, float* p, int64_t ldp,
                       float* out, RowLayout out_at, float softcap = 0.0f,
-                      const float* sinks = nullptr);
+                      const float* sinks = nullptr, int32_t window = 0);
 
 // One query position: p [nq, ldp] (columns < n_vis written) = the probability rows above for the
 // query rows q [nq, head_dim] (rows ldq apart); n_vis >= 1 entries of kv are visible to every row.

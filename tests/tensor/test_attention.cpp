@@ -183,7 +183,7 @@ INSTANTIATE_TEST_SUITE_P(CacheTypes, AttentionTypes, ::testing::Values(GgmlType:
 // ref::attention of that position alone; the query and output rows at strides like the engine's
 // (positions ld_pos apart, heads ld_row apart), sentinels past every row's visible entries.
 void check_causal(TypePair type, int nq, int d, int n_pos, int32_t n_vis, uint32_t seed,
-                  float softcap = 0.0f, float q_std = 1.5f, const float* sinks = nullptr) {
+                  float softcap = 0.0f, float q_std = 1.5f, const float* sinks = nullptr, int32_t window = 0) {
     std::mt19937 rng(seed);
     const int32_t n = n_vis + n_pos - 1;
     const Cache c = make_cache(type.k, type.v, n, d, rng);
@@ -200,16 +200,25 @@ void check_causal(TypePair type, int nq, int d, int n_pos, int32_t n_vis, uint32
         std::vector<float> p(static_cast<size_t>(n_pos * nq * ldp), kSentinel);   // [n_pos * nq, ldp]
         std::vector<float> o(static_cast<size_t>(n_pos * o_at.ld_pos), kSentinel);  // [n_pos, ld_pos]
         attention_causal(q.data(), q_at, n_pos, nq, c.view, n_vis, scale, p.data(), ldp, o.data(),
-                         o_at, softcap, sinks);
+                         o_at, softcap, sinks, window);
         std::vector<float> p_only(p.size(), kSentinel);
         attention_causal(q.data(), q_at, n_pos, nq, c.view, n_vis, scale, p_only.data(), ldp,
-                         nullptr, {}, softcap, sinks);
+                         nullptr, {}, softcap, sinks, window);
         ASSERT_EQ(p_only, p) << "probabilities only differ from attention_causal's";
         for (int t = 0; t < n_pos; ++t) {
             const int32_t vis = n_vis + t;
-            std::vector<float> p_ref(static_cast<size_t>(nq * vis)), o_ref(static_cast<size_t>(nq * d));
-            ref::attention(q.data() + t * q_at.ld_pos, nq, q_at.ld_row, c.view, vis, scale,
-                           p_ref.data(), vis, o_ref.data(), d, softcap, sinks);
+            // With a window, the reference attends to the window's entries alone.
+            const int32_t lo = window > 0 ? std::max(0, vis - window) : 0;
+            KvHeadData seen = c.view;
+            seen.keys = static_cast<const uint8_t*>(c.view.keys) + ggml_row_size(c.view.key_type, d) * lo;
+            seen.values = static_cast<const uint8_t*>(c.view.values) + ggml_row_size(c.view.value_type, d) * lo;
+            std::vector<float> p_seen(static_cast<size_t>(nq * (vis - lo))), o_ref(static_cast<size_t>(nq * d));
+            ref::attention(q.data() + t * q_at.ld_pos, nq, q_at.ld_row, seen, vis - lo, scale,
+                           p_seen.data(), vis - lo, o_ref.data(), d, softcap, sinks);
+            std::vector<float> p_ref(static_cast<size_t>(nq * vis), 0.0f);  // [nq, vis]: 0 before the window
+            for (int i = 0; i < nq; ++i) {
+                std::copy_n(p_seen.data() + i * (vis - lo), vis - lo, p_ref.data() + i * vis + lo);
+            }
             const std::string where =
                 k.name() + " " + pair_name(type) + " softcap=" + std::to_string(softcap) +
                 (sinks != nullptr ? " sinks" : "") + " nq=" + std::to_string(nq) +
@@ -252,6 +261,23 @@ TEST_P(AttentionTypes, CausalBlocksOfPositionsMatchTheReferencePerPosition) {
     std::mt19937 rng(7);
     std::uniform_int_distribution<int> nq(1, 9), d(1, 100), n_pos(1, 20), n_vis(1, 400);
     for (int r = 0; r < 12; ++r) check_causal({type, type}, nq(rng), d(rng), n_pos(rng), n_vis(rng), seed++);
+}
+
+// A block of positions each masked to its own last `window` entries (a sliding-window layer's
+// prefill in one call): every kernel and cache type against the reference over the window alone,
+// probabilities 0 before it; windows smaller than the block, crossing the 128-entry blocks, wider
+// than every row (no mask), with soft-capping and sinks.
+TEST(WindowedAttention, EveryKernelMatchesReferenceOverTheWindow) {
+    uint32_t seed = 500;
+    const std::vector<float> sinks = {0.5f, -2.0f, 3.0f, 1.0f};  // [4 query rows]
+    for (const TypePair t : {TypePair{GgmlType::F32, GgmlType::F32}, TypePair{GgmlType::F16, GgmlType::F16},
+                             TypePair{GgmlType::Q8_0, GgmlType::Q4_0}}) {
+        check_causal(t, 4, 64, 16, 100, seed++, 0.0f, 1.5f, nullptr, 8);     // window < block of positions
+        check_causal(t, 4, 64, 33, 200, seed++, 0.0f, 1.5f, nullptr, 130);   // crosses entry blocks
+        check_causal(t, 2, 96, 9, 1, seed++, 0.0f, 1.5f, nullptr, 4);        // from the first entry
+        check_causal(t, 4, 64, 9, 40, seed++, 0.0f, 1.5f, nullptr, 512);     // wider than every row
+        check_causal(t, 4, 64, 12, 150, seed++, 5.0f, 6.0f, sinks.data(), 64);  // softcap and sinks
+    }
 }
 
 // Soft-capped scores (gemma2: cap * tanh(scale q.k / cap) before the softmax): every kernel, the
