@@ -310,7 +310,7 @@ class Model:
         refs = [[_text(r, "each reference") for r in rs] for rs in references] if references is not None else []
         d = self._handle().answer(_text(context, "context"), qs, policy, _optional_int(budget, "budget"),
                                 _optional_float(compression_ratio, "compression_ratio"), query_aware, max_new_tokens,
-                                chat, refs, None)
+                                chat, refs)
         records = [json.loads(r) for r in d["records"]]
         return Answers(answers=[r["prediction"] for r in records], records=records, policy=d["spec"],
                        protocol="query-aware" if query_aware else "query-agnostic", chat=d["chat"], stats=d["stats"])
@@ -348,5 +348,5 @@ def eval(model: Model, suite: Optional[str] = None, policies: Union[str, Sequenc
     d = model._handle().evaluate(suite, files, max_length, policy_list, ints, ratios, protocol, samples,
                                list(tasks or []), _optional_int(seed, "seed"), split, chat, max_new_tokens,
                                text_dir, on_progress)
-    return EvalResult(metrics=json.loads(d["metrics"]) if d["metrics"] else {},
+    return EvalResult(metrics=json.loads(d["metrics"]),
                       records=[json.loads(r) for r in d["records"]], stats=d["stats"])

@@ -41,15 +41,15 @@ namespace kvec::python {
 
 namespace {
 
-// Thrown through the engine when Python asked to stop; the binding turns it back into the
-// Python exception (KeyboardInterrupt) or a quiet stop (cancel).
+// Thrown through a sweep when a signal handler raised; the binding raises that exception
+// (KeyboardInterrupt) once the engine has unwound.
 struct Stopped {};
 
 // Between the engine's steps: Python's signal handlers and the caller's cancel callable, with the
 // GIL held for that moment only. A handler that raises (Ctrl-C) is kept and raised at the end.
 class Interrupts {
 public:
-    explicit Interrupts(py::object cancel) : cancel_(std::move(cancel)) {}
+    explicit Interrupts(py::object cancel = py::none()) : cancel_(std::move(cancel)) {}
 
     // true: go on.
     bool check() {
@@ -269,8 +269,7 @@ public:
     py::dict answer(const std::string& context, const std::vector<std::string>& questions,
                     std::optional<std::string> policy, std::optional<int64_t> budget,
                     std::optional<double> compression_ratio, bool query_aware, int max_new_tokens,
-                    std::optional<bool> chat, const std::vector<std::vector<std::string>>& references,
-                    py::object cancel) {
+                    std::optional<bool> chat, const std::vector<std::vector<std::string>>& references) {
         if (questions.empty()) fail("questions is empty: give at least one question");
         if (!references.empty() && references.size() != questions.size()) {
             fail("references: {} lists for {} questions (give one list per question)", references.size(), questions.size());
@@ -290,7 +289,6 @@ public:
                                                                     : std::vector<eval::Combo>{{0, 0, choices[0].spec}};
         const bool use_chat = chat.value_or(eval::has_chat_template(*tokenizer_));
 
-        Interrupts interrupts(cancel);
         const SweepOutput out = sweep(
             [&](const Generator& generator, int32_t n_ctx) {
                 std::vector<eval::EvalItem> items;
@@ -301,14 +299,12 @@ public:
                 }
                 return items;
             },
-            choices, combos, query_aware ? eval::Protocol::QueryAware : eval::Protocol::QueryAgnostic, interrupts,
-            py::none());
+            choices, combos, query_aware ? eval::Protocol::QueryAware : eval::Protocol::QueryAgnostic, py::none());
         py::dict d;
         d["records"] = record_texts(out.records);
         d["stats"] = sweep_stats(out.stats);
         d["spec"] = combos.front().spec;
         d["chat"] = use_chat;
-        d["cancelled"] = interrupts.cancelled();
         return d;
     }
 
@@ -347,12 +343,11 @@ public:
         const eval::Protocol proto = eval::parse_protocol(protocol);
         if (!on_progress.is_none() && !PyCallable_Check(on_progress.ptr())) fail("on_progress must be callable");
 
-        Interrupts interrupts{py::none()};
         const SweepOutput out = sweep(
             [&](const Generator& generator, int32_t n_ctx) { return eval::build_items(io, *tokenizer_, generator, n_ctx); },
-            choices, combos, proto, interrupts, on_progress);
+            choices, combos, proto, on_progress);
         py::dict d;
-        d["metrics"] = out.stopped ? std::string() : eval::metrics_json(eval::summarize(out.items, choices, columns, out.records)).dump();
+        d["metrics"] = eval::metrics_json(eval::summarize(out.items, choices, columns, out.records)).dump();
         d["records"] = record_texts(out.records);
         d["stats"] = sweep_stats(out.stats);
         return d;
@@ -363,13 +358,14 @@ private:
         std::vector<eval::EvalItem> items;
         std::vector<eval::EvalRecord> records;
         eval::SweepStats stats;
-        bool stopped = false;  // Python asked to stop (the records so far are kept)
     };
     // One eval sweep on this model's session, the GIL released: the items from `make_items`, every
-    // combination, stopping after the next record when Python asks (a signal raises at the end).
+    // combination; a signal handler that raises (Ctrl-C) stops it after the next record and its
+    // exception is raised here once the engine has unwound.
     SweepOutput sweep(const std::function<std::vector<eval::EvalItem>(const Generator&, int32_t n_ctx)>& make_items,
                       const std::vector<eval::PolicyChoice>& choices, const std::vector<eval::Combo>& combos,
-                      eval::Protocol protocol, Interrupts& interrupts, py::object on_progress) {
+                      eval::Protocol protocol, py::object on_progress) {
+        Interrupts interrupts;
         SweepOutput out;
         {
             py::gil_scoped_release nogil;
@@ -391,7 +387,7 @@ private:
             try {
                 out.stats = eval::run_sweep(s, *tokenizer_, out.items, choices, combos, {}, so);
             } catch (const Stopped&) {
-                out.stopped = true;
+                // a signal handler raised: raise_pending below raises it
             }
         }
         interrupts.raise_pending();
@@ -508,7 +504,7 @@ PYBIND11_MODULE(_core, m) {
              py::arg("coverage_window"))
         .def("answer", &PyModel::answer, py::arg("context"), py::arg("questions"), py::arg("policy"), py::arg("budget"),
              py::arg("compression_ratio"), py::arg("query_aware"), py::arg("max_new_tokens"), py::arg("chat"),
-             py::arg("references"), py::arg("cancel"))
+             py::arg("references"))
         .def("evaluate", &PyModel::evaluate, py::arg("suite"), py::arg("data_files"), py::arg("max_length"),
              py::arg("policies"), py::arg("budgets"),
              py::arg("ratios"), py::arg("protocol"), py::arg("samples"), py::arg("tasks"), py::arg("seed"),
