@@ -297,16 +297,35 @@ struct ActRows {
     int8::QuantRows view() const { return {q, d, h, k, s}; }
 };
 
+// Multiply-adds from which the int8 decode paths below run on a team. The int8 kernels do about
+// 1M multiply-adds in 20-30 us on one core, and a team of spinning threads forks and joins in a few
+// microseconds, so even the small matrices of small models pay: at the former limit of 1M (that of
+// the float paths) every matrix of SmolLM2-135M ran on one thread and its decode was 162 t/s; at
+// 64K, 258 (Gemma 3 270M and Qwen2.5 0.5B +6 %; 2 threads, docs/performance.md).
+constexpr int64_t kDecodeTeamMin = 1 << 16;
+constexpr size_t kMaxOuts = 4;  // weights in one pass of the decode paths
+
 // Quantised weights with up to 4 (VNNI) or 16 activation rows (decode, small batches),
-// Fast precision: the activations are quantised and laid out for the weight type (int8_decode.h)
-// by every thread into its own buffers (a few microseconds, cheaper than waiting for each other at
-// a barrier), then each thread streams its share of the weight rows once through the decode
-// kernel, which unpacks the blocks in registers.
-void matmul_int8_decode(const float* x, int64_t n, const WeightView& w, float* y, int8::decode::Kernel kernel) {
+// Fast precision, for one or more weights of one type that read the same input (n_in k): the
+// activations are quantised and laid out for the weight type (int8_decode.h) by every thread into
+// its own buffers (a few microseconds, cheaper than waiting for each other at a barrier), then each
+// thread streams its share of the weights' rows once through the decode kernel, which unpacks the
+// blocks in registers. Several weights are one pass (one team) over all their rows.
+void matmul_int8_decode(const float* x, int64_t n, std::span<const MatmulOut> outs, int8::decode::Kernel kernel) {
     constexpr int64_t kItemRows = 32;  // weight rows per kernel call
-    const int64_t k = w.n_in, ns = k / int8::decode::layout(w.type).sub;
-    const int64_t n_items = (w.n_out + kItemRows - 1) / kItemRows;
-#pragma omp parallel if (n * w.n_out * k >= (1 << 20))
+    KVEC_CHECK(!outs.empty() && outs.size() <= kMaxOuts);
+    const GgmlType type = outs[0].w->type;
+    const int64_t k = outs[0].w->n_in, ns = k / int8::decode::layout(type).sub;
+    std::array<int64_t, kMaxOuts + 1> first{};  // items of weight i: [first[i], first[i + 1])
+    int64_t work = 0;
+    for (size_t i = 0; i < outs.size(); ++i) {
+        const WeightView& w = *outs[i].w;
+        KVEC_CHECK(w.n_in == k && w.type == type);
+        first[i + 1] = first[i] + (w.n_out + kItemRows - 1) / kItemRows;
+        work += n * w.n_out * k;
+    }
+    const int64_t n_items = first[outs.size()];
+#pragma omp parallel if (work >= kDecodeTeamMin)
     {
         const ActRows nat = ActRows::of_this_thread(n, k);  // natural order
         for (int64_t r = 0; r < n; ++r) nat.quantise(x, r);
@@ -314,14 +333,17 @@ void matmul_int8_decode(const float* x, int64_t n, const WeightView& w, float* y
         thread_local std::vector<float> ddx;   // [n, ns] block scale of each sub-block
         thread_local std::vector<float> dxs;   // [n, ns] scale times the sum over each sub-block
         const int8::decode::Rows xr{grow(dq, n * k), grow(ddx, n * ns), grow(dxs, n * ns), k};
-        int8::decode::prepare_rows(w.type, nat.view(), n, dq.data(), ddx.data(), dxs.data());
+        int8::decode::prepare_rows(type, nat.view(), n, dq.data(), ddx.data(), dxs.data());
         // One contiguous share of the rows per thread: each thread reads one long stream. Items
         // handed out in turn (dynamic, 1) chop both streams into 36 KiB pieces; decode then ran at
         // 27-32 instead of 42-46 t/s (TinyLlama Q4_K_M, 2 threads, docs/performance.md).
 #pragma omp for schedule(static)
         for (int64_t item = 0; item < n_items; ++item) {
-            const int64_t r0 = item * kItemRows, r1 = std::min(w.n_out, r0 + kItemRows);
-            kernel(xr, n, w.row(r0), w.row_bytes, r1 - r0, y + r0, w.n_out);
+            size_t i = 0;
+            while (item >= first[i + 1]) ++i;
+            const WeightView& w = *outs[i].w;
+            const int64_t r0 = (item - first[i]) * kItemRows, r1 = std::min(w.n_out, r0 + kItemRows);
+            kernel(xr, n, w.row(r0), w.row_bytes, r1 - r0, outs[i].y + r0, w.n_out);
         }
     }
 }
@@ -337,7 +359,6 @@ bool panels_decode(int64_t n, const WeightView& w) {
 // memory runs slower takes fewer, where equal static shares left the other waiting at the end of
 // the matmul (14 % of decode in libgomp's spin on the Phi-4-mini shape; Gemma-3-4B shape tg64
 // +19 %, Phi +1-7 %; docs/performance.md). Several weights are one pass over all their rows.
-constexpr size_t kMaxOuts = 4;  // weights in one pass
 void matmul_panels_decode(const float* x, int64_t n, std::span<const MatmulOut> outs) {
     constexpr int64_t kItemRows = 32;  // whole panels
     constexpr int64_t kChunksPerThread = 16;
@@ -354,7 +375,7 @@ void matmul_panels_decode(const float* x, int64_t n, std::span<const MatmulOut> 
         work += n * w.n_out * k;
     }
     const int64_t n_items = first[outs.size()];
-#pragma omp parallel if (work >= (1 << 20))
+#pragma omp parallel if (work >= kDecodeTeamMin)
     {
         const ActRows a = ActRows::of_this_thread(n, k);
         for (int64_t r = 0; r < n; ++r) a.quantise(x, r);
@@ -413,6 +434,12 @@ bool use_int8(const WeightView& w) {
 
 // Whether matmul() runs w on its panels (matmul_panels).
 bool takes_panels(const WeightView& w) { return w.panels != nullptr && use_int8(w) && int8::vnni_enabled(); }
+
+// Whether matmul() runs n rows of w, not on panels, through int8 dot products (matmul_int8_decode
+// where the type has a decode kernel for n rows, else matmul_int8).
+bool takes_int8(int64_t n, const WeightView& w) {
+    return !takes_panels(w) && use_int8(w) && (n < kernels::kPackedMinRows || int8::vnni_enabled());
+}
 
 using MatmulFn = void (*)(const float* x, int64_t n, const WeightView& w, float* y);
 
@@ -482,10 +509,10 @@ void matmul(const float* x, int64_t n, const WeightView& w, float* y) {
         matmul_panels(x, n, w, y);
         return;
     }
-    if (use_int8(w) && (n < kernels::kPackedMinRows || int8::vnni_enabled())) {
-        const int8::decode::Kernel decode = int8::decode::kernel_for(w.type, n);
-        if (decode != nullptr) {
-            matmul_int8_decode(x, n, w, y, decode);
+    if (takes_int8(n, w)) {
+        if (const int8::decode::Kernel decode = int8::decode::kernel_for(w.type, n)) {
+            const MatmulOut out{&w, y};
+            matmul_int8_decode(x, n, {&out, 1}, decode);
         } else {
             matmul_int8(x, n, w, y);
         }
@@ -495,12 +522,21 @@ void matmul(const float* x, int64_t n, const WeightView& w, float* y) {
 }
 
 void matmul_group(const float* x, int64_t n, std::span<const MatmulOut> outs) {
-    const bool one_pass = n > 0 && outs.size() > 1 && outs.size() <= kMaxOuts &&
-                          std::all_of(outs.begin(), outs.end(), [&](const MatmulOut& o) {
-                              return takes_panels(*o.w) && panels_decode(n, *o.w) && o.w->n_in == outs[0].w->n_in;
-                          });
-    if (one_pass) {
+    const auto all = [&](auto&& pred) {
+        return n > 0 && outs.size() > 1 && outs.size() <= kMaxOuts &&
+               std::all_of(outs.begin(), outs.end(), [&](const MatmulOut& o) {
+                   return o.w->n_in == outs[0].w->n_in && pred(*o.w);
+               });
+    };
+    if (all([&](const WeightView& w) { return takes_panels(w) && panels_decode(n, w); })) {
         matmul_panels_decode(x, n, outs);
+        return;
+    }
+    // The int8 decode kernels for weights of one type (matmul's choice for each of them).
+    const WeightView& w0 = *outs[0].w;
+    const int8::decode::Kernel decode = takes_int8(n, w0) ? int8::decode::kernel_for(w0.type, n) : nullptr;
+    if (decode != nullptr && all([&](const WeightView& w) { return w.type == w0.type && takes_int8(n, w); })) {
+        matmul_int8_decode(x, n, outs, decode);
         return;
     }
     for (const MatmulOut& o : outs) matmul(x, n, *o.w, o.y);

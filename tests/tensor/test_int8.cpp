@@ -3,6 +3,8 @@
 // exact float reference within the rounding bound of the activation quantisation.
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
 #include <cmath>
 #include <random>
 #include <vector>
@@ -556,6 +558,48 @@ TEST(LoadPanels, GroupMatchesEachMatmul) {
             for (size_t i = 0; i < ws.size(); ++i) ASSERT_EQ(got[i], want[i]) << i << " n=" << n << " " << without_panels;
         }
     }
+}
+
+// matmul_group on weights read in place by the decode kernels (no panels): weights of one type are
+// one pass (one team, items across all their rows), and each gets the bits matmul gives it alone,
+// with one thread or two, at row counts that end in a part item; a group of mixed types is each
+// weight on its own.
+TEST_P(Int8Types, DecodeGroupMatchesEachMatmul) {
+    const GgmlType type = GetParam();
+    set_matmul_precision(MatmulPrecision::Fast);
+    if (int8::decode::kernel_for(type, 1) == nullptr) GTEST_SKIP() << "no decode kernel for this type on this CPU";
+    const int64_t k = 256;
+    std::vector<Quantised> ws;
+    for (int64_t n_out : {576, 40, 70}) {  // 40 and 70: part items of 32 rows
+        ws.push_back(quantise(type, gaussian(k * n_out, 90 + static_cast<uint32_t>(ws.size()), 0.5f), k, n_out));
+    }
+    const GgmlType other = type == GgmlType::Q8_0 ? GgmlType::Q4_0 : GgmlType::Q8_0;
+    const Quantised mixed = quantise(other, gaussian(k * 48, 99, 0.5f), k, 48);
+    const auto x = gaussian(4 * k, 98);
+    const int threads_before = omp_get_max_threads();
+    for (int threads : {1, 2}) {
+        omp_set_num_threads(threads);
+        for (bool with_other : {false, true}) {
+            for (int64_t n : {int64_t{1}, int64_t{3}}) {
+                std::vector<const WeightView*> views;
+                for (const Quantised& w : ws) views.push_back(&w.view);
+                if (with_other) views.push_back(&mixed.view);
+                std::vector<std::vector<float>> got, want;
+                std::vector<MatmulOut> outs;
+                for (const WeightView* w : views) {
+                    got.emplace_back(static_cast<size_t>(n * w->n_out), -7.0f);
+                    want.emplace_back(got.back().size());
+                    matmul(x.data(), n, *w, want.back().data());
+                }
+                for (size_t i = 0; i < views.size(); ++i) outs.push_back({views[i], got[i].data()});
+                matmul_group(x.data(), n, outs);
+                for (size_t i = 0; i < views.size(); ++i) {
+                    ASSERT_EQ(got[i], want[i]) << i << " n=" << n << " threads=" << threads << " mixed=" << with_other;
+                }
+            }
+        }
+    }
+    omp_set_num_threads(threads_before);
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, LoadPanels, ::testing::Values(GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K),
