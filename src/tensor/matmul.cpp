@@ -301,7 +301,7 @@ struct ActRows {
 // 1M multiply-adds in 20-30 us on one core, and a team of spinning threads forks and joins in a few
 // microseconds, so even the small matrices of small models pay: at the former limit of 1M (that of
 // the float paths) every matrix of SmolLM2-135M ran on one thread and its decode was 162 t/s; at
-// 64K, 258 (Gemma 3 270M and Qwen2.5 0.5B +6 %; 2 threads, docs/performance.md).
+// 64K, 258-270 (Gemma 3 270M +10 %, Qwen2.5 0.5B +3-9 %; 2 threads, docs/performance.md).
 constexpr int64_t kDecodeTeamMin = 1 << 16;
 constexpr size_t kMaxOuts = 4;  // weights in one pass of the decode paths
 
@@ -522,6 +522,7 @@ void matmul(const float* x, int64_t n, const WeightView& w, float* y) {
 }
 
 void matmul_group(const float* x, int64_t n, std::span<const MatmulOut> outs) {
+    if (outs.empty()) return;
     const auto all = [&](auto&& pred) {
         return n > 0 && outs.size() > 1 && outs.size() <= kMaxOuts &&
                std::all_of(outs.begin(), outs.end(), [&](const MatmulOut& o) {
