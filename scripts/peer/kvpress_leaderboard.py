@@ -8,14 +8,19 @@ run, scored by one scorer.
 
 For each item of DIR/items.jsonl (kvec's token ids; `n_context` of them are the instruction and
 context, the rest the question and the chat template's answer cue) and each press and ratio:
-kvpress's pipeline compresses the context ids with the press, then answers the question ids
-greedily (KVPressTextGenerationPipeline._forward: the same ids kvec ran, no re-tokenization).
-The run's protocol (its config.json) decides what is compressed: query-agnostic, the first
-`n_context` ids (the question follows, uncompressed); query-aware, every id but the last (kvec
-compresses the whole prompt; the pipeline needs one id to answer from, so the last prompt id is
-its "question": at most one entry per head more than kvec keeps). FINCH runs in the query-aware
-protocol only (its window is the question, which its delimiter token marks).
-Predictions go to DIR/kvpress/predictions.jsonl (resumable). Every prediction, kvec's own (from
+the same ids kvec ran (no re-tokenization) go through kvpress. The run's protocol (its
+config.json) decides how: query-agnostic, kvpress's pipeline (KVPressTextGenerationPipeline.
+_forward) compresses the first `n_context` ids with the press and answers the question ids that
+follow greedily; query-aware, the whole prompt is prefilled under the press as the pipeline
+prefills a context (each layer's attention computed before that layer is compressed, as in kvec),
+the first answer token comes from the prompt's last position and the rest is greedy decoding from
+the compressed cache as the pipeline's generate_answer does (answer_whole_prompt): the same ids
+compressed and the same answer cue as `kvec eval --protocol query-aware`. (The pipeline itself
+needs at least one question id to answer from; the first version of this script gave it the
+prompt's last id, so TOVA and Expected Attention scored the prompt's last-but-one query.) FINCH
+runs in the query-aware protocol only (its window is the question, which its delimiter token
+marks). Predictions go to DIR/kvpress/predictions.jsonl (query-agnostic) or
+DIR/kvpress/predictions-whole-prompt.jsonl (query-aware), resumable. Every prediction, kvec's own (from
 DIR/predictions.jsonl) and kvpress's, is scored by this script's scorer, a port of kvec's RULER
 string match (src/eval/synthetic.cpp); the script first checks that it reproduces kvec's recorded
 score of every kvec prediction. Prints, per ratio, each engine's average of task scores with a 95 %
@@ -31,7 +36,7 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 import kvpress
 
@@ -138,6 +143,27 @@ def load_pipeline(model_path):
     return pipe, tokenizer
 
 
+def answer_whole_prompt(pipe, ids, press, max_new_tokens):
+    """kvec's query-aware protocol in kvpress: every prompt id prefilled under the press (the
+    pipeline's prefill call), the first answer token from the last prompt position's hidden state,
+    then greedy decoding from the compressed cache at positions after the prompt, stopping at the
+    end-of-sequence ids (the pipeline's generate_answer; kvec stops there too, at any token)."""
+    model = pipe.model
+    cache = DynamicCache()
+    with press(model):
+        hidden = model.model(input_ids=torch.tensor([ids]), past_key_values=cache).last_hidden_state
+    stop = model.generation_config.eos_token_id
+    stop = set(stop if isinstance(stop, list) else [stop])
+    out = [int(model.lm_head(hidden[:, -1:])[0, -1].argmax())]
+    pos = len(ids)
+    while out[-1] not in stop and len(out) < max_new_tokens:
+        logits = model(input_ids=torch.tensor([[out[-1]]]), past_key_values=cache,
+                       position_ids=torch.tensor([[pos]])).logits
+        out.append(int(logits[0, -1].argmax()))
+        pos += 1
+    return str(pipe.tokenizer.decode(out, skip_special_tokens=True))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run", required=True)
@@ -182,7 +208,7 @@ def main():
     # kvpress's predictions (resumable).
     out_dir = run / "kvpress"
     out_dir.mkdir(exist_ok=True)
-    pred_path = out_dir / "predictions.jsonl"
+    pred_path = out_dir / ("predictions-whole-prompt.jsonl" if aware else "predictions.jsonl")
     done = {}
     if pred_path.exists():
         for line in pred_path.read_text().splitlines():
@@ -215,18 +241,18 @@ def main():
     with pred_path.open("a") as f:
         for it in items:
             ids, n = it["prompt"], it["n_context"]
-            split = len(ids) - 1 if aware else n
-            ctx = torch.tensor([ids[:split]])
-            question = torch.tensor([ids[split:]])
             for name in presses:
                 for r in ratios:
                     if (it["id"], name, r) in done:
                         continue
-                    c = torch.tensor([ids[:n] + [finch_token] + ids[n:split]]) if name == "finch" else ctx
                     t0 = time.perf_counter()
                     with torch.no_grad():
-                        answer = pipe._forward({"context_ids": c, "questions_ids": [question]},
-                                               max_new_tokens=it["max_new_tokens"], press=make_press(name, r))[0]
+                        if aware:
+                            prompt = ids[:n] + [finch_token] + ids[n:] if name == "finch" else ids
+                            answer = answer_whole_prompt(pipe, prompt, make_press(name, r), it["max_new_tokens"])
+                        else:
+                            inputs = {"context_ids": torch.tensor([ids[:n]]), "questions_ids": [torch.tensor([ids[n:]])]}
+                            answer = pipe._forward(inputs, max_new_tokens=it["max_new_tokens"], press=make_press(name, r))[0]
                     rec = {"id": it["id"], "task": it["task"], "press": name, "ratio": r, "prediction": answer,
                            "score": score(it["metric"], answer, it["references"]),
                            "seconds": round(time.perf_counter() - t0, 3)}
