@@ -146,8 +146,9 @@ def load_pipeline(model_path):
 def answer_whole_prompt(pipe, ids, press, max_new_tokens):
     """kvec's query-aware protocol in kvpress: every prompt id prefilled under the press (the
     pipeline's prefill call), the first answer token from the last prompt position's hidden state,
-    then greedy decoding from the compressed cache at positions after the prompt, stopping at the
-    end-of-sequence ids (the pipeline's generate_answer; kvec stops there too, at any token)."""
+    then greedy decoding from the compressed cache at positions after the prompt (after the kept
+    entries for a press that re-rotates them, as the pipeline), stopping at the end-of-sequence ids
+    (the pipeline's generate_answer; kvec stops there too, at any token)."""
     model = pipe.model
     cache = DynamicCache()
     with press(model):
@@ -155,7 +156,11 @@ def answer_whole_prompt(pipe, ids, press, max_new_tokens):
     stop = model.generation_config.eos_token_id
     stop = set(stop if isinstance(stop, list) else [stop])
     out = [int(model.lm_head(hidden[:, -1:])[0, -1].argmax())]
-    pos = len(ids)
+    # The pipeline's rule: a press that re-rotates the kept keys to consecutive positions (FINCH,
+    # KeyRerotationPress) continues from the compressed length, every other press from the prompt's.
+    rerotated = isinstance(press, kvpress.KeyRerotationPress) or (
+        isinstance(press, kvpress.FinchPress) and press.rerotate_keys)
+    pos = cache.get_seq_length() if rerotated else len(ids)
     while out[-1] not in stop and len(out) < max_new_tokens:
         logits = model(input_ids=torch.tensor([[out[-1]]]), past_key_values=cache,
                        position_ids=torch.tensor([[pos]])).logits

@@ -297,11 +297,10 @@ struct ActRows {
     int8::QuantRows view() const { return {q, d, h, k, s}; }
 };
 
-// Multiply-adds from which the int8 decode paths below run on a team. The int8 kernels do about
-// 1M multiply-adds in 20-30 us on one core, and a team of spinning threads forks and joins in a few
-// microseconds, so even the small matrices of small models pay: at the former limit of 1M (that of
-// the float paths) every matrix of SmolLM2-135M ran on one thread and its decode was 162 t/s; at
-// 64K, 258-270 (Gemma 3 270M +10 %, Qwen2.5 0.5B +3-9 %; 2 threads, docs/performance.md).
+// Multiply-adds from which the int8 decode paths below run on a team: even the small matrices of
+// small models pay for one. At the former limit of 1M (that of the float paths) every matrix of
+// SmolLM2-135M ran on one thread and its decode was 162 t/s; at 64K, 258-270 (Gemma 3 270M +10 %,
+// Qwen2.5 0.5B +3-9 %; 2 threads; limits from 16K to 256K measured, docs/performance.md).
 constexpr int64_t kDecodeTeamMin = 1 << 16;
 constexpr size_t kMaxOuts = 4;  // weights in one pass of the decode paths
 
