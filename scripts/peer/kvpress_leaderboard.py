@@ -21,9 +21,9 @@ prompt's last id, so TOVA and Expected Attention scored the prompt's last-but-on
 runs in the query-aware protocol only (its window is the question, which its delimiter token
 marks). Predictions go to DIR/kvpress/predictions.jsonl (query-agnostic) or
 DIR/kvpress/predictions-whole-prompt.jsonl (query-aware), resumable. Every prediction, kvec's
-own (from DIR/predictions.jsonl) and kvpress's, is scored by this script's scorer, a port of kvec's RULER
-string match (src/eval/synthetic.cpp); the script first checks that it reproduces kvec's recorded
-score of every kvec prediction. Prints, per ratio, each engine's average of task scores with a 95 %
+own (from DIR/predictions.jsonl) and kvpress's, is scored by this script's scorer, a port of
+kvec's RULER string match (src/eval/synthetic.cpp); the script first checks that it reproduces
+kvec's recorded score of every kvec prediction. Prints, per ratio, each engine's average of task scores with a 95 %
 interval, and the paired difference of `--kvec-policy` against each press (a stratified bootstrap
 over items, 2000 resamples).
 """
