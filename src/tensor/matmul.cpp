@@ -304,6 +304,34 @@ struct ActRows {
 constexpr int64_t kDecodeTeamMin = 1 << 16;
 constexpr size_t kMaxOuts = 4;  // weights in one pass of the decode paths
 
+// The work items of one decode pass over up to kMaxOuts weights that read the same input: items of
+// kRows weight rows, weight i's items [first[i], first[i + 1]) in turn.
+struct PassItems {
+    static constexpr int64_t kRows = 32;
+    std::array<int64_t, kMaxOuts + 1> first{};
+    int64_t count = 0;  // items of the pass
+    int64_t k = 0;      // the weights' n_in
+    int64_t work = 0;   // multiply-adds of the pass for n activation rows
+
+    PassItems(int64_t n, std::span<const MatmulOut> outs) {
+        KVEC_CHECK(!outs.empty() && outs.size() <= kMaxOuts);
+        k = outs[0].w->n_in;
+        for (size_t i = 0; i < outs.size(); ++i) {
+            const WeightView& w = *outs[i].w;
+            KVEC_CHECK(w.n_in == k);
+            first[i + 1] = first[i] + (w.n_out + kRows - 1) / kRows;
+            work += n * w.n_out * k;
+        }
+        count = first[outs.size()];
+    }
+    // The weight of an item and the item's index within that weight.
+    std::pair<size_t, int64_t> locate(int64_t item) const {
+        size_t i = 0;
+        while (item >= first[i + 1]) ++i;
+        return {i, item - first[i]};
+    }
+};
+
 // Quantised weights with up to 4 (VNNI) or 16 activation rows (decode, small batches),
 // Fast precision, for one or more weights of one type that read the same input (n_in k): the
 // activations are quantised and laid out for the weight type (int8_decode.h) by every thread into
@@ -311,20 +339,11 @@ constexpr size_t kMaxOuts = 4;  // weights in one pass of the decode paths
 // thread streams its share of the weights' rows once through the decode kernel, which unpacks the
 // blocks in registers. Several weights are one pass (one team) over all their rows.
 void matmul_int8_decode(const float* x, int64_t n, std::span<const MatmulOut> outs, int8::decode::Kernel kernel) {
-    constexpr int64_t kItemRows = 32;  // weight rows per kernel call
-    KVEC_CHECK(!outs.empty() && outs.size() <= kMaxOuts);
+    const PassItems items(n, outs);  // one kernel call per item
     const GgmlType type = outs[0].w->type;
-    const int64_t k = outs[0].w->n_in, ns = k / int8::decode::layout(type).sub;
-    std::array<int64_t, kMaxOuts + 1> first{};  // items of weight i: [first[i], first[i + 1])
-    int64_t work = 0;
-    for (size_t i = 0; i < outs.size(); ++i) {
-        const WeightView& w = *outs[i].w;
-        KVEC_CHECK(w.n_in == k && w.type == type);
-        first[i + 1] = first[i] + (w.n_out + kItemRows - 1) / kItemRows;
-        work += n * w.n_out * k;
-    }
-    const int64_t n_items = first[outs.size()];
-#pragma omp parallel if (work >= kDecodeTeamMin)
+    for (const MatmulOut& o : outs) KVEC_CHECK(o.w->type == type);
+    const int64_t k = items.k, ns = k / int8::decode::layout(type).sub;
+#pragma omp parallel if (items.work >= kDecodeTeamMin)
     {
         const ActRows nat = ActRows::of_this_thread(n, k);  // natural order
         for (int64_t r = 0; r < n; ++r) nat.quantise(x, r);
@@ -337,11 +356,10 @@ void matmul_int8_decode(const float* x, int64_t n, std::span<const MatmulOut> ou
         // handed out in turn (dynamic, 1) chop both streams into 36 KiB pieces; decode then ran at
         // 27-32 instead of 42-46 t/s (TinyLlama Q4_K_M, 2 threads, docs/performance.md).
 #pragma omp for schedule(static)
-        for (int64_t item = 0; item < n_items; ++item) {
-            size_t i = 0;
-            while (item >= first[i + 1]) ++i;
+        for (int64_t item = 0; item < items.count; ++item) {
+            const auto [i, wb] = items.locate(item);
             const WeightView& w = *outs[i].w;
-            const int64_t r0 = (item - first[i]) * kItemRows, r1 = std::min(w.n_out, r0 + kItemRows);
+            const int64_t r0 = wb * PassItems::kRows, r1 = std::min(w.n_out, r0 + PassItems::kRows);
             kernel(xr, n, w.row(r0), w.row_bytes, r1 - r0, outs[i].y + r0, w.n_out);
         }
     }
@@ -359,33 +377,23 @@ bool panels_decode(int64_t n, const WeightView& w) {
 // the matmul (14 % of decode in libgomp's spin on the Phi-4-mini shape; Gemma-3-4B shape tg64
 // +19 %, Phi +1-7 %; docs/performance.md). Several weights are one pass over all their rows.
 void matmul_panels_decode(const float* x, int64_t n, std::span<const MatmulOut> outs) {
-    constexpr int64_t kItemRows = 32;  // whole panels
     constexpr int64_t kChunksPerThread = 16;
-    KVEC_CHECK(!outs.empty() && outs.size() <= kMaxOuts);
-    const int64_t k = outs[0].w->n_in;
-    std::array<int64_t, kMaxOuts + 1> first{};  // items of weight i: [first[i], first[i + 1])
+    const PassItems items(n, outs);  // whole panels
+    const int64_t k = items.k;
     std::array<size_t, kMaxOuts> item_bytes{};
-    int64_t work = 0;
     for (size_t i = 0; i < outs.size(); ++i) {
-        const WeightView& w = *outs[i].w;
-        KVEC_CHECK(w.n_in == k);
-        first[i + 1] = first[i] + (w.n_out + kItemRows - 1) / kItemRows;
-        item_bytes[i] = int8::load_panels_bytes(w.type, kItemRows, k);
-        work += n * w.n_out * k;
+        item_bytes[i] = int8::load_panels_bytes(outs[i].w->type, PassItems::kRows, k);
     }
-    const int64_t n_items = first[outs.size()];
-#pragma omp parallel if (work >= kDecodeTeamMin)
+#pragma omp parallel if (items.work >= kDecodeTeamMin)
     {
         const ActRows a = ActRows::of_this_thread(n, k);
         for (int64_t r = 0; r < n; ++r) a.quantise(x, r);
-        const int64_t chunk = std::max<int64_t>(1, n_items / (kChunksPerThread * omp_get_num_threads()));
+        const int64_t chunk = std::max<int64_t>(1, items.count / (kChunksPerThread * omp_get_num_threads()));
 #pragma omp for schedule(dynamic, chunk) nowait
-        for (int64_t item = 0; item < n_items; ++item) {
-            size_t i = 0;
-            while (item >= first[i + 1]) ++i;
+        for (int64_t item = 0; item < items.count; ++item) {
+            const auto [i, wb] = items.locate(item);
             const WeightView& w = *outs[i].w;
-            const int64_t wb = item - first[i];
-            const int64_t r0 = wb * kItemRows, r1 = std::min(w.n_out, r0 + kItemRows);
+            const int64_t r0 = wb * PassItems::kRows, r1 = std::min(w.n_out, r0 + PassItems::kRows);
             int8::gemm_load_panels(w.type, a.view(), n, w.panels + wb * item_bytes[i], r1 - r0, outs[i].y + r0,
                                    w.n_out);
         }
