@@ -314,6 +314,12 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
     // The first position that sees entry j0 (position t sees the entries j < vis(t)).
     auto first_pos = [&](int32_t j0) { return std::max<int64_t>(0, j0 - n_vis + 1); };
 
+    // One position (a decode step) with AVX-512: F32/F16 keys and values read in place, one dot
+    // product per entry (no transposition), the values 16 lanes wide (kernels.h).
+    const bool direct = n_pos == 1 && active_cpu_kernel() == CpuKernel::Avx2;
+    const bool direct_keys = direct && kernels::attention_direct_avx512(kv.key_type, D);
+    const bool direct_values = direct && out != nullptr && kernels::attention_direct_avx512(kv.value_type, D);
+
     // Scores, block by block: the block's keys transposed once, then every position that sees
     // some of them. Quantised keys: int8 dot products with the query rows quantised once.
     const KeyScorer int8_scores(kv.key_type);
@@ -325,7 +331,10 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
     thread_local std::vector<float> kt, y;  // [D, kEntryBlock], [kPosGroup * nq, kEntryBlock]
     kt.resize(static_cast<size_t>(D * kEntryBlock));
     y.resize(static_cast<size_t>(kPosGroup * nq * kEntryBlock));
-    for (int32_t j0 = 0; j0 < n_last; j0 += kEntryBlock) {
+    if (direct_keys) {
+        kernels::attention_scores_direct_avx512(kv.key_type, q, nq, q_at.ld_row, kv.keys, n_vis, D, p, ldp);
+    }
+    for (int32_t j0 = 0; j0 < (direct_keys ? 0 : n_last); j0 += kEntryBlock) {
         const int32_t n = std::min(kEntryBlock, n_last - j0);
         const auto* keys = static_cast<const uint8_t*>(entry(kv.keys, j0, key_row));
         if (!int8_scores.int8()) k.keys_t(kv.key_type, keys, n, D, kt.data(), kEntryBlock);
@@ -367,6 +376,10 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
             float* o = out + t * out_at.ld_pos + i * out_at.ld_row;  // [D]
             std::fill(o, o + D, 0.0f);
         }
+    }
+    if (direct_values) {
+        kernels::attention_values_avx512(kv.value_type, p, nq, ldp, kv.values, n_vis, D, out, out_at.ld_row);
+        return;
     }
     // Block-quantised values on AVX2: read from their blocks (kernels::attention_values_quant_avx2).
     const bool quant_values =

@@ -63,6 +63,19 @@ void attention_scores_generic(const float* q, int64_t nq, int64_t ldq, const flo
 void attention_scores_avx2(const float* q, int64_t nq, int64_t ldq, const float* kt, int64_t ldkt, int64_t d,
                            int64_t n, float* y, int64_t ldy);
 
+// One query position's scores and values with AVX-512F, keys and values read in place without
+// the transposition above (F32 or F16 rows of d elements, d a multiple of 16: where
+// attention_direct_avx512(type, d), which also asks that AVX-512 is on). The scores are one dot
+// product per entry, 16 entries' horizontal sums gathered into one vector by lane shuffles; the
+// values as attention_values_* (accumulated), 64 dimensions of up to 4 rows per pass:
+//   y[i * ldy + j]    = sum_{e < d} q[i * ldq + e] * k_j[e]      for i < nq, j < n
+//   out[i * ldo + e] += sum_{j < n} p[i * ldp + j] * v_j[e]      for i < nq, e < d
+bool attention_direct_avx512(GgmlType type, int64_t d);
+void attention_scores_direct_avx512(GgmlType type, const float* q, int64_t nq, int64_t ldq, const void* k, int64_t n,
+                                    int64_t d, float* y, int64_t ldy);
+void attention_values_avx512(GgmlType type, const float* p, int64_t nq, int64_t ldp, const void* v, int64_t n,
+                             int64_t d, float* out, int64_t ldo);
+
 // Attention values over one block of n entries (tensor/attention.h), accumulated:
 //   out[i * ldo + e] += sum_{j < n} p[i * ldp + j] * v[j * d + e]   for i < nq, e < d
 void attention_values_generic(const float* p, int64_t nq, int64_t ldp, const float* v, int64_t n, int64_t d,

@@ -5,6 +5,7 @@
 #include "tensor/kernels.h"
 #include "tensor/int8_gemm.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstddef>
@@ -752,6 +753,147 @@ void attention_scores_avx2(const float* q, int64_t nq, int64_t ldq, const float*
     attention_values<F32Load, false>(q, nq, ldq, kt, ldkt, d, n, y, ldy);
 }
 
+// One query position with AVX-512F (kernels.h: attention_scores_direct_avx512 and
+// attention_values_avx512): keys and values read in place, 16 lanes per vector.
+#define KVEC_AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
+namespace {
+struct F32Load16 {
+    KVEC_AVX512 static __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+};
+
+// Lane j of the result = the sum of a[j]'s 16 lanes: four rounds of pairwise shuffles and adds,
+// each halving the vectors and the lanes per entry (46 instructions for 16 horizontal sums).
+//   round 1: 128-bit quarters of a[2k], a[2k+1]      -> quarters [2k, 2k, 2k+1, 2k+1] (8 lanes each)
+//   round 2: quarters of b[2m], b[2m+1]              -> quarters [4m, 4m+1, 4m+2, 4m+3] (4 lanes each)
+//   round 3: lanes inside each quarter q             -> [8n+q, 8n+q, 8n+4+q, 8n+4+q] (2 lanes each)
+//   round 4: the same                                -> lane 4q + r holds entry q + 4r
+// then one permutation into entry order.
+KVEC_AVX512 inline __m512 sum16(const __m512 a[16]) {
+    __m512 b[8], c[4], e[2];
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+        b[k] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0x44),
+                             _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0xEE));
+    }
+#pragma GCC unroll 4
+    for (int m = 0; m < 4; ++m) {
+        c[m] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * m], b[2 * m + 1], 0x88),
+                             _mm512_shuffle_f32x4(b[2 * m], b[2 * m + 1], 0xDD));
+    }
+#pragma GCC unroll 2
+    for (int n = 0; n < 2; ++n) {
+        e[n] = _mm512_add_ps(_mm512_shuffle_ps(c[2 * n], c[2 * n + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(c[2 * n], c[2 * n + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    }
+    const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(e[0], e[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_ps(e[0], e[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), s);
+}
+
+// The dot products of query row qi [d] with the m <= 16 keys k [m, d] (entries past m are 0).
+template <class L16, class E>
+KVEC_AVX512 inline __m512 dots16(const float* qi, const E* k, int64_t m, int64_t d) {
+    __m512 a[16];
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j) {
+        __m512 acc = _mm512_setzero_ps();
+        if (j < m) {
+            for (int64_t e = 0; e < d; e += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(qi + e), L16::load16(k + j * d + e), acc);
+        }
+        a[j] = acc;
+    }
+    return sum16(a);
+}
+
+// Scores entry block by entry block (kEntryBlock entries stay in L1 while every row passes).
+template <class L16, class E>
+KVEC_AVX512 void scores_direct(const float* q, int64_t nq, int64_t ldq, const E* k, int64_t n, int64_t d, float* y,
+                               int64_t ldy) {
+    constexpr int64_t kBlock = 128;
+    for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
+        const int64_t j1 = std::min(n, j0 + kBlock);
+        for (int64_t i = 0; i < nq; ++i) {
+            for (int64_t j = j0; j < j1; j += 16) {
+                const int64_t m = std::min<int64_t>(16, j1 - j);
+                _mm512_mask_storeu_ps(y + i * ldy + j, avx512::first16(m), dots16<L16>(q + i * ldq, k + j * d, m, d));
+            }
+        }
+    }
+}
+
+// C query rows x 16 DV dimensions of out, accumulated over the n entries.
+template <class L16, int C, int DV, class E>
+KVEC_AVX512 inline void values_tile_512(const float* p, int64_t ldp, const E* v, int64_t ldv, int64_t n, float* out,
+                                        int64_t ldo) {
+    __m512 acc[C][DV];
+#pragma GCC unroll 4
+    for (int i = 0; i < C; ++i)
+#pragma GCC unroll 4
+        for (int e = 0; e < DV; ++e) acc[i][e] = _mm512_loadu_ps(out + i * ldo + 16 * e);
+    for (int64_t j = 0; j < n; ++j) {
+        __m512 vv[DV];
+#pragma GCC unroll 4
+        for (int e = 0; e < DV; ++e) vv[e] = L16::load16(v + j * ldv + 16 * e);
+#pragma GCC unroll 4
+        for (int i = 0; i < C; ++i) {
+            const __m512 pi = _mm512_set1_ps(p[i * ldp + j]);
+#pragma GCC unroll 4
+            for (int e = 0; e < DV; ++e) acc[i][e] = _mm512_fmadd_ps(pi, vv[e], acc[i][e]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < C; ++i)
+#pragma GCC unroll 4
+        for (int e = 0; e < DV; ++e) _mm512_storeu_ps(out + i * ldo + 16 * e, acc[i][e]);
+}
+
+template <class L16, int C, class E>
+KVEC_AVX512 void values_rows_512(const float* p, int64_t ldp, const E* v, int64_t n, int64_t d, float* out,
+                                 int64_t ldo) {
+    int64_t e = 0;
+    for (; e + 64 <= d; e += 64) values_tile_512<L16, C, 4>(p, ldp, v + e, d, n, out + e, ldo);
+    for (; e < d; e += 16) values_tile_512<L16, C, 1>(p, ldp, v + e, d, n, out + e, ldo);
+}
+
+template <class L16, class E>
+KVEC_AVX512 void values_512(const float* p, int64_t nq, int64_t ldp, const E* v, int64_t n, int64_t d, float* out,
+                            int64_t ldo) {
+    int64_t i = 0;
+    for (; i + 4 <= nq; i += 4) values_rows_512<L16, 4>(p + i * ldp, ldp, v, n, d, out + i * ldo, ldo);
+    switch (nq - i) {
+        case 3: values_rows_512<L16, 3>(p + i * ldp, ldp, v, n, d, out + i * ldo, ldo); break;
+        case 2: values_rows_512<L16, 2>(p + i * ldp, ldp, v, n, d, out + i * ldo, ldo); break;
+        case 1: values_rows_512<L16, 1>(p + i * ldp, ldp, v, n, d, out + i * ldo, ldo); break;
+        default: break;
+    }
+}
+}  // namespace
+#undef KVEC_AVX512
+
+bool attention_direct_avx512(GgmlType type, int64_t d) {
+    return avx512_enabled() && d % 16 == 0 && (type == GgmlType::F32 || type == GgmlType::F16);
+}
+
+void attention_scores_direct_avx512(GgmlType type, const float* q, int64_t nq, int64_t ldq, const void* k, int64_t n,
+                                    int64_t d, float* y, int64_t ldy) {
+    KVEC_CHECK(attention_direct_avx512(type, d));
+    if (type == GgmlType::F16) {
+        scores_direct<Fp16Load16>(q, nq, ldq, static_cast<const uint16_t*>(k), n, d, y, ldy);
+    } else {
+        scores_direct<F32Load16>(q, nq, ldq, static_cast<const float*>(k), n, d, y, ldy);
+    }
+}
+
+void attention_values_avx512(GgmlType type, const float* p, int64_t nq, int64_t ldp, const void* v, int64_t n,
+                             int64_t d, float* out, int64_t ldo) {
+    KVEC_CHECK(attention_direct_avx512(type, d));
+    if (type == GgmlType::F16) {
+        values_512<Fp16Load16>(p, nq, ldp, static_cast<const uint16_t*>(v), n, d, out, ldo);
+    } else {
+        values_512<F32Load16>(p, nq, ldp, static_cast<const float*>(v), n, d, out, ldo);
+    }
+}
+
 // exp over 8 lanes: x = n ln2 + r with |r| <= ln2 / 2 (ln2 split in two parts so that n ln2 is
 // exact), exp(r) by the Cephes expf polynomial (relative error about 1e-7, the same order as
 // float rounding), times 2^n assembled in the exponent bits. Inputs below -87.3 give 0 and above
@@ -1127,6 +1269,15 @@ void keys_t_f16_avx2(const uint16_t*, int64_t, int64_t, float*, int64_t) {
 }
 void attention_scores_avx2(const float*, int64_t, int64_t, const float*, int64_t, int64_t, int64_t, float*, int64_t) {
     KVEC_CHECK(false && "AVX2 kernel called in a build without AVX2");
+}
+bool attention_direct_avx512(GgmlType, int64_t) { return false; }
+void attention_scores_direct_avx512(GgmlType, const float*, int64_t, int64_t, const void*, int64_t, int64_t, float*,
+                                    int64_t) {
+    KVEC_CHECK(false && "AVX-512 kernel called in a build without AVX2");
+}
+void attention_values_avx512(GgmlType, const float*, int64_t, int64_t, const void*, int64_t, int64_t, float*,
+                             int64_t) {
+    KVEC_CHECK(false && "AVX-512 kernel called in a build without AVX2");
 }
 }  // namespace kvec::kernels
 namespace kvec::int8 {

