@@ -15,7 +15,7 @@
 #             every kvpress press on the same token ids (scripts/peer/kvpress_leaderboard.py),
 #             one scorer, paired intervals of K-VEC against each press; DIR/leaderboard-<model>.md.
 #             SAMPLES=N items per task instead of 2; PER_TASK=K runs kvpress on the first K of each
-#             task only (a later run with more resumes).
+#             task only (a later run with more resumes); PRESSES=a,b,... only these presses.
 #   cost      seconds per item and method, kvec against kvpress, alternating rounds paired by round
 #             (scripts/peer/kvpress_cost.py; ROUNDS=N, default 3; run it on an idle machine).
 #   leaderboard-aware  the same items in the query-aware protocol (the question is compressed
@@ -69,7 +69,7 @@ for step in "${steps[@]}"; do
                 "full,kvec,snapkv:window=64,kernel=5,pooling=avg,tova:scope=layer,keydiff:anchor=unit,knorm,streaming,lagkv,expected-attention,kvzip"
             "$peer_python" "$root/scripts/peer/kvpress_leaderboard.py" --run "$run" --model "$model" --threads "$threads" \
                 --per-task "${PER_TASK:-0}" \
-                --presses "$agnostic_presses" \
+                --presses "${PRESSES:-$agnostic_presses}" \
                 | tee "$out/leaderboard-$name.md" ;;
         leaderboard-aware)
             run="$out/leaderboard-aware-$name"
