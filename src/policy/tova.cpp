@@ -1,7 +1,8 @@
 // TOVA (arXiv 2401.06104): score = attention of the last query only (w = 1), reduced over the
 // group; keep the top B - 1 plus the newest entry. With decode=1 it evicts greedily every step.
-// scope=layer averages the scores over every KV head of the layer, so that all heads keep the same
-// entries: the paper's and kvpress's TOVA (scope=head, the default, ranks each KV head on its own).
+// scope=layer (the default) averages the scores over every KV head of the layer, so that all heads
+// keep the same entries: the paper's and kvpress's TOVA, chosen on the development split
+// (docs/peer-kvpress.md); scope=head ranks each KV head on its own, kvec's TOVA before 2026-12-06.
 #include "policy/policy.h"
 #include "policy/registry.h"
 #include "util/error.h"
@@ -46,9 +47,9 @@ private:
 PolicyEntry tova_entry() {
     std::vector<OptionSpec> options = frame_option_specs(-1);
     options.push_back(gqa_option_spec());
-    options.push_back(choice_option("scope", "head", {"head", "layer"},
-                                    "head: each KV head keeps its own top entries; layer: the scores averaged over "
-                                    "the layer's KV heads, one set for all of them (the paper's and kvpress's TOVA)"));
+    options.push_back(choice_option("scope", "layer", {"head", "layer"},
+                                    "layer: the scores averaged over the layer's KV heads, one set for all of them "
+                                    "(the paper's and kvpress's TOVA); head: each KV head keeps its own top entries"));
     return {"tova", "TOVA: attention of the last query (window 1)", options,
             [](const OptionValues& v) {
                 return std::make_unique<TovaPolicy>(read_frame_options(v, 1), parse_gqa_reduce(v.get_choice("gqa")),

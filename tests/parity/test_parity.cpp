@@ -681,13 +681,16 @@ void expect_top_selection(const Prepared& policy_case, int64_t window, int n_lay
     }
 }
 
+// The reference's statistic `kind` of position j, averaged over the query heads of KV head h (the
+// group mean), or over every query head of the layer when layer_scope (TOVA's default scope).
 void expect_selection_from_reference(const Prepared& policy_case, const std::vector<float>& stats, int kind,
-                                     int64_t window, int n_layer, int n_head, int n_head_kv) {
+                                     int64_t window, int n_layer, int n_head, int n_head_kv, bool layer_scope = false) {
     const int G = n_head / n_head_kv;
     expect_top_selection(policy_case, window, n_layer, n_head_kv, [&](int l, int h, int j) {
+        const int first = layer_scope ? 0 : h * G, heads = layer_scope ? n_head : G;
         double s = 0.0;
-        for (int g = 0; g < G; ++g) {
-            s += stats[((static_cast<size_t>(l) * n_head + h * G + g) * 3 + kind) * kPrompt + static_cast<size_t>(j)] / G;
+        for (int q = first; q < first + heads; ++q) {
+            s += stats[((static_cast<size_t>(l) * n_head + q) * 3 + kind) * kPrompt + static_cast<size_t>(j)] / heads;
         }
         return s;
     });
@@ -708,7 +711,7 @@ TEST(Parity, PolicyScores) {  // H2O / TOVA / KeyDiff selections vs the referenc
     {
         SCOPED_TRACE("tova");
         expect_selection_from_reference(suite["policy_tova_one_shot"], stats, 2, 1, spec.n_layer, spec.n_head,
-                                        spec.n_head_kv);
+                                        spec.n_head_kv, /*layer_scope=*/true);
     }
     {
         // KeyDiff needs no attention: the reference's scores come from its own post-RoPE keys.

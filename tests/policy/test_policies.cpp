@@ -136,13 +136,14 @@ TEST(Policies, H2oTovaKeyDiffHandWorked) {
     FakeLayer t2 = FakeLayer::uniform(1, 5, 2);
     t2.heads[0].last_row = {0.5f, 0, 0, 0, 1, 0, 0, 0.5f, 0.25f, 1};
     EXPECT_EQ(prefill(*make_policy("tova:budget=3"), t2), (Keep{{0, 2, 4}}));
-    // scope=layer (the paper's and kvpress's TOVA): two KV heads, last rows (.5 0 .25 0 | 1) and
-    // (0 .125 0 .5 | 1); each head alone keeps 0, 2 and 1, 3; averaged over the layer
-    // .25 .0625 .125 .25 -> 0 and 3 in both heads.
+    // scope=layer (the default: the paper's and kvpress's TOVA): two KV heads, last rows
+    // (.5 0 .25 0 | 1) and (0 .125 0 .5 | 1); each head alone (scope=head) keeps 0, 2 and 1, 3;
+    // averaged over the layer .25 .0625 .125 .25 -> 0 and 3 in both heads.
     FakeLayer t3 = FakeLayer::uniform(2, 5);
     t3.heads[0].last_row = {0.5f, 0, 0.25f, 0, 1};
     t3.heads[1].last_row = {0, 0.125f, 0, 0.5f, 1};
-    EXPECT_EQ(prefill(*make_policy("tova:budget=3"), t3), (Keep{{0, 2, 4}, {1, 3, 4}}));
+    EXPECT_EQ(prefill(*make_policy("tova:budget=3,scope=head"), t3), (Keep{{0, 2, 4}, {1, 3, 4}}));
+    EXPECT_EQ(prefill(*make_policy("tova:budget=3"), t3), (Keep{{0, 3, 4}, {0, 3, 4}}));
     EXPECT_EQ(prefill(*make_policy("tova:budget=3,scope=layer"), t3), (Keep{{0, 3, 4}, {0, 3, 4}}));
     // KeyDiff: keys (1,0) (1,0) (1,0) (-1,0) | (0,1); mean (.4, .2); scores -cos:
     // -.894 -.894 -.894 +.894 | (window). B = 3, w = 1 -> 3, then 0 (tie, lowest index).
