@@ -798,7 +798,9 @@ KVEC_AVX512 inline __m512 dots16(const float* qi, const E* k, int64_t m, int64_t
     for (int j = 0; j < 16; ++j) {
         __m512 acc = _mm512_setzero_ps();
         if (j < m) {
-            for (int64_t e = 0; e < d; e += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(qi + e), L16::load16(k + j * d + e), acc);
+            for (int64_t e = 0; e < d; e += 16) {
+                acc = _mm512_fmadd_ps(_mm512_loadu_ps(qi + e), L16::load16(k + j * d + e), acc);
+            }
         }
         a[j] = acc;
     }
