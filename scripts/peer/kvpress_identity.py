@@ -50,8 +50,7 @@ PAIRS = {
                             "none expected where kvpress's PyramidKV falls back to SnapKV"),
     "tova": (lambda r: kvpress.TOVAPress(compression_ratio=r), "tova:scope=layer",
              "none expected (scope=layer: one set per layer, as the paper)"),
-    "tova-default": (lambda r: kvpress.TOVAPress(compression_ratio=r), "tova",
-                     "none expected (kvec's default is scope=layer since 2026-12-06)"),
+    # Named tova-default until `tova` meant scope=layer (2026-12-06): that is the "tova" pair now.
     "tova-head": (lambda r: kvpress.TOVAPress(compression_ratio=r), "tova:scope=head",
                   "scope=head ranks each KV head on its own group's row; kvpress averages over the layer"),
     "knorm": (lambda r: kvpress.KnormPress(compression_ratio=r), "knorm:window=0", "none expected (window 0)"),

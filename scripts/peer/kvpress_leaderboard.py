@@ -23,9 +23,9 @@ marks). Predictions go to DIR/kvpress/predictions.jsonl (query-agnostic) or
 DIR/kvpress/predictions-whole-prompt.jsonl (query-aware), resumable. Every prediction, kvec's
 own (from DIR/predictions.jsonl) and kvpress's, is scored by this script's scorer, a port of
 kvec's RULER string match (src/eval/synthetic.cpp); the script first checks that it reproduces
-kvec's recorded score of every kvec prediction. Prints, per ratio, each engine's average of task scores with a 95 %
-interval, and the paired difference of `--kvec-policy` against each press (a stratified bootstrap
-over items, 2000 resamples).
+kvec's recorded score of every kvec prediction. Prints, per ratio, each engine's average of task
+scores with a 95 % interval, and the paired difference of `--kvec-policy` against each press (a
+stratified bootstrap over items, 2000 resamples).
 """
 import argparse
 import json

@@ -333,25 +333,26 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
     y.resize(static_cast<size_t>(kPosGroup * nq * kEntryBlock));
     if (direct_keys) {
         kernels::attention_scores_direct_avx512(kv.key_type, q, nq, q_at.ld_row, kv.keys, n_vis, D, p, ldp);
-    }
-    for (int32_t j0 = 0; j0 < (direct_keys ? 0 : n_last); j0 += kEntryBlock) {
-        const int32_t n = std::min(kEntryBlock, n_last - j0);
-        const auto* keys = static_cast<const uint8_t*>(entry(kv.keys, j0, key_row));
-        if (!int8_scores.int8()) k.keys_t(kv.key_type, keys, n, D, kt.data(), kEntryBlock);
-        const int64_t group = int8_scores.int8() ? kPosGroup : 1;
-        for (int64_t t0 = first_pos(j0); t0 < n_pos; t0 += group) {
-            const int64_t t1 = std::min(n_pos, t0 + group);
-            const int32_t n_g = std::min(n, vis(t1 - 1) - j0);  // entries the group's last position sees
-            if (int8_scores.int8()) {
-                int8_scores(qq->rows(t0 * nq), (t1 - t0) * nq, keys, key_row, n_g, y.data(), kEntryBlock);
-            } else {
-                k.scores(q + t0 * q_at.ld_pos, nq, q_at.ld_row, kt.data(), kEntryBlock, D, round_up8(n_g), y.data(),
-                         kEntryBlock);
-            }
-            for (int64_t t = t0; t < t1; ++t) {
-                const int32_t n_t = std::min(n, vis(t) - j0);
-                for (int64_t i = 0; i < nq; ++i) {
-                    std::copy_n(y.data() + ((t - t0) * nq + i) * kEntryBlock, n_t, p_row(t, i) + j0);
+    } else {
+        for (int32_t j0 = 0; j0 < n_last; j0 += kEntryBlock) {
+            const int32_t n = std::min(kEntryBlock, n_last - j0);
+            const auto* keys = static_cast<const uint8_t*>(entry(kv.keys, j0, key_row));
+            if (!int8_scores.int8()) k.keys_t(kv.key_type, keys, n, D, kt.data(), kEntryBlock);
+            const int64_t group = int8_scores.int8() ? kPosGroup : 1;
+            for (int64_t t0 = first_pos(j0); t0 < n_pos; t0 += group) {
+                const int64_t t1 = std::min(n_pos, t0 + group);
+                const int32_t n_g = std::min(n, vis(t1 - 1) - j0);  // entries the group's last position sees
+                if (int8_scores.int8()) {
+                    int8_scores(qq->rows(t0 * nq), (t1 - t0) * nq, keys, key_row, n_g, y.data(), kEntryBlock);
+                } else {
+                    k.scores(q + t0 * q_at.ld_pos, nq, q_at.ld_row, kt.data(), kEntryBlock, D, round_up8(n_g), y.data(),
+                             kEntryBlock);
+                }
+                for (int64_t t = t0; t < t1; ++t) {
+                    const int32_t n_t = std::min(n, vis(t) - j0);
+                    for (int64_t i = 0; i < nq; ++i) {
+                        std::copy_n(y.data() + ((t - t0) * nq + i) * kEntryBlock, n_t, p_row(t, i) + j0);
+                    }
                 }
             }
         }
