@@ -8,7 +8,8 @@ compression ratio, and their Jaccard overlap.
 
 kvpress: the press (compression_ratio = r) over the model loaded by transformers from the same
 GGUF in float32, eager attention; kept sets from the press's own scores and its own top-k
-(ScorerPress.compress's rule, recomputed on the scores its `score` returned). kvec: `kvec serve`
+(ScorerPress.compress's rule, recomputed on the scores its `score` returned), or for the presses
+that mask keys per head (Ada-KV, KVzip) from the masks they leave (sdpa attention). kvec: `kvec serve`
 with KVEC_MATMUL=exact (float activations), the matching policy at budget B = kvpress's n_kept
 (compute_n_kept), a request of max_tokens 1 with "kv": {"map": true}: the kept prompt positions
 per layer and KV head. Both engines see the same token ids (the text is tokenized by kvec once;
@@ -30,11 +31,13 @@ import urllib.request
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, DynamicCache
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 import kvpress
 from kvpress.presses.scorer_press import ScorerPress
 from kvpress.utils import compute_n_kept
+
+from kvpress_leaderboard import use_file_tokenizer_in_kvzip
 
 # press name -> (kvpress press factory, kvec policy spec with kvpress's parameters, what differs)
 PAIRS = {
@@ -67,7 +70,70 @@ PAIRS = {
                                "none expected (queries = every prompt query after the 4 sinks)"),
     "h2o": (lambda r: kvpress.ObservedAttentionPress(compression_ratio=r), "h2o:window=0",
             "kvpress averages the attention received over the queries that see the key; H2O sums"),
+    "h2o-sum": (lambda r: ObservedAttentionSum(compression_ratio=r), "h2o:window=0",
+                "none expected (kvpress's attention received, summed as H2O)"),
+    # Presses that mask keys per head instead of cutting every head to n_kept (kept sets read from
+    # the masks they leave on each attention module, kvpress_masked_kept).
+    "adakv-snapkv": (lambda r: kvpress.AdaKVPress(kvpress.SnapKVPress(compression_ratio=r, window_size=64,
+                                                                       kernel_size=5)),
+                     "ada-snapkv:window=64,kernel=5,pooling=avg,gqa=mean",
+                     "the head budgets: kvpress forces each head's top alpha n_kept (window included) and "
+                     "takes the layer's top H n_kept; kvec allocates Ada-KV's q_h over B - w, then adds the window"),
+    "adakv-kvec-rule": (lambda r: AdaKVRuleOfKvec(compression_ratio=r, window_size=64, kernel_size=5),
+                        "ada-snapkv:window=64,kernel=5,pooling=avg,gqa=mean",
+                        "none expected (kvpress's SnapKV scores, kvec's head budgets)"),
+    "kvzip": (lambda r: kvpress.KVzipPress(compression_ratio=r), "kvzip",
+              "kvpress does not reconstruct the first P context tokens, P the chat template's prefix length (its "
+              "system prompt and user header), even without a template: scored 0 past the 4 sinks; kvec reconstructs "
+              "the whole context"),
+    "kvzip-whole": (lambda r: KVzipWholeContext(compression_ratio=r), "kvzip",
+                    "none expected (kvpress reconstructing the whole context, as kvec)"),
 }
+MASKING = ("adakv-snapkv", "kvzip", "kvzip-whole")
+
+
+class ObservedAttentionSum(kvpress.ObservedAttentionPress):
+    """ObservedAttentionPress's score times the number of queries that see each key (kvpress divides
+    the attention a key receives by it): H2O's sum."""
+
+    def score(self, module, hidden_states, keys, values, attentions, kwargs):
+        s = super().score(module, hidden_states, keys, values, attentions, kwargs)
+        n = keys.shape[2]
+        return s * torch.arange(n, 0, -1, dtype=s.dtype)
+
+
+class KVzipWholeContext(kvpress.KVzipPress):
+    """KVzipPress reconstructing every context token: kvpress skips the chat template's prefix
+    length of the context (the template's system and user header), kvec reconstructs them too."""
+
+    def prepare(self, model, tokenizer, prev_postfix_size=8):
+        self.prefix_length = 0
+        return super().prepare(model, tokenizer, prev_postfix_size)
+
+
+class AdaKVRuleOfKvec(kvpress.SnapKVPress):
+    """kvpress's SnapKV scores kept by kvec's Ada-KV rule (docs/policies.md, ada-snapkv): the window
+    always; of the other N - w entries, the layer's top H (B - w) pairs give each head n_h, its
+    budget floor(n_h (1 - alpha) + floor(alpha (B - w))), the pairs still missing handed out by
+    largest remainder; each head its top budget. kept_sets: [head] -> kept positions."""
+    alpha = 0.2
+
+    def kept_sets(self, scores):
+        h_kv, n = scores.shape
+        w = self.window_size
+        n_kept = compute_n_kept(n, self.compression_ratio)
+        b, cand = n_kept - w, scores[:, :n - w]
+        top = cand.reshape(-1).topk(h_kv * b).indices // (n - w)
+        n_h = torch.bincount(top, minlength=h_kv).double()
+        q = n_h * (1 - self.alpha) + int(self.alpha * b + 1e-9)
+        budget = q.floor().clamp(max=n - w).long()
+        order = sorted(range(h_kv), key=lambda h: (-(q[h] - q[h].floor()).item(), h))
+        while int(budget.sum()) < h_kv * b:
+            for h in order:
+                if int(budget.sum()) < h_kv * b and budget[h] < n - w:
+                    budget[h] += 1
+        window = set(range(n - w, n))
+        return [set(cand[h].topk(int(budget[h])).indices.tolist()) | window for h in range(h_kv)]
 
 
 def free_port():
@@ -115,14 +181,39 @@ def kvpress_kept(model, ids, press):
         # PyramidKV's compress keeps its layer's own budget; every other ScorerPress n_kept.
         n_kept = (press.get_layer_budget(module, k_len) if hasattr(press, "get_layer_budget")
                   else compute_n_kept(k_len, press.compression_ratio))
-        idx = s.topk(n_kept, dim=-1).indices[0]  # [heads, n_kept]
-        kept[module.layer_idx] = [set(row.tolist()) for row in idx]
+        if isinstance(press, AdaKVRuleOfKvec):
+            kept[module.layer_idx] = press.kept_sets(s[0])
+        else:
+            idx = s.topk(n_kept, dim=-1).indices[0]  # [heads, n_kept]
+            kept[module.layer_idx] = [set(row.tolist()) for row in idx]
         return s
 
     press.score = recording
     with torch.no_grad(), press(model):
         model.model(input_ids=ids, past_key_values=DynamicCache())
     return [kept[i] for i in sorted(kept)]
+
+
+def kvpress_masked_kept(model, ids, press):
+    """[layer][head] -> set of kept positions of a press that masks keys per head (Ada-KV, KVzip):
+    everything but the indices it leaves in each attention module's masked_key_indices after the
+    prefill (kvpress's fake compression; such presses refuse eager attention, so sdpa meanwhile)."""
+    n, h_kv = ids.shape[1], model.config.num_key_value_heads
+    model.set_attn_implementation("sdpa")
+    try:
+        with torch.no_grad(), press(model):
+            model.model(input_ids=ids, past_key_values=DynamicCache())
+        kept = []
+        for layer in model.model.layers:
+            sets = [set(range(n)) for _ in range(h_kv)]
+            _, heads, positions = layer.self_attn.masked_key_indices
+            for h, j in zip(heads.tolist(), positions.tolist()):
+                sets[h].discard(j)
+            layer.self_attn.masked_key_indices = None
+            kept.append(sets)
+        return kept
+    finally:
+        model.set_attn_implementation("eager")
 
 
 def main():
@@ -147,6 +238,7 @@ def main():
     model = AutoModelForCausalLM.from_pretrained(str(p.parent), gguf_file=p.name, dtype=torch.float32,
                                                  attn_implementation="eager")
     model.eval()
+    use_file_tokenizer_in_kvzip(AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name))
     port = free_port()
     env = dict(os.environ, KVEC_MATMUL="exact")
     server = subprocess.Popen([a.kvec, "serve", "-m", a.model, "--port", str(port), "-t", str(a.threads),
@@ -170,7 +262,7 @@ def main():
             spec = spec.replace("{queries}", str(n - 4))
             for r in [float(x) for x in a.ratios.split(",")]:
                 press = make(r)
-                kp = kvpress_kept(model, ids_t, press)
+                kp = (kvpress_masked_kept if name in MASKING else kvpress_kept)(model, ids_t, press)
                 b = compute_n_kept(n, r)
                 kv, n_server = kvec_kept(port, text, spec, b)
                 if n_server != n:

@@ -124,14 +124,20 @@ def code(ratio):
 
 
 def load_pipeline(model_path):
-    """kvpress's pipeline over the GGUF file read by transformers (float32), and its tokenizer.
-    KVzipPress loads the tokenizer by the model's hub name, which a model read from a GGUF file
-    does not have (and nothing is downloaded here): it is given the one loaded from the same file."""
+    """kvpress's pipeline over the GGUF file read by transformers (float32), and its tokenizer
+    (also KVzipPress's)."""
     p = Path(model_path).resolve()
     model = AutoModelForCausalLM.from_pretrained(str(p.parent), gguf_file=p.name, dtype=torch.float32)
     model.eval()
     tokenizer = AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
     pipe = kvpress.KVPressTextGenerationPipeline(model=model, tokenizer=tokenizer, device="cpu")
+    use_file_tokenizer_in_kvzip(tokenizer)
+    return pipe, tokenizer
+
+
+def use_file_tokenizer_in_kvzip(tokenizer):
+    """KVzipPress loads its tokenizer by the model's hub name (nothing is downloaded here): hand it
+    the one read from the GGUF file."""
     import kvpress.presses.kvzip_press as kvzip_module
 
     class _FileTokenizer:
@@ -140,7 +146,6 @@ def load_pipeline(model_path):
             return tokenizer
 
     kvzip_module.AutoTokenizer = _FileTokenizer
-    return pipe, tokenizer
 
 
 def answer_whole_prompt(pipe, ids, press, max_new_tokens):

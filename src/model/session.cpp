@@ -545,6 +545,50 @@ Session::GroupSplit Session::group_split() const {
     return s;
 }
 
+int decode_split_parts(int threads, int n_head_kv, int32_t n_entries) {
+    const int even = threads / std::gcd(n_head_kv, threads);  // n_head_kv * even items: as many per thread
+    return std::clamp(n_entries / kEntryBlock, 1, even);
+}
+
+void Session::attention_split(int layer, int parts) {
+    const ModelConfig& c = model_.config();
+    const int G = c.n_group(), D = c.head_dim, Hkv = c.n_head_kv;
+    const int items = Hkv * parts;
+    part_out_.resize(sz(int64_t{items} * G * D));
+    part_lse_.resize(sz(int64_t{items} * G));
+    int32_t n_max = 0;
+    for (int h = 0; h < Hkv; ++h) n_max = std::max(n_max, decode_ranges_[sz(h)].second);
+    const int32_t width = (n_max + parts - 1) / parts;  // entries of the largest slice
+    const int64_t work = int64_t{n_max} * D * c.n_head;
+#pragma omp parallel if (work >= (1 << 18))
+    {
+        float* s = attention_scratch(sz(int64_t{G} * width));  // [G, width]
+#pragma omp for schedule(dynamic, 1)
+        for (int item = 0; item < items; ++item) {
+            const int h = item / parts, k = item % parts;
+            const auto [first, n] = decode_ranges_[sz(h)];
+            const auto j0 = static_cast<int32_t>(first + int64_t{n} * k / parts);
+            const auto j1 = static_cast<int32_t>(first + int64_t{n} * (k + 1) / parts);
+            float* o = part_out_.data() + int64_t{item} * G * D;  // [G, D]
+            float* lse = part_lse_.data() + int64_t{item} * G;    // [G]
+            if (j1 == j0) {  // a head with fewer entries than slices: this one adds nothing
+                std::fill(lse, lse + G, -INFINITY);
+                std::fill(o, o + int64_t{G} * D, 0.0f);
+                continue;
+            }
+            kvec::attention_causal(q_.data() + int64_t{h} * G * D, {0, D}, 1, G, head_data(layer, h).from(j0),
+                                   j1 - j0, c.attn_scale, s, width, o, {0, D}, c.attn_logit_softcap, nullptr, 0,
+                                   lse);
+        }
+#pragma omp for
+        for (int h = 0; h < Hkv; ++h) {
+            attention_merge(parts, G, D, part_lse_.data() + int64_t{h} * parts * G,
+                            part_out_.data() + int64_t{h} * parts * G * D, sink_logits(layer, h, 0),
+                            att_.data() + int64_t{h} * G * D, D);
+        }
+    }
+}
+
 void Session::attention_block(int layer, const ops::RopeParams& rope, const int32_t* positions, int32_t T, Step step,
                               bool final_chunk) {
     const ModelConfig& c = model_.config();
@@ -640,6 +684,16 @@ void Session::attention_sequence(int layer, int32_t T, const int32_t* positions,
         if (want_last) last_row_[sz(h)].assign(sz(int64_t{G} * n_h), 0.0f);
     }
 
+    // A decode step whose probability rows nobody reads: each KV head's entries over the threads.
+    const bool rows_read = want_colsum || want_window || want_last || reconstruct;
+    const int parts = T == 1 && !rows_read ? decode_split_parts(omp_get_max_threads(), Hkv, n_max) : 1;
+    if (parts > 1) {
+        decode_ranges_.resize(sz(Hkv));
+        for (int h = 0; h < Hkv; ++h) decode_ranges_[sz(h)] = {0, kv_.size(layer, h)};
+        attention_split(layer, parts);
+        if (evict) run_evictor(layer, T, positions, step, final_chunk, n_window, want_window, want_last, ring_window);
+        return;
+    }
     const GroupSplit split = group_split();
     const int64_t work = int64_t{T} * n_max * D * c.n_head;  // multiply-adds of q.K (and of p.V)
     const int32_t n_pos = positions_per_call(T, split.width, n_max);
@@ -712,6 +766,21 @@ void Session::attention_sliding(int layer, int32_t T, const int32_t* positions) 
     const size_t value_row = kv_row_bytes(kv_.config().value_type, D);
     int32_t n_max = 0;
     for (int h = 0; h < Hkv; ++h) n_max = std::max(n_max, kv_.size(layer, h));
+    if (T == 1) {  // a decode step: each KV head's window of entries over the threads
+        decode_ranges_.resize(sz(Hkv));
+        int32_t n_vis = 0;
+        for (int h = 0; h < Hkv; ++h) {
+            const int32_t n_h = kv_.size(layer, h);
+            const int32_t* pos = kv_.positions(layer, h);  // [n_h]
+            const auto first = static_cast<int32_t>(std::lower_bound(pos, pos + n_h, positions[0] - window + 1) - pos);
+            decode_ranges_[sz(h)] = {first, n_h - first};
+            n_vis = std::max(n_vis, n_h - first);
+        }
+        if (const int parts = decode_split_parts(omp_get_max_threads(), Hkv, n_vis); parts > 1) {
+            attention_split(layer, parts);
+            return;
+        }
+    }
     const GroupSplit split = group_split();
     const int64_t work = int64_t{T} * std::min(n_max, window) * D * c.n_head;
     const int32_t n_pos = positions_per_call(T, split.width, n_max);

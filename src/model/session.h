@@ -95,6 +95,12 @@ struct SessionOptions {
     KvType kv_type_v = KvType::F16;  // element type of the cached values
 };
 
+// The slices of each KV head's entries for a decode step's attention over `threads` threads
+// (Session::attention_split): n_head_kv x parts work items, the same count for every thread, at
+// most one slice per kEntryBlock entries of the longest head; 1: no split (the query heads of a KV
+// head are split instead).
+int decode_split_parts(int threads, int n_head_kv, int32_t n_entries);
+
 class Session {
 public:
     explicit Session(const Model& model, const SessionOptions& options = {});
@@ -254,6 +260,10 @@ private:
         }
     };
     GroupSplit group_split() const;
+    // One decode position whose probability rows nobody reads: each KV head's visible entries
+    // decode_ranges_[h] = (first, count) cut into `parts` slices (decode_split_parts), one work
+    // item each, merged (attention_merge) into att_.
+    void attention_split(int layer, int parts);
     KvHeadData head_data(int layer, int h) const;
     const float* sink_logits(int layer, int h, int g0) const;
     const float* float_keys(int layer, int h);
@@ -303,6 +313,9 @@ private:
     std::vector<float> k_;        // [n_batch, kv_dim]
     std::vector<float> v_;        // [n_batch, kv_dim]
     std::vector<float> att_;      // [n_batch, q_dim] attention output
+    std::vector<std::pair<int32_t, int32_t>> decode_ranges_;  // [n_head_kv] (first, count) visible entries
+    std::vector<float> part_out_;  // [n_head_kv, parts, group, head_dim] attention_split's slices
+    std::vector<float> part_lse_;  // [n_head_kv, parts, group] their rows' log-sum-exps
     std::vector<float> proj_;     // [n_batch, n_embd] output projections
     std::vector<float> gate_;     // [n_batch, n_ff] (MoE: [n_batch, n_ff_shexp], the shared expert)
     std::vector<float> up_;       // [n_batch, n_ff] (MoE: [n_batch, n_ff_shexp])

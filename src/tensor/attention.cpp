@@ -300,9 +300,17 @@ void check_args(int64_t n_pos, int64_t nq, const KvHeadData& kv, int32_t n_vis, 
 
 }  // namespace
 
+KvHeadData KvHeadData::from(int32_t first) const {
+    KvHeadData d = *this;
+    d.keys = entry(keys, first, ggml_row_size(key_type, head_dim));
+    if (values != nullptr) d.values = entry(values, first, ggml_row_size(value_type, head_dim));
+    return d;
+}
+
 void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
                       const KvHeadData& kv, int32_t n_vis, float scale, float* p, int64_t ldp,
-                      float* out, RowLayout out_at, float softcap, const float* sinks, int32_t window) {
+                      float* out, RowLayout out_at, float softcap, const float* sinks, int32_t window,
+                      float* lse) {
     check_args(n_pos, nq, kv, n_vis, ldp, out != nullptr);
     KVEC_CHECK(softcap >= 0.0f && window >= 0);
     const BlockKernels k = block_kernels(kv);
@@ -367,7 +375,8 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
                 for (int32_t j = 0; j < vis(t); ++j) row[j] *= scale;
             }
             std::fill(row, row + lo, -INFINITY);  // probability 0 after the softmax
-            ops::softmax(row, vis(t), sinks != nullptr ? sinks[i] : -INFINITY);
+            const float l = ops::softmax(row, vis(t), sinks != nullptr ? sinks[i] : -INFINITY);
+            if (lse != nullptr) lse[t * nq + i] = l;
         }
     }
     if (out == nullptr) return;
@@ -399,6 +408,24 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
             } else {
                 k.values(p_row(t, 0) + j0, nq, ldp, v, n_t, D, out + t * out_at.ld_pos, out_at.ld_row);
             }
+        }
+    }
+}
+
+void attention_merge(int parts, int64_t nq, int64_t head_dim, const float* lse, const float* outs,
+                     const float* sinks, float* out, int64_t ldo) {
+    KVEC_CHECK(parts >= 1 && nq >= 0 && head_dim > 0);
+    for (int64_t i = 0; i < nq; ++i) {
+        float m = sinks != nullptr ? sinks[i] : -INFINITY;
+        for (int k = 0; k < parts; ++k) m = std::max(m, lse[k * nq + i]);
+        double denom = sinks != nullptr ? std::exp(double{sinks[i]} - m) : 0.0;
+        for (int k = 0; k < parts; ++k) denom += std::exp(double{lse[k * nq + i]} - m);
+        float* o = out + i * ldo;  // [head_dim]
+        std::fill(o, o + head_dim, 0.0f);
+        for (int k = 0; k < parts; ++k) {
+            const auto w = static_cast<float>(std::exp(double{lse[k * nq + i]} - m) / denom);
+            const float* ok = outs + (k * nq + i) * head_dim;  // [head_dim]
+            for (int64_t d = 0; d < head_dim; ++d) o[d] += w * ok[d];
         }
     }
 }

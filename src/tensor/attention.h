@@ -46,6 +46,9 @@ struct KvHeadData {
     const void* keys = nullptr;           // [n] rows of key_type
     const void* values = nullptr;         // [n] rows of value_type (unused by attention_probs)
     int head_dim = 0;
+
+    // The same head from entry `first` on (its rows first, first + 1, ...).
+    KvHeadData from(int32_t first) const;
 };
 
 // Entries per block of the kernels' walk over the cache (128 x 64 F16 keys = 16 KiB).
@@ -68,10 +71,20 @@ struct RowLayout {
 //   window > 0: position t sees only its last `window` entries, [n_vis + t - window, n_vis + t);
 //        the probabilities before them are 0 (a sliding-window layer whose entries are
 //        consecutive positions: a block of positions in one call although each sees its own range)
+//   lse: [n_pos * nq] each row's log-sum-exp, log(sum_j exp(s_ij) + exp(sinks[i])) (nullptr: not
+//        wanted): what attention_merge needs of attention over a slice of the entries
 void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
                       const KvHeadData& kv, int32_t n_vis, float scale, float* p, int64_t ldp,
                       float* out, RowLayout out_at, float softcap = 0.0f,
-                      const float* sinks = nullptr, int32_t window = 0);
+                      const float* sinks = nullptr, int32_t window = 0, float* lse = nullptr);
+
+// One query position's attention over entries cut into `parts` consecutive slices, each attended
+// on its own (attention_causal without sinks, its rows' log-sum-exps lse_k): the attention over
+// all of them (flash-decoding's reduction; a KV head's entries spread over threads):
+//   out[i] = sum_k exp(lse_k[i] - L_i) out_k[i],   L_i = log(sum_k exp(lse_k[i]) + exp(sinks[i]))
+//   lse:  [parts, nq]        outs: [parts, nq, head_dim]        out: [nq] rows ldo apart
+void attention_merge(int parts, int64_t nq, int64_t head_dim, const float* lse, const float* outs,
+                     const float* sinks, float* out, int64_t ldo);
 
 // One query position: p [nq, ldp] (columns < n_vis written) = the probability rows above for the
 // query rows q [nq, head_dim] (rows ldq apart); n_vis >= 1 entries of kv are visible to every row.

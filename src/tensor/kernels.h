@@ -95,10 +95,11 @@ bool values_in_place_avx2(GgmlType type);
 void attention_values_quant_avx2(GgmlType type, const float* p, int64_t nq, int64_t ldp, const uint8_t* v,
                                  int64_t n, int64_t d, float* out, int64_t ldo);
 
-// In place softmax of x[n] (with the sink logit in the denominator; -inf: none) and
+// In place softmax of x[n] (with the sink logit in the denominator; -inf: none; returns its
+// log-sum-exp, as ops::softmax) and
 // out[i] = silu(gate[i]) * up[i], with a vectorised exp (relative error ~1e-7); the baseline-ISA
 // versions are ops::softmax / ops::swiglu's own loops.
-void softmax_avx2(float* x, int64_t n, float sink);
+float softmax_avx2(float* x, int64_t n, float sink);
 void swiglu_avx2(const float* gate, const float* up, float* out, int64_t n);
 // out = gelu_tanh(gate) * up as gate * sigmoid(2 sqrt(2/pi) (gate + 0.044715 gate^3)) * up (the
 // tanh form rewritten), with the vectorised exp of swiglu_avx2.

@@ -925,8 +925,8 @@ inline __m256 exp8(__m256 x) {
 }
 }  // namespace
 
-void softmax_avx2(float* x, int64_t n, float sink) {
-    if (n <= 0) return;
+float softmax_avx2(float* x, int64_t n, float sink) {
+    if (n <= 0) return sink;
     __m256 mv = _mm256_set1_ps(x[0] > sink ? x[0] : sink);
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(x + i));
@@ -948,9 +948,11 @@ void softmax_avx2(float* x, int64_t n, float sink) {
         for (int j = 0; i + j < n; ++j) x[i + j] = t[j];
         sv = _mm256_add_ps(sv, e);
     }
-    const __m256 inv = _mm256_set1_ps(1.0f / hsum(sv));
+    const float sum = hsum(sv);
+    const __m256 inv = _mm256_set1_ps(1.0f / sum);
     for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
     for (; i < n; ++i) x[i] *= _mm256_cvtss_f32(inv);
+    return mx + std::log(sum);
 }
 
 void swiglu_avx2(const float* gate, const float* up, float* out, int64_t n) {
@@ -1221,7 +1223,7 @@ uint64_t stream_sum_avx2(const uint64_t* p, int64_t n) {
     for (int64_t i = 0; i < n; ++i) s += p[i];
     return s;
 }
-void softmax_avx2(float*, int64_t, float) {
+float softmax_avx2(float*, int64_t, float) {
     fail("AVX2 kernel called in a build without AVX2 support");
 }
 void swiglu_avx2(const float*, const float*, float*, int64_t) {

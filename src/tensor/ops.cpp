@@ -193,11 +193,8 @@ void softcap(float* x, int64_t n, float scale, float cap) {
     for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(k * x[i]);
 }
 
-void softmax(float* x, int64_t n, float sink) {
-    if (active_cpu_kernel() == CpuKernel::Avx2) {
-        kernels::softmax_avx2(x, n, sink);
-        return;
-    }
+float softmax(float* x, int64_t n, float sink) {
+    if (active_cpu_kernel() == CpuKernel::Avx2) return kernels::softmax_avx2(x, n, sink);
     float mx = x[0] > sink ? x[0] : sink;
     for (int64_t i = 1; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
     float sum = std::exp(sink - mx);  // 0 without a sink
@@ -208,6 +205,7 @@ void softmax(float* x, int64_t n, float sink) {
     const float inv = 1.0f / sum;
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+    return mx + std::log(sum);
 }
 
 void add_bias(float* y, const float* b, int64_t n, int64_t d) {

@@ -76,7 +76,9 @@ void geglu(const float* gate, const float* up, float* out, int64_t n);
 // In place: x[n] = exp(x - m) / (sum_j exp(x_j - m) + exp(sink - m)), m = max(max x, sink). n >= 1.
 // sink: an attention sink logit (gpt-oss's attn_sinks, one per query head) that joins the
 // denominator only, so the row sums to less than 1; -inf (the default): a plain softmax.
-void softmax(float* x, int64_t n, float sink = -INFINITY);
+// Returns the log of the denominator before the shift, m + log(sum_j exp(x_j - m) + exp(sink - m))
+// (the row's log-sum-exp: what merging softmaxes over parts of a row needs).
+float softmax(float* x, int64_t n, float sink = -INFINITY);
 
 // Soft-capping in place (gemma2's attention and final logits): x[n] = cap * tanh(scale * x / cap),
 // cap > 0. One thread (called per attention row, inside the callers' parallel regions).

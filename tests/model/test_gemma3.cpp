@@ -3,6 +3,7 @@
 // logits with the PyTorch reference: tests/parity, Parity.Variants gemma3_swa; with llama.cpp:
 // scripts/parity-vs-llama-cpp.sh.)
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <string>
@@ -147,6 +148,33 @@ TEST(Gemma3, ChunksAndDecodeMatchOnePrefillWithBoundedCache) {
     // Rolling back behind the dropped entries is refused; within the window it is not.
     EXPECT_THROW(s.rollback(40), Error);
     EXPECT_NO_THROW(s.rollback(n - 2));
+}
+
+// Gemma 3's one KV head at decode over 2 threads: the sliding-window layers' windows (300 entries)
+// and the global layer's entries each cut in two (decode_split_parts), merged: the logits of one
+// prefill of the whole sequence.
+TEST(Gemma3, DecodeSplitOverEntriesMatchesPrefill) {
+    RandomModelSpec spec = gemma_spec();
+    spec.n_head_kv = 1;
+    spec.sliding_window = 300;
+    const auto m = Model::load(write_model(spec, "gemma3-one-kv-head.gguf"));
+    ASSERT_EQ(decode_split_parts(2, 1, 300), 2);
+    const auto tk = tokens(404);
+    Session one(*m, f32_options());
+    const auto a = one.prefill(tk, true);
+    const std::vector<float> all(a.begin(), a.end());
+    const size_t V = 512;
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(2);
+    Session s(*m, f32_options());
+    s.prefill(std::span<const int32_t>(tk.data(), 400));
+    float worst = 0;
+    for (int t = 400; t < 404; ++t) {
+        const auto d = s.decode(tk[static_cast<size_t>(t)]);
+        for (size_t i = 0; i < V; ++i) worst = std::max(worst, std::fabs(d[i] - all[t * V + i]));
+    }
+    omp_set_num_threads(saved);
+    EXPECT_LT(worst, 1e-4f);
 }
 
 // Eviction policies act on the global layers only, cross-layer ones too (shown the global

@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstring>
@@ -71,6 +72,46 @@ TEST(Session, DecodeMatchesPrefillOfTheWholeSequence) {
     EXPECT_EQ(s.n_past(), 15);
     EXPECT_EQ(s.n_decoded(), 5);
     EXPECT_EQ(s.tokens(), tokens);
+}
+
+// A decode step's attention split over the entries: enough slices per KV head for the same item
+// count on every thread, at most one per 128 entries.
+TEST(Session, DecodeSplitPartsSpreadTheHeadsEvenly) {
+    EXPECT_EQ(decode_split_parts(2, 3, 600), 2);    // SmolLM2's 3 KV heads on 2 threads: 6 items
+    EXPECT_EQ(decode_split_parts(2, 1, 600), 2);    // Gemma 3's one KV head
+    EXPECT_EQ(decode_split_parts(2, 2, 600), 1);    // 2 heads on 2 threads: the query-head split
+    EXPECT_EQ(decode_split_parts(16, 3, 4096), 16);
+    EXPECT_EQ(decode_split_parts(16, 3, 1000), 7);  // 7 slices of 128+ entries
+    EXPECT_EQ(decode_split_parts(2, 3, 200), 1);    // too few entries to cut
+    EXPECT_EQ(decode_split_parts(1, 3, 600), 1);
+}
+
+// With 3 KV heads on 2 threads and 300+ entries, decode takes the split over entries
+// (decode_split_parts above): the logits of one prefill of the whole sequence, as the unsplit
+// decode gives them, with 1 thread and 2.
+TEST(Session, DecodeSplitOverEntriesMatchesPrefill) {
+    RandomModelSpec spec = tiny_spec();
+    spec.n_embd = 192;
+    spec.n_head = 6;  // heads of 32
+    spec.n_head_kv = 3;
+    spec.n_ctx = 512;
+    const auto m = Model::load(write_model(spec, "session-three-kv-heads.gguf"));
+    const auto tokens = some_tokens(304);
+    Session full(*m, f32_options());
+    const auto all = full.prefill(tokens, true);
+    const std::vector<float> ref(all.begin(), all.end());  // [304, 512]
+    const int saved = omp_get_max_threads();
+    for (const int threads : {1, 2}) {
+        omp_set_num_threads(threads);
+        Session s(*m, f32_options());
+        s.prefill(std::span<const int32_t>(tokens).first(300));
+        for (int i = 300; i < 304; ++i) {
+            const auto l = s.decode(tokens[static_cast<size_t>(i)]);
+            EXPECT_LT(max_abs_diff(l, std::span<const float>(ref).subspan(static_cast<size_t>(i) * 512, 512)), 1e-4f)
+                << threads << " threads, token " << i;
+        }
+    }
+    omp_set_num_threads(saved);
 }
 
 // The weights copied into huge pages are the mapped file's bytes: the same logits, bit for bit.

@@ -345,6 +345,80 @@ TEST(SinkAttention, EveryKernelMatchesReference) {
     EXPECT_NEAR(sum_far, 1.0, 1e-5);
 }
 
+// One position's entries cut into slices, each attended on its own with its rows' log-sum-exps,
+// then merged (attention_merge, the decode split over threads): the attention over all of them,
+// for every kernel, float and quantised caches, with soft-capping and sinks; one slice's lse is
+// log sum_j exp(s_j) itself. A merge that dropped a slice's weight or the sink fails.
+TEST(SplitAttention, SlicesMergedMatchTheWholeRow) {
+    const std::vector<float> sinks = {-1.0f, 2.0f, 0.5f, 6.0f};  // [4 query rows]
+    uint32_t seed = 700;
+    const KernelGuard guard;
+    for (const TypePair t : {TypePair{GgmlType::F32, GgmlType::F32}, TypePair{GgmlType::F16, GgmlType::F16},
+                             TypePair{GgmlType::Q8_0, GgmlType::Q8_0}, TypePair{GgmlType::BF16, GgmlType::Q5_1}}) {
+        for (const int d : {64, 256}) {
+            for (const int32_t n : {300, 517}) {
+                for (const int parts : {1, 2, 3, 5}) {
+                    for (const bool with_sinks : {false, true}) {
+                        const float softcap = parts == 3 ? 5.0f : 0.0f;
+                        const float* sk = with_sinks ? sinks.data() : nullptr;
+                        const int nq = 4;
+                        std::mt19937 rng(seed++);
+                        const Cache c = make_cache(t.k, t.v, n, d, rng);
+                        std::normal_distribution<float> dist(0.0f, 1.5f);
+                        std::vector<float> q(static_cast<size_t>(nq * d));  // [nq, d]
+                        for (float& x : q) x = dist(rng);
+                        const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+                        std::vector<float> p_ref(static_cast<size_t>(nq * n)), o_ref(static_cast<size_t>(nq * d));
+                        ref::attention(q.data(), nq, d, c.view, n, scale, p_ref.data(), n, o_ref.data(), d, softcap, sk);
+                        for (const Variant& k : variants()) {
+                            use(k);
+                            std::vector<float> p(static_cast<size_t>(nq * n));
+                            std::vector<float> lse(static_cast<size_t>(parts * nq));        // [parts, nq]
+                            std::vector<float> outs(static_cast<size_t>(parts * nq * d));   // [parts, nq, d]
+                            for (int part = 0; part < parts; ++part) {
+                                const int32_t j0 = n * part / parts, j1 = n * (part + 1) / parts;
+                                attention_causal(q.data(), {0, d}, 1, nq, c.view.from(j0), j1 - j0, scale, p.data(), n,
+                                                 outs.data() + int64_t{part} * nq * d, {0, d}, softcap, nullptr, 0,
+                                                 lse.data() + int64_t{part} * nq);
+                            }
+                            std::vector<float> o(static_cast<size_t>(nq * (d + 3)), -7.0f);  // [nq, d + 3]
+                            attention_merge(parts, nq, d, lse.data(), outs.data(), sk, o.data(), d + 3);
+                            const std::string where = k.name() + " " + pair_name(t) + " d=" + std::to_string(d) +
+                                                      " n=" + std::to_string(n) + " parts=" + std::to_string(parts) +
+                                                      (with_sinks ? " sinks" : "");
+                            for (int i = 0; i < nq; ++i) {
+                                for (int e = 0; e < d + 3; ++e) {
+                                    const float got = o[static_cast<size_t>(i * (d + 3) + e)];
+                                    if (e >= d) {
+                                        ASSERT_EQ(got, -7.0f) << where << " wrote past the head";
+                                    } else {
+                                        ASSERT_NEAR(got, o_ref[static_cast<size_t>(i * d + e)], 1e-5f)
+                                            << where << " out[" << i << ", " << e << "]";
+                                    }
+                                }
+                            }
+                            if (parts == 1 && t.k == GgmlType::F32 && softcap == 0.0f) {
+                                for (int i = 0; i < nq; ++i) {  // lse = log sum_j exp(scale q . k_j)
+                                    double sum = 0;
+                                    for (int32_t j = 0; j < n; ++j) {
+                                        double dot = 0;
+                                        for (int e = 0; e < d; ++e) {
+                                            dot += double{q[static_cast<size_t>(i * d + e)]} *
+                                                   c.keys_f32[static_cast<size_t>(j) * d + e];
+                                        }
+                                        sum += std::exp(dot * scale);
+                                    }
+                                    ASSERT_NEAR(lse[static_cast<size_t>(i)], std::log(sum), 1e-4) << where;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 // BF16 and block-quantised caches (keys and values alike, and mixed): head sizes of whole 32-element
 // blocks, entry counts across the entry block, one position (decode) and blocks of positions
 // (prefill). The reference decodes the same blocks (quant::dequantize_row) and, for quantised keys,
