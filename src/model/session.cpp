@@ -762,8 +762,6 @@ void Session::attention_sliding(int layer, int32_t T, const int32_t* positions) 
     const int64_t Q = c.q_dim();
     const float scale = c.attn_scale;
     const int32_t window = c.sliding_window;
-    const size_t key_row = kv_row_bytes(kv_.config().key_type, D);
-    const size_t value_row = kv_row_bytes(kv_.config().value_type, D);
     int32_t n_max = 0;
     for (int h = 0; h < Hkv; ++h) n_max = std::max(n_max, kv_.size(layer, h));
     if (T == 1) {  // a decode step: each KV head's window of entries over the threads
@@ -794,15 +792,9 @@ void Session::attention_sliding(int layer, int32_t T, const int32_t* positions) 
             const int32_t n_old = n_h - T;
             const int32_t* pos = kv_.positions(layer, h);  // [n_h]
             const KvHeadData kv = head_data(layer, h);
-            // The first entry position t sees (its window's start), and kv from that entry on.
+            // The first entry position t sees (its window's start).
             auto start_of = [&](int32_t t) {
                 return static_cast<int32_t>(std::lower_bound(pos, pos + n_old + t + 1, positions[t] - window + 1) - pos);
-            };
-            auto from = [&](int32_t first) {
-                KvHeadData d = kv;
-                d.keys = static_cast<const uint8_t*>(kv.keys) + key_row * sz(first);
-                d.values = static_cast<const uint8_t*>(kv.values) + value_row * sz(first);
-                return d;
             };
             for (int32_t t0 = 0; t0 < T;) {
                 const int32_t np = std::min(n_pos, T - t0);
@@ -814,7 +806,7 @@ void Session::attention_sliding(int layer, int32_t T, const int32_t* positions) 
                 const bool consecutive = pos[last] - pos[first] == last - first;
                 const int32_t n = consecutive || start_of(t0 + np - 1) == first ? np : 1;
                 const int64_t q0 = t0 * Q + int64_t{h * G + g0} * D;  // query heads h * G + g0 .. + ng
-                kvec::attention_causal(q_.data() + q0, {Q, D}, n, ng, from(first),
+                kvec::attention_causal(q_.data() + q0, {Q, D}, n, ng, kv.from(first),
                                        n_old + t0 + 1 - first, scale, s, n_max, att_.data() + q0,
                                        {Q, D}, c.attn_logit_softcap,
                                        sink_logits(layer, h, g0), consecutive ? window : 0);
