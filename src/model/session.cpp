@@ -40,6 +40,12 @@ int32_t positions_per_call(int32_t T, int width, int32_t n_max) {
     return static_cast<int32_t>(std::clamp<int64_t>(fit, 1, std::min<int64_t>(T, kPositionsPerCall)));
 }
 
+// The first of n entries (positions pos, ascending) that a query at `position` sees through a
+// sliding window of `window` positions (pos > position - window, llama.cpp's SWA mask).
+int32_t window_start(const int32_t* pos, int32_t n, int32_t position, int32_t window) {
+    return static_cast<int32_t>(std::lower_bound(pos, pos + n, position - window + 1) - pos);
+}
+
 // This thread's probability rows for the attention kernels, at least n floats: grow-only (every
 // column read is written first), so a prefill chunk does not allocate and zero them again for
 // each layer; one buffer per thread for global and sliding-window layers alike.
@@ -770,7 +776,7 @@ void Session::attention_sliding(int layer, int32_t T, const int32_t* positions) 
         for (int h = 0; h < Hkv; ++h) {
             const int32_t n_h = kv_.size(layer, h);
             const int32_t* pos = kv_.positions(layer, h);  // [n_h]
-            const auto first = static_cast<int32_t>(std::lower_bound(pos, pos + n_h, positions[0] - window + 1) - pos);
+            const int32_t first = window_start(pos, n_h, positions[0], window);
             decode_ranges_[sz(h)] = {first, n_h - first};
             n_vis = std::max(n_vis, n_h - first);
         }
@@ -793,9 +799,7 @@ void Session::attention_sliding(int layer, int32_t T, const int32_t* positions) 
             const int32_t* pos = kv_.positions(layer, h);  // [n_h]
             const KvHeadData kv = head_data(layer, h);
             // The first entry position t sees (its window's start).
-            auto start_of = [&](int32_t t) {
-                return static_cast<int32_t>(std::lower_bound(pos, pos + n_old + t + 1, positions[t] - window + 1) - pos);
-            };
+            auto start_of = [&](int32_t t) { return window_start(pos, n_old + t + 1, positions[t], window); };
             for (int32_t t0 = 0; t0 < T;) {
                 const int32_t np = std::min(n_pos, T - t0);
                 const int32_t first = start_of(t0);
