@@ -29,7 +29,9 @@ void set_cpu_kernel(CpuKernel kernel);
 //   Fast:  with fewer than kernels::kPackedMinRows rows (decode), activations are quantised to
 //          int8 (blocks of 32, one float scale each) and multiplied with int8 dot products (as
 //          llama.cpp does, which quantises them in blocks of 256 for the K-quants; see
-//          int8_gemm.h for the error bound). Prefill is float32, except on
+//          int8_gemm.h for the error bound). Prefill of the types whose values fit in 6 bits
+//          (int8::panel_fits_six_bits: the legacy 4/5-bit types and Q2_K..Q6_K) is int8 too.
+//          The other types' prefill is float32, except on
 //          CPUs with AVX-512 VNNI (quantised types: int8 as in decode, from 5 rows on) and
 //          AVX-512 BF16 (F16 and BF16 weights from 5 rows on: both operands rounded to bf16,
 //          bf16_gemm.h), so results there differ slightly from other CPUs'. The default on CPUs

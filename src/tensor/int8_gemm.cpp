@@ -35,6 +35,23 @@ bool has_panel_form(GgmlType type) {
     }
 }
 
+bool panel_fits_six_bits(GgmlType type) {
+    switch (type) {
+        case GgmlType::Q4_0:  // q - 8
+        case GgmlType::Q4_1:  // q
+        case GgmlType::Q5_0:  // q - 16
+        case GgmlType::Q5_1:  // q
+        case GgmlType::Q2_K:  // q
+        case GgmlType::Q3_K:  // q - 4
+        case GgmlType::Q4_K:  // q
+        case GgmlType::Q5_K:  // q
+        case GgmlType::Q6_K:  // q - 32
+            return true;
+        default:
+            return false;
+    }
+}
+
 bool panel_has_min(GgmlType type) {
     switch (type) {
         case GgmlType::Q4_1:

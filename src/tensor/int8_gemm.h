@@ -82,6 +82,13 @@ void quantize_rows_avx2(const float* x, int64_t n, int64_t k, int8_t* q, float* 
                         int32_t* qsum = nullptr);
 // Same contract as gemm_ref.
 void gemm_avx2(const QuantRows& x, int64_t nx, const Panel& w, int64_t nw, float* y, int64_t ldy);
+// Prefill without VNNI for the types whose panel values lie in [-32, 31] (panel_fits_six_bits):
+// per 8 weight rows the panel is interleaved, 4 consecutive elements of 8 rows per vector as
+// unsigned bytes q + 32, and each activation row's 4 bytes are broadcast against it (maddubs of
+// two groups added in int16, madd with 1s: 8 int32 lanes, no horizontal sums); the + 32 is taken
+// back in the min term. Same contract and the same integer sums as gemm_ref.
+bool panel_fits_six_bits(GgmlType type);
+void gemm_six_bit_avx2(const QuantRows& x, int64_t nx, const Panel& w, int64_t nw, float* y, int64_t ldy);
 // Q8_0 weights in place: nw rows starting at w (row_bytes apart), same contract as gemm_ref.
 void gemm_q8_0_avx2(const QuantRows& x, int64_t nx, const uint8_t* w, size_t row_bytes, int64_t nw,
                     float* y, int64_t ldy);

@@ -203,9 +203,10 @@ void matmul_half(const float* x, int64_t n, const WeightView& w, float* y) {
 // take) the VNNI kernel packs each item's rows into 16-row panels (every type unpacked in
 // registers: int8::decode::panel_packer) and runs on activation blocks of at most 256 rows, as
 // the float prefill does. Without VNNI (Q8_0 decode and small batches; 17 to 23 rows of
-// the other types) a work item unpacks its rows into a thread-local panel (Q8_0 rows are read in
-// place) and runs the AVX2 tiles on activation blocks of about 256 KiB, which stay in L2 while the
-// weight blocks pass.
+// the other types; any number of rows of the types that fit six bits) a work item unpacks its
+// rows into a thread-local panel (Q8_0 rows are read in place) and runs the AVX2 tiles on
+// activation blocks of about 256 KiB, which stay in L2 while the weight blocks pass (the six-bit
+// tiles: on all the rows at once).
 void matmul_int8(const float* x, int64_t n, const WeightView& w, float* y) {
     constexpr int64_t kPanelRows = 16;
     const int64_t k = w.n_in, nb = k / int8::kBlock;
@@ -230,8 +231,11 @@ void matmul_int8(const float* x, int64_t n, const WeightView& w, float* y) {
     // in place.
     const int8::PanelPacker packer = vnni ? int8::decode::panel_packer(w.type) : nullptr;
     const bool in_place = w.type == GgmlType::Q8_0 && packer == nullptr;
+    const bool six_bits = !vnni && int8::panel_fits_six_bits(w.type);
+    // The six-bit tiles take every row against a work item's 16 weight rows, which are unpacked
+    // once and stay in L1 while the activations stream by.
     const int64_t act_block = vnni ? prefill_act_block(n)
-                              : n <= 4 ? n
+                              : n <= 4 || six_bits ? n
                                        : std::max<int64_t>(4, ((256 * 1024) / k) & ~int64_t{3});
     const int64_t n_ab = (n + act_block - 1) / act_block;
     // Q8_0 decode reads rows in place and prefetches the next tile's rows: longer work items keep
@@ -269,7 +273,8 @@ void matmul_int8(const float* x, int64_t n, const WeightView& w, float* y) {
                     int8::gemm_vnni_packed(xb, a1 - a0, packer, has_min, w.row(r0), w.row_bytes, r1 - r0, yb, w.n_out);
                 } else {
                     int8::unpack_rows(w, r0, r1 - r0, pq.data(), ps.data(), has_min ? pm.data() : nullptr);
-                    (vnni ? int8::gemm_vnni : int8::gemm_avx2)(xb, a1 - a0, panel, r1 - r0, yb, w.n_out);
+                    (vnni ? int8::gemm_vnni : six_bits ? int8::gemm_six_bit_avx2 : int8::gemm_avx2)(xb, a1 - a0, panel,
+                                                                                            r1 - r0, yb, w.n_out);
                 }
             }
         }
@@ -445,7 +450,8 @@ bool takes_panels(const WeightView& w) { return w.panels != nullptr && use_int8(
 // Whether matmul() runs n rows of w, not on panels, through int8 dot products (matmul_int8_decode
 // where the type has a decode kernel for n rows, else matmul_int8).
 bool takes_int8(int64_t n, const WeightView& w) {
-    return !takes_panels(w) && use_int8(w) && (n < kernels::kPackedMinRows || int8::vnni_enabled());
+    return !takes_panels(w) && use_int8(w) &&
+           (n < kernels::kPackedMinRows || int8::vnni_enabled() || int8::panel_fits_six_bits(w.type));
 }
 
 using MatmulFn = void (*)(const float* x, int64_t n, const WeightView& w, float* y);
@@ -475,7 +481,8 @@ std::string matmul_backend_description() {
     if (avx2) s += ", prefill: weights converted while packing";
     if (avx2 && kernels::avx512_enabled()) s += " (avx512 tiles)";
     if (avx2 && matmul_precision() == MatmulPrecision::Fast) {
-        if (int8::vnni_enabled()) s += ", quantised prefill: avx512-vnni int8 dot products";
+        s += int8::vnni_enabled() ? ", quantised prefill: avx512-vnni int8 dot products"
+                                  : ", 4/5-bit and q2_k..q6_k prefill: avx2 six-bit int8 tiles";
         if (bf16::enabled()) s += ", f16/bf16 prefill: avx512-bf16 dot products";
         s += fmt::format(", quantised decode (up to {} rows): blocks unpacked in registers, {} int8 dot products",
                          int8::vnni_enabled() ? int8::decode::kMaxVnniRows : int8::decode::kMaxRows,

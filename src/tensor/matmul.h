@@ -11,12 +11,15 @@
 //       products on 16-row panels (int8_gemm.h, gemm_vnni_packed; every type's blocks unpacked in
 //       registers as for decode and transposed into panels, int8::decode::panel_packer), F16/BF16
 //       (from 5 rows on) by bf16 dot products (bf16_gemm.h);
+//   more rows without VNNI, Fast precision, the types whose panel values fit in 6 bits (Q4_0,
+//       Q4_1, Q5_0, Q5_1, Q2_K..Q6_K; int8::panel_fits_six_bits): int8 activations x the weights
+//       unpacked per 16 rows and interleaved per 8 (int8_gemm.h, gemm_six_bit_avx2);
 //   prefill (kernels::kPackedMinRows rows or more, AVX2), otherwise: activations packed once,
 //       weights converted to float by the packed tile kernel as it packs them (F16, BF16, Q8_0,
 //       F32 read in place) or dequantised per block of rows first (other types);
-//   17 to kPackedMinRows - 1 rows without VNNI, quantised types, Fast precision: int8 activations
-//       x int8 weights (int8_gemm.h), Q8_0 read in place, other types unpacked per 16 rows into a
-//       panel;
+//   17 to kPackedMinRows - 1 rows without VNNI, the other quantised types, Fast precision: int8
+//       activations x int8 weights (int8_gemm.h), Q8_0 read in place, other types unpacked per
+//       16 rows into a panel;
 //   fewer rows, quantised types, Exact precision: dequantise a block of rows, float tile kernel
 //       (Q8_0 decode: fused float kernel on the blocks in place);
 //   fewer rows, F16/BF16: the weights read in place (F16C / shift); F32: float tiles in place.

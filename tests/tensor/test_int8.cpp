@@ -99,6 +99,20 @@ double magnitude(const Acts& a, const PanelForm& p, int64_t k, int64_t i, int64_
     return mag;
 }
 
+// A kernel's nx x nw outputs (rows ldy floats apart) against the scalar reference's, within the
+// float rounding of each output's terms, and the floats past each row still the sentinel -7.
+void expect_near_reference(const std::vector<float>& got, const std::vector<float>& want, const Acts& a,
+                           const PanelForm& p, int64_t k, int64_t nx, int64_t nw, int64_t ldy) {
+    for (int64_t i = 0; i < nx; ++i) {
+        for (int64_t j = 0; j < nw; ++j) {
+            const size_t o = static_cast<size_t>(i * ldy + j);
+            ASSERT_NEAR(got[o], want[o], 1e-5 * magnitude(a, p, k, i, j) + 1e-6)
+                << "nw " << nw << " nx " << nx << " (" << i << ", " << j << ")";
+        }
+        for (int64_t j = nw; j < ldy; ++j) ASSERT_EQ(got[static_cast<size_t>(i * ldy + j)], -7.0f);
+    }
+}
+
 TEST(Int8, ActivationQuantisationReference) {
     // A block with a known answer: amax 2.54 -> d = 0.02; 0.01 rounds to even (0.5 -> 0),
     // 0.03 -> 1.5 -> 2, -2.54 -> -127.
@@ -200,6 +214,60 @@ TEST_P(Int8Types, Avx2KernelMatchesScalarReference) {
     }
 }
 
+// The AVX2 six-bit prefill kernel (the types whose panel values lie in [-32, 31]) against the
+// scalar reference: 8-row panels whole and in part (nw 8, 11, 19), every tile height's remainder,
+// outputs in rows of ldy = nw + 3 floats whose last three keep their sentinel.
+TEST_P(Int8Types, SixBitKernelMatchesScalarReference) {
+    const GgmlType type = GetParam();
+    if (!int8::panel_fits_six_bits(type)) {
+        EXPECT_TRUE(type == GgmlType::Q8_0 || type == GgmlType::IQ4_NL || type == GgmlType::IQ4_XS ||
+                    type == GgmlType::MXFP4);
+        GTEST_SKIP() << "panel values beyond [-32, 31]";
+    }
+    if (!have_avx2()) GTEST_SKIP() << "no AVX2 on this CPU";
+    const int64_t k = 512;
+    for (int64_t nw : {8, 11, 19}) {
+        const Quantised w = quantise(type, gaussian(k * nw, 41 + static_cast<uint32_t>(nw), 0.5f), k, nw);
+        const PanelForm p = panel_form(w.view);
+        for (int8_t q : p.q) ASSERT_TRUE(q >= -32 && q <= 31) << int{q};
+        const int64_t ldy = nw + 3;
+        for (int64_t nx : {1, 2, 3, 4, 5, 7, 8, 9, 26}) {
+            const Acts a = quantise_acts_ref(gaussian(nx * k, 50 + static_cast<uint32_t>(nx)), nx, k);
+            std::vector<float> want(static_cast<size_t>(nx * ldy)), got(want.size(), -7.0f);
+            int8::gemm_ref(a.view(k), nx, p.view(k), nw, want.data(), ldy);
+            int8::gemm_six_bit_avx2(a.view(k), nx, p.view(k), nw, got.data(), ldy);
+            expect_near_reference(got, want, a, p, k, nx, nw, ldy);
+        }
+    }
+}
+
+// The six-bit kernel's int16 sums do not saturate at the extremes: Q6_K quants 63 and 0 (panel
+// values 31 and -32, bytes 63 and 0) against activations 127 and -127, scales powers of two.
+TEST(Int8, SixBitExactAtExtremeBytes) {
+    if (!have_avx2()) GTEST_SKIP() << "no AVX2 on this CPU";
+    const int64_t k = 256, nw = 9, nx = 3;
+    std::vector<quant::BlockQ6_K> blocks(static_cast<size_t>(nw));  // one super-block per row
+    for (size_t r = 0; r < blocks.size(); ++r) {
+        quant::BlockQ6_K& b = blocks[r];
+        std::memset(&b, 0, sizeof b);
+        const uint8_t bits = r % 3 == 2 ? 0x00 : 0xFF;  // all quants 63, or all 0
+        std::memset(b.ql, bits, sizeof b.ql);
+        std::memset(b.qh, bits, sizeof b.qh);
+        for (int s = 0; s < 16; ++s) b.scales[s] = static_cast<int8_t>(s % 2 == 0 ? 1 : -2);
+        b.d = float_to_fp16(r % 2 == 0 ? 1.0f : 0.5f);
+    }
+    std::vector<float> x(static_cast<size_t>(nx * k));
+    for (size_t e = 0; e < x.size(); ++e) x[e] = (e / 4 + e / 256) % 3 == 0 ? -127.0f : 127.0f;
+    const Acts a = quantise_acts_ref(x, nx, k);
+    for (int8_t q : a.q) ASSERT_EQ(std::abs(q), 127);
+    const WeightView view = make_weight_view("w", GgmlType::Q6_K, reinterpret_cast<const uint8_t*>(blocks.data()), k, nw);
+    const PanelForm p = panel_form(view);
+    std::vector<float> want(static_cast<size_t>(nx * nw)), got(want.size());
+    int8::gemm_ref(a.view(k), nx, p.view(k), nw, want.data(), nw);
+    int8::gemm_six_bit_avx2(a.view(k), nx, p.view(k), nw, got.data(), nw);
+    EXPECT_EQ(got, want);  // every term an integer times a power of two: no rounding anywhere
+}
+
 // The AVX-512 VNNI kernel against the scalar reference: weight counts that fill two 16-row panels,
 // part of a second one, and one part panel (nw = 37 = 32 + 5, 20); activation rows that leave
 // every tile height's remainder; rows ending in part of a group where the type allows (32 * 9).
@@ -221,14 +289,7 @@ TEST_P(Int8Types, VnniKernelMatchesScalarReference) {
             std::vector<float> want(static_cast<size_t>(nx * ldy)), got(want.size(), -7.0f);
             int8::gemm_ref(a.view(k), nx, p.view(k), nw, want.data(), ldy);
             int8::gemm_vnni(a.view(k), nx, p.view(k), nw, got.data(), ldy);
-            for (int64_t i = 0; i < nx; ++i) {
-                for (int64_t j = 0; j < nw; ++j) {
-                    const size_t o = static_cast<size_t>(i * ldy + j);
-                    ASSERT_NEAR(got[o], want[o], 1e-5 * magnitude(a, p, k, i, j) + 1e-6)
-                        << "nw " << nw << " nx " << nx << " (" << i << ", " << j << ")";
-                }
-                for (int64_t j = nw; j < ldy; ++j) ASSERT_EQ(got[static_cast<size_t>(i * ldy + j)], -7.0f);
-            }
+            expect_near_reference(got, want, a, p, k, nx, nw, ldy);
             if (type == GgmlType::Q8_0) {
                 // Read in place: the same scales and bytes as the panel, so equal bits.
                 std::vector<float> in_place(got.size(), -7.0f);
