@@ -1288,13 +1288,13 @@ void six_bit_tile(const QuantRows& x, int64_t i0, const uint8_t* qp, const float
                 s[i] = start ? p : _mm256_add_epi32(s[i], p);
             }
         };
-        // The sums of one scale (half h, or the block with h = 0) into the accumulators.
-        const auto scale = [&](int h, bool both_halves) {
+        // The sums of one scale (half h, or the whole block with h = 0) into the accumulators.
+        const auto scale = [&](int h) {
             const __m256 sc = _mm256_loadu_ps(sp + h * kSixRows), mn = _mm256_loadu_ps(mp + h * kSixRows);
 #pragma GCC unroll 8
             for (int i = 0; i < R; ++i) {
                 const __m256 dx = _mm256_broadcast_ss(dr[i] + b);
-                const float hs = both_halves ? hr[i][2 * b] + hr[i][2 * b + 1] : hr[i][2 * b + h];
+                const float hs = Halves ? hr[i][2 * b + h] : hr[i][2 * b] + hr[i][2 * b + 1];
                 acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[i]), _mm256_mul_ps(sc, dx), acc[i]);
                 acc[i] = _mm256_fmadd_ps(mn, _mm256_set1_ps(hs), acc[i]);
             }
@@ -1302,13 +1302,13 @@ void six_bit_tile(const QuantRows& x, int64_t i0, const uint8_t* qp, const float
         pair(0, true);
         pair(2, false);
         if constexpr (Halves) {
-            scale(0, false);
+            scale(0);
             pair(4, true);
         } else {
             pair(4, false);
         }
         pair(6, false);
-        scale(Halves ? 1 : 0, !Halves);
+        scale(Halves ? 1 : 0);
 #pragma GCC unroll 8
         for (int i = 0; i < R; ++i) xr[i] += kBlock;
     }
