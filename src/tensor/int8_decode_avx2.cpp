@@ -32,7 +32,8 @@ struct V256 {
         __m256 a, b;  // lanes 0..7, 8..15
     };
     using M = I;
-    static constexpr bool kFullBytes = false;  // maddubs saturates above u = 128
+    static constexpr bool kFullBytes = false;      // maddubs saturates above u = 128
+    static constexpr bool kMaskRegisters = false;  // a byte mask is a vector (bits: 5 operations per 32)
 
     static __m256i pair(const uint8_t* lo, const uint8_t* hi) {
         return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lo))),
@@ -49,10 +50,11 @@ struct V256 {
         const __m256i v = load32(p);
         return {v, v};
     }
-    static I broadcast16(const uint8_t* p) {
-        const __m256i t = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    static I broadcast16(__m128i v) {
+        const __m256i t = _mm256_broadcastsi128_si256(v);
         return {t, t};
     }
+    static I broadcast16(const uint8_t* p) { return broadcast16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
     static I lookup16(I table, I idx) { return {_mm256_shuffle_epi8(table.a, idx.a), _mm256_shuffle_epi8(table.b, idx.b)}; }
     static I set1_8(int v) { return set_halves8(v, v); }
     static I set_halves8(int lo, int hi) {

@@ -33,7 +33,8 @@ struct V512 {
     using I = __m512i;
     using F = __m512;
     using M = __mmask64;
-    static constexpr bool kFullBytes = true;  // vpdpbusd takes any unsigned byte
+    static constexpr bool kFullBytes = true;      // vpdpbusd takes any unsigned byte
+    static constexpr bool kMaskRegisters = true;  // bits(m) is one kmov
 
     static I zero_i() { return _mm512_setzero_si512(); }
     static I load64(const void* p) { return _mm512_loadu_si512(p); }
@@ -50,9 +51,8 @@ struct V512 {
     static I broadcast32(const uint8_t* p) {
         return _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     }
-    static I broadcast16(const uint8_t* p) {
-        return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    }
+    static I broadcast16(__m128i v) { return _mm512_broadcast_i32x4(v); }
+    static I broadcast16(const uint8_t* p) { return broadcast16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
     static I lookup16(I table, I idx) { return _mm512_shuffle_epi8(table, idx); }
     static I set1_8(int v) { return _mm512_set1_epi8(static_cast<char>(v)); }
     static I set_halves8(int lo, int hi) {

@@ -6,13 +6,14 @@
 //
 // V's interface (I: 64 bytes = 16 int32 lanes, F: 16 floats, M: a byte mask):
 //   I load64(p), load16x4(p0, p1, p2, p3), load32x2(p0, p1), broadcast32(p) (32 bytes, twice),
-//     broadcast16(p) (16 bytes, four times), lookup16(table, idx) (byte e = the byte of table's
+//     broadcast16(p or __m128i) (16 bytes, four times), lookup16(table, idx) (byte e = the byte of table's
 //     16-byte lane numbered by idx's byte e, idx bytes < 16),
 //     set1_8(v), set_halves8(lo, hi) (bytes 0..31 = lo, 32..63 = hi), and_, or_, xor_, add_where(u, M, v),
 //     srli16<n>, slli16<n>, srl_halves16<n0, n1> (16-bit shifts; per half of 32 bytes), zero_i,
 //     dp(acc, u, x): acc + per lane sum of 4 u8 x s8 products (u <= 63, or any byte where
 //     kFullBytes);
-//   M bits(uint64_t) (byte e set where bit e is), bit_set(v, pattern) (pattern: one bit per byte);
+//   M bits(uint64_t) (byte e set where bit e is; cheap where kMaskRegisters), bit_set(v, pattern)
+//     (pattern: one bit per byte);
 //   F zero, cvt(I), mul, add, fma, neg, set1(float), pair(__m128 v) (lanes 0..7 = v[0], 8..15 =
 //     v[1]), load<N>(p) (N floats, the other lanes 0),
 //     from_fp16x4(__m128i) (words 0..3 as lanes 0..3, the others 0), from_f32x4(__m128) (likewise),
@@ -77,13 +78,21 @@ inline uint32_t load_u32(const uint8_t* p) {
     return v;
 }
 
-// The 16-bit field at offset Off of four blocks B bytes apart, as words 0..3.
+// The 32 bits at offset Off of four blocks B bytes apart, as dwords 0..3 (bytes 4b..4b+3: block b).
+// Four independent loads joined by a tree of unpacks: a short dependency chain (inserting the
+// fields one after another into one register made the fifth bits of Q5_0 most of its time).
+template <size_t B, size_t Off>
+inline __m128i dwords4(const uint8_t* p) {
+    const auto at = [p](size_t b) { return _mm_cvtsi32_si128(static_cast<int>(load_u32(p + b * B + Off))); };
+    return _mm_unpacklo_epi64(_mm_unpacklo_epi32(at(0), at(1)), _mm_unpacklo_epi32(at(2), at(3)));
+}
+
+// The 16-bit field at offset Off of four blocks B bytes apart, as words 0..3 (read as 32 bits: the
+// two bytes after a block's scale or min are still in the block).
 template <size_t B, size_t Off>
 inline __m128i fields4(const uint8_t* p) {
-    __m128i v = _mm_cvtsi32_si128(load_u16(p + Off));
-    v = _mm_insert_epi16(v, load_u16(p + B + Off), 1);
-    v = _mm_insert_epi16(v, load_u16(p + 2 * B + Off), 2);
-    return _mm_insert_epi16(v, load_u16(p + 3 * B + Off), 3);
+    const auto at = [p](size_t b) { return _mm_cvtsi32_si128(static_cast<int>(load_u32(p + b * B + Off))); };
+    return _mm_unpacklo_epi32(_mm_unpacklo_epi16(at(0), at(1)), _mm_unpacklo_epi16(at(2), at(3)));
 }
 
 // Four blocks of a 32-element type (B bytes each, quants at offset Q): low nibbles (elements 0..15
@@ -103,14 +112,40 @@ inline typename V::F halves4(const uint8_t* p) {
     return V::from_fp16x4(fields4<B, Off>(p));
 }
 
-// Q5_0 / Q5_1: bit e of each block's 32-bit qh (at offset Off) adds 16 to element e.
+// Segment s of a legacy group (low nibbles: elements 0..15 of each block, high: 16..31), byte i of
+// 64: the qh byte of its element in the 16-byte table (block i / 16 at bytes 4 (i / 16)..), and the
+// element's bit in that byte.
+inline constexpr auto kFifthBitByte = [] {
+    std::array<std::array<uint8_t, 64>, 2> r{};
+    for (int s = 0; s < 2; ++s)
+        for (int i = 0; i < 64; ++i) r[s][i] = static_cast<uint8_t>(4 * (i / 16) + (16 * s + i % 16) / 8);
+    return r;
+}();
+inline constexpr auto kFifthBitMask = [] {
+    std::array<uint8_t, 64> r{};
+    for (int i = 0; i < 64; ++i) r[i] = static_cast<uint8_t>(1 << (i % 8));
+    return r;
+}();
+
+// Q5_0 / Q5_1: bit e of each block's 32-bit qh (at offset Off) adds 16 to element e. With mask
+// registers (AVX-512) the bits are the masks; without, the four qh (16 bytes) are a table in every
+// 16-byte lane, and each weight byte looks up the qh byte of its element and tests its bit, all in
+// vector registers (through a general register, the bits cost Q5_0 half its speed on Zen 3).
 template <class V, size_t B, size_t Off>
 inline void fifth_bits4(const uint8_t* p, typename V::I u[2]) {
     const auto sixteen = V::set1_8(16);
-    const auto lo = static_cast<uint64_t>(_mm_cvtsi128_si64(fields4<B, Off>(p)));      // bits 0..15 of each
-    const auto hi = static_cast<uint64_t>(_mm_cvtsi128_si64(fields4<B, Off + 2>(p)));  // bits 16..31
-    u[0] = V::add_where(u[0], V::bits(lo), sixteen);
-    u[1] = V::add_where(u[1], V::bits(hi), sixteen);
+    if constexpr (V::kMaskRegisters) {
+        const auto lo = static_cast<uint64_t>(_mm_cvtsi128_si64(fields4<B, Off>(p)));      // bits 0..15 of each
+        const auto hi = static_cast<uint64_t>(_mm_cvtsi128_si64(fields4<B, Off + 2>(p)));  // bits 16..31
+        u[0] = V::add_where(u[0], V::bits(lo), sixteen);
+        u[1] = V::add_where(u[1], V::bits(hi), sixteen);
+    } else {
+        const auto table = V::broadcast16(dwords4<B, Off>(p));
+        const auto bit = V::load64(kFifthBitMask.data());
+#pragma GCC unroll 2
+        for (int s = 0; s < 2; ++s)
+            u[s] = V::add_where(u[s], V::bit_set(V::lookup16(table, V::load64(kFifthBitByte[s].data())), bit), sixteen);
+    }
 }
 
 struct Q4_0 {
