@@ -16,12 +16,27 @@ if(KVEC_SANITIZE)
     target_link_options(kvec_options INTERFACE -fsanitize=address,undefined,float-cast-overflow)
 endif()
 
-# kvec_module(NAME SOURCES... [DEPS targets...]): one static library per src/ folder.
+# kvec_cold(TARGET): under the sanitizers (presets asan and fuzz), a target that runs no hot loop
+# compiles at -O0: the tests, the command-line tool, the evaluation's bookkeeping and the server's
+# HTTP and JSON layer. Instrumented code generation at -O1 is most of a sanitizer build's time, and
+# these files, heavy in JSON, CLI11 and GoogleTest templates, are most of its files; the engine
+# (kernels, models, caches, policies, tokenizers) keeps -O1 (docs/reliability.md, "CI").
+function(kvec_cold target)
+    if(KVEC_SANITIZE)
+        target_compile_options(${target} PRIVATE -O0)
+    endif()
+endfunction()
+
+# kvec_module(NAME SOURCES... [DEPS targets...] [COLD]): one static library per src/ folder
+# (COLD: kvec_cold).
 function(kvec_module name)
-    cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+    cmake_parse_arguments(ARG "COLD" "" "SOURCES;DEPS" ${ARGN})
     add_library(${name} STATIC ${ARG_SOURCES})
     target_include_directories(${name} PUBLIC ${CMAKE_SOURCE_DIR}/src)
     target_link_libraries(${name} PUBLIC kvec_options ${ARG_DEPS})
+    if(ARG_COLD)
+        kvec_cold(${name})
+    endif()
 endfunction()
 
 # kvec_test(NAME SOURCES... [DEPS targets...] [LABELS labels...]): one GoogleTest executable.
@@ -30,6 +45,7 @@ function(kvec_test name)
     add_executable(${name} ${ARG_SOURCES})
     target_link_libraries(${name} PRIVATE kvec_options ${ARG_DEPS} GTest::gtest GTest::gtest_main GTest::gmock)
     target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/tests/support)  # error_of.h
+    kvec_cold(${name})
     gtest_discover_tests(${name} WORKING_DIRECTORY ${CMAKE_SOURCE_DIR} DISCOVERY_TIMEOUT 60
                          PROPERTIES LABELS "${ARG_LABELS}")
 endfunction()

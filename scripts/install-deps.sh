@@ -28,6 +28,8 @@ APT_PACKAGES=(
     python3-pip python3-venv python3-jinja2
     # Fuzzing (tests/fuzz, scripts/fuzz.sh): clang with libFuzzer and the sanitizers, OpenMP for clang.
     clang libclang-rt-14-dev libomp-dev
+    # CI (.ci/run): `pip install .` takes the release build's objects from ccache.
+    ccache
     # Tests of bad input: flock (util-linux) holds a lock from the shell.
     util-linux
     # tests/slurm: a sharded sweep on a real single-node Slurm cluster (munged, slurmctld, slurmd).

@@ -2,7 +2,7 @@
 # Builds kvec and runs the whole test suite (C++ and Python reference tests through CTest).
 #   scripts/test.sh            optimised build
 #   scripts/test.sh --sanitize the same suite under AddressSanitizer + UndefinedBehaviorSanitizer (less the
-#                              labels python and peer: CMakePresets.json)
+#                              labels python, peer, slurm, parity and real-model: CMakePresets.json)
 #   scripts/test.sh --fuzz     libFuzzer harnesses (clang): corpus replay + a bounded run each
 set -euo pipefail
 cd "$(dirname "$0")/.."
