@@ -20,7 +20,9 @@ endif()
 # compiles at -O0: the tests, the command-line tool, the evaluation's bookkeeping and the server's
 # HTTP and JSON layer. Instrumented code generation at -O1 is most of a sanitizer build's time, and
 # these files, heavy in JSON, CLI11 and GoogleTest templates, are most of its files; the engine
-# (kernels, models, caches, policies, tokenizers) keeps -O1 (docs/reliability.md, "CI").
+# (kernels, models, caches, policies, tokenizers) keeps -O1 (docs/reliability.md, "CI"). In the
+# preset fuzz this slows the longbench and server harnesses' own code too, which matters only for
+# long campaigns (scripts/fuzz.sh).
 function(kvec_cold target)
     if(KVEC_SANITIZE)
         target_compile_options(${target} PRIVATE -O0)
