@@ -78,12 +78,19 @@ inline uint32_t load_u32(const uint8_t* p) {
     return v;
 }
 
+// The 32 bits at offset Off of block b (blocks B bytes apart from p), in dword 0 of a register.
+// The gathers below join four of these by a tree of unpacks: independent loads and a short
+// dependency chain (inserting the fields one after another into one register made the fifth bits
+// of Q5_0 most of its time).
+template <size_t B, size_t Off>
+inline __m128i block_dword(const uint8_t* p, size_t b) {
+    return _mm_cvtsi32_si128(static_cast<int>(load_u32(p + b * B + Off)));
+}
+
 // The 32 bits at offset Off of four blocks B bytes apart, as dwords 0..3 (bytes 4b..4b+3: block b).
-// Four independent loads joined by a tree of unpacks: a short dependency chain (inserting the
-// fields one after another into one register made the fifth bits of Q5_0 most of its time).
 template <size_t B, size_t Off>
 inline __m128i dwords4(const uint8_t* p) {
-    const auto at = [p](size_t b) { return _mm_cvtsi32_si128(static_cast<int>(load_u32(p + b * B + Off))); };
+    const auto at = [p](size_t b) { return block_dword<B, Off>(p, b); };
     return _mm_unpacklo_epi64(_mm_unpacklo_epi32(at(0), at(1)), _mm_unpacklo_epi32(at(2), at(3)));
 }
 
@@ -91,7 +98,7 @@ inline __m128i dwords4(const uint8_t* p) {
 // two bytes after a block's scale or min are still in the block).
 template <size_t B, size_t Off>
 inline __m128i fields4(const uint8_t* p) {
-    const auto at = [p](size_t b) { return _mm_cvtsi32_si128(static_cast<int>(load_u32(p + b * B + Off))); };
+    const auto at = [p](size_t b) { return block_dword<B, Off>(p, b); };
     return _mm_unpacklo_epi32(_mm_unpacklo_epi16(at(0), at(1)), _mm_unpacklo_epi16(at(2), at(3)));
 }
 
