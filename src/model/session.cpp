@@ -3,7 +3,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <exception>
 #include <numeric>
 
 #include "tensor/attention.h"
@@ -45,6 +47,11 @@ int32_t positions_per_call(int32_t T, int width, int32_t n_max) {
 int32_t window_start(const int32_t* pos, int32_t n, int32_t position, int32_t window) {
     return static_cast<int32_t>(std::lower_bound(pos, pos + n, position - window + 1) - pos);
 }
+
+// The threads a parallel region opened here would run on: one inside another region (the
+// sequences of a batched step shared out over the threads, Session::attention), where OpenMP
+// runs a nested region on the thread that opens it.
+int threads_here() { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
 
 // This thread's probability rows for the attention kernels, at least n floats: grow-only (every
 // column read is written first), so a prefill chunk does not allocate and zero them again for
@@ -383,6 +390,12 @@ std::span<const float> Session::refill(std::span<const int32_t> selected) {
 }
 
 void Session::check_finite_logits(std::span<const float> logits, int32_t position) const {
+    // A non-finite float has every exponent bit set. One pass without an early exit, which the
+    // compiler vectorises (a 262k vocabulary is checked at each step); the search only after.
+    constexpr uint32_t kExponentBits = 0x7f800000u;
+    uint32_t all_ones = 0;
+    for (const float x : logits) all_ones |= (std::bit_cast<uint32_t>(x) & kExponentBits) == kExponentBits;
+    if (all_ones == 0) return;
     for (const float x : logits) {
         if (!std::isfinite(x)) {
             fail("'{}': the forward pass produced a non-finite logit ({}) at position {}: the model's weights "
@@ -542,7 +555,7 @@ KvHeadData Session::head_data(int layer, int h) const {
 Session::GroupSplit Session::group_split() const {
     const ModelConfig& c = model_.config();
     const int G = c.n_group(), Hkv = c.n_head_kv;
-    const int slices = std::clamp((omp_get_max_threads() + Hkv - 1) / Hkv, 1, G);
+    const int slices = std::clamp((threads_here() + Hkv - 1) / Hkv, 1, G);
     GroupSplit s;
     s.group = G;
     s.width = (G + slices - 1) / slices;
@@ -622,16 +635,29 @@ void Session::attention(int layer, int32_t T, const int32_t* positions, Step ste
         return;
     }
     const int64_t Q = model_.config().q_dim(), KV = model_.config().kv_dim();
-    for (size_t b = 0; b < batch_.size(); ++b) {
-        Session& s = *batch_[b];
-        if (b > 0) {  // its rows [Q], [KV], [KV] into its own buffers, its output [Q] back
-            std::copy_n(q_.begin() + sz(b) * Q, Q, s.q_.begin());
-            std::copy_n(k_.begin() + sz(b) * KV, KV, s.k_.begin());
-            std::copy_n(v_.begin() + sz(b) * KV, KV, s.v_.begin());
+    const auto B = static_cast<int>(batch_.size());
+    // The sequences are independent. With at least one per thread, the threads share them out
+    // whole: one parallel region per layer, where each sequence's own regions (one or two, over
+    // its few entries) would each pay a fork and barriers and leave threads waiting. Inside, a
+    // sequence's regions then run on its one thread (threads_here).
+    std::exception_ptr error;
+#pragma omp parallel for schedule(dynamic, 1) if (B >= omp_get_max_threads())
+    for (int b = 0; b < B; ++b) {
+        try {
+            Session& s = *batch_[sz(b)];
+            if (b > 0) {  // its rows [Q], [KV], [KV] into its own buffers, its output [Q] back
+                std::copy_n(q_.begin() + b * Q, Q, s.q_.begin());
+                std::copy_n(k_.begin() + b * KV, KV, s.k_.begin());
+                std::copy_n(v_.begin() + b * KV, KV, s.v_.begin());
+            }
+            s.attention_rotated(layer, 1, positions + b, step, final_chunk);
+            if (b > 0) std::copy_n(s.att_.begin(), Q, att_.begin() + b * Q);
+        } catch (...) {
+#pragma omp critical(kvec_batch_attention_error)
+            if (!error) error = std::current_exception();
         }
-        s.attention_rotated(layer, 1, positions + b, step, final_chunk);
-        if (b > 0) std::copy_n(s.att_.begin(), Q, att_.begin() + sz(b) * Q);
     }
+    if (error) std::rethrow_exception(error);
 }
 
 void Session::attention_rotated(int layer, int32_t T, const int32_t* positions, Step step, bool final_chunk) {
@@ -692,7 +718,7 @@ void Session::attention_sequence(int layer, int32_t T, const int32_t* positions,
 
     // A decode step whose probability rows nobody reads: each KV head's entries over the threads.
     const bool rows_read = want_colsum || want_window || want_last || reconstruct;
-    const int parts = T == 1 && !rows_read ? decode_split_parts(omp_get_max_threads(), Hkv, n_max) : 1;
+    const int parts = T == 1 && !rows_read ? decode_split_parts(threads_here(), Hkv, n_max) : 1;
     if (parts > 1) {
         decode_ranges_.resize(sz(Hkv));
         for (int h = 0; h < Hkv; ++h) decode_ranges_[sz(h)] = {0, kv_.size(layer, h)};
@@ -780,7 +806,7 @@ void Session::attention_sliding(int layer, int32_t T, const int32_t* positions) 
             decode_ranges_[sz(h)] = {first, n_h - first};
             n_vis = std::max(n_vis, n_h - first);
         }
-        if (const int parts = decode_split_parts(omp_get_max_threads(), Hkv, n_vis); parts > 1) {
+        if (const int parts = decode_split_parts(threads_here(), Hkv, n_vis); parts > 1) {
             attention_split(layer, parts);
             return;
         }

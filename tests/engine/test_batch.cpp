@@ -2,6 +2,7 @@
 // (its own cache, policy, positions and cache types), and StepScheduler batches the decode steps
 // of generations running on several threads without changing their tokens.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <memory>
@@ -95,7 +96,7 @@ float max_abs_diff(std::span<const float> a, std::span<const float> b) {
 
 // Decodes `steps` tokens on every spec twice, alone and batched, and compares logits, positions
 // and what every (layer, KV head) of the caches holds.
-void expect_batch_matches_alone(const Model& model, const std::vector<SequenceSpec>& specs, int steps) {
+void expect_batch_matches_alone_on(const Model& model, const std::vector<SequenceSpec>& specs, int steps) {
     std::vector<Sequence> alone, batched;
     for (size_t i = 0; i < specs.size(); ++i) {
         alone.push_back(start(model, specs[i], static_cast<int>(i)));
@@ -125,6 +126,19 @@ void expect_batch_matches_alone(const Model& model, const std::vector<SequenceSp
                 }
             }
         }
+    }
+}
+
+// Both ways a batched step runs its attention (Session::attention): with 2 threads the sequences
+// are shared out over the threads, with more threads than sequences each one uses them all.
+void expect_batch_matches_alone(const Model& model, const std::vector<SequenceSpec>& specs, int steps) {
+    const int threads = omp_get_max_threads();
+    for (const int t : {2, static_cast<int>(specs.size()) + 1}) {
+        SCOPED_TRACE(std::to_string(t) + " threads");
+        omp_set_num_threads(t);
+        expect_batch_matches_alone_on(model, specs, steps);
+        omp_set_num_threads(threads);
+        if (::testing::Test::HasFatalFailure()) return;
     }
 }
 

@@ -167,6 +167,47 @@ TEST(Session, ErrorsOnContextOverflowAndBadTokens) {
     EXPECT_THROW(s.prefill_at(tok, pos), Error);
 }
 
+// A NaN in the output matrix's row 7 (matrices are not scanned at load time) makes logit 7 NaN:
+// prefill, decode and a batched decode step each refuse it, naming the position.
+TEST(Session, NonFiniteLogitsAreRefused) {
+    const std::string good = write_model(tiny_spec(), "finite-logits-good.gguf");
+    auto f = gguf::File::open(good);
+    gguf::Writer w;
+    for (const auto& [k, v] : f->metadata()) w.set(k, v);
+    bool poisoned = false;
+    for (const auto& t : f->tensors()) {
+        std::vector<uint8_t> bytes(t.data, t.data + t.nbytes);
+        if (t.name == "output.weight") {
+            ASSERT_EQ(t.type, GgmlType::F32);
+            const float nan = NAN;
+            std::memcpy(bytes.data() + 7 * t.ne[0] * sizeof(float), &nan, sizeof(float));
+            poisoned = true;
+        }
+        w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne.begin(), t.ne.begin() + t.n_dims), bytes.data(),
+                     bytes.size());
+    }
+    ASSERT_TRUE(poisoned);
+    w.write(temp_path("finite-logits-nan.gguf"));
+    const auto m = Model::load(temp_path("finite-logits-nan.gguf"));
+    auto error_of = [](auto&& run) {
+        try {
+            run();
+        } catch (const Error& e) {
+            return std::string(e.what());
+        }
+        return std::string();
+    };
+    Session a(*m, f32_options()), b(*m, f32_options());
+    EXPECT_NE(error_of([&] { a.prefill(some_tokens(5)); }).find("non-finite logit (nan) at position 4"),
+              std::string::npos);
+    EXPECT_NE(error_of([&] { a.decode(3); }).find("non-finite logit (nan) at position 5"), std::string::npos);
+    EXPECT_NE(error_of([&] { b.prefill(some_tokens(2)); }).find("at position 1"), std::string::npos);
+    Session* both[] = {&a, &b};
+    const int32_t tokens[] = {1, 2};
+    EXPECT_NE(error_of([&] { Session::decode_batch(both, tokens); }).find("non-finite logit (nan) at position 6"),
+              std::string::npos);
+}
+
 TEST(Session, ExplicitPositionsLeaveGaps) {
     Session s(tiny_model(), f32_options());
     const std::vector<int32_t> tok = {5, 6, 7}, pos = {0, 4, 9};
