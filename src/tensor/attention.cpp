@@ -322,10 +322,11 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
     // The first position that sees entry j0 (position t sees the entries j < vis(t)).
     auto first_pos = [&](int32_t j0) { return std::max<int64_t>(0, j0 - n_vis + 1); };
 
-    // One position (a decode step) with AVX-512: F32/F16 keys and values read in place, one dot
-    // product per entry (no transposition), the values 16 lanes wide (kernels.h).
+    // One position (a decode step): F32/F16 keys read in place, one dot product per entry (no
+    // transposition); with AVX-512 16 lanes wide and the values too, else 8 (kernels.h).
     const bool direct = n_pos == 1 && active_cpu_kernel() == CpuKernel::Avx2;
-    const bool direct_keys = direct && kernels::attention_direct_avx512(kv.key_type, D);
+    const bool direct_512 = direct && kernels::attention_direct_avx512(kv.key_type, D);
+    const bool direct_keys = direct_512 || (direct && kernels::attention_direct_avx2(kv.key_type, D));
     const bool direct_values = direct && out != nullptr && kernels::attention_direct_avx512(kv.value_type, D);
 
     // Scores, block by block: the block's keys transposed once, then every position that sees
@@ -340,7 +341,8 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
     kt.resize(static_cast<size_t>(D * kEntryBlock));
     y.resize(static_cast<size_t>(kPosGroup * nq * kEntryBlock));
     if (direct_keys) {
-        kernels::attention_scores_direct_avx512(kv.key_type, q, nq, q_at.ld_row, kv.keys, n_vis, D, p, ldp);
+        (direct_512 ? kernels::attention_scores_direct_avx512 : kernels::attention_scores_direct_avx2)(
+            kv.key_type, q, nq, q_at.ld_row, kv.keys, n_vis, D, p, ldp);
     } else {
         for (int32_t j0 = 0; j0 < n_last; j0 += kEntryBlock) {
             const int32_t n = std::min(kEntryBlock, n_last - j0);

@@ -19,7 +19,10 @@
 //
 // The entries are walked in blocks of kEntryBlock, so that a block stays in L1 while every query
 // row passes over it. Scores: the block's keys are transposed to float once (kernels::keys_t_*),
-// then each query row yields 8 entries' scores per vector (no horizontal sums). Block-quantised
+// then each query row yields 8 entries' scores per vector (no horizontal sums); one position (a
+// decode step) over F32/F16 keys reads them in place instead, one dot product per entry
+// (kernels::attention_scores_direct_avx2 / _avx512), as the transposition would serve only the
+// few query rows of one position. Block-quantised
 // keys (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) are scored with int8 dot products instead, the query
 // rows quantised once per call to blocks of 32 int8 with a float scale (int8_gemm.h's
 // activations; llama.cpp quantises the query likewise, vec_dot_qX_q8_0) and the keys read from

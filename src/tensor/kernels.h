@@ -63,6 +63,14 @@ void attention_scores_generic(const float* q, int64_t nq, int64_t ldq, const flo
 void attention_scores_avx2(const float* q, int64_t nq, int64_t ldq, const float* kt, int64_t ldkt, int64_t d,
                            int64_t n, float* y, int64_t ldy);
 
+// One query position's scores with AVX2, keys read in place (F32 or F16 rows of d elements, d a
+// multiple of 8: where attention_direct_avx2(type, d)): two query rows against 4 entries at a time,
+// each entry converted once for both, the 8 horizontal sums gathered by hadd (an odd last row
+// against 8 entries); y as attention_scores_direct_avx512 below.
+bool attention_direct_avx2(GgmlType type, int64_t d);
+void attention_scores_direct_avx2(GgmlType type, const float* q, int64_t nq, int64_t ldq, const void* k, int64_t n,
+                                  int64_t d, float* y, int64_t ldy);
+
 // One query position's scores and values with AVX-512F, keys and values read in place without
 // the transposition above (F32 or F16 rows of d elements, d a multiple of 16: where
 // attention_direct_avx512(type, d), which also asks that AVX-512 is on). The scores are one dot

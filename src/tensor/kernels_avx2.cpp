@@ -753,6 +753,95 @@ void attention_scores_avx2(const float* q, int64_t nq, int64_t ldq, const float*
     attention_values<F32Load, false>(q, nq, ldq, kt, ldkt, d, n, y, ldy);
 }
 
+// One query position over F32/F16 keys read in place (kernels.h, attention_scores_direct_avx2).
+namespace {
+// Lane l of the result = the sum of a[l]'s 8 lanes: two rounds of hadd (pairs, then quads within
+// each 128-bit half), then the halves of a[0..3] and a[4..7] added.
+inline __m256 sum8(const __m256 a[8]) {
+    const __m256 s0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));  // [0..3 | 0..3]
+    const __m256 s1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));  // [4..7 | 4..7]
+    return _mm256_add_ps(_mm256_permute2f128_ps(s0, s1, 0x20), _mm256_permute2f128_ps(s0, s1, 0x31));
+}
+
+// R query rows x J = 8 / R entries: the R * J dot products over d, each entry's 8 elements
+// converted once for the R rows. Entries past m (a block's end) repeat entry m - 1, so that
+// nothing past the visible entries is read; their lanes are not stored. Lane r * J + j of the
+// result is row r, entry j.
+template <class L, int R, class E>
+inline __m256 dots(const float* q, int64_t ldq, const E* k, int64_t m, int64_t d) {
+    constexpr int J = 8 / R;
+    const E* kj[J];
+#pragma GCC unroll 8
+    for (int j = 0; j < J; ++j) kj[j] = k + std::min<int64_t>(j, m - 1) * d;
+    __m256 acc[8];
+#pragma GCC unroll 8
+    for (int a = 0; a < 8; ++a) acc[a] = _mm256_setzero_ps();
+    for (int64_t e = 0; e < d; e += 8) {
+        __m256 qr[R];
+#pragma GCC unroll 2
+        for (int r = 0; r < R; ++r) qr[r] = _mm256_loadu_ps(q + r * ldq + e);
+#pragma GCC unroll 8
+        for (int j = 0; j < J; ++j) {
+            const __m256 kv = L::load8(kj[j] + e);
+#pragma GCC unroll 2
+            for (int r = 0; r < R; ++r) acc[r * J + j] = _mm256_fmadd_ps(qr[r], kv, acc[r * J + j]);
+        }
+    }
+    return sum8(acc);
+}
+
+// Block by block of 128 entries (they stay in L1 while the rows pass): rows two at a time
+// against 4 entries, an odd last row against 8. The first rows' pass prefetches the next block
+// at the pace it reads this one (as keys_t does: a long cache streams from memory; prefetching
+// past the last entry is harmless).
+template <class L, class E>
+void scores_direct_avx2(const float* q, int64_t nq, int64_t ldq, const E* k, int64_t n, int64_t d, float* y,
+                        int64_t ldy) {
+    constexpr int64_t kBlock = 128;
+    const auto row_bytes = static_cast<int64_t>(d * sizeof(E));
+    auto prefetch_next = [&](int64_t j, int64_t entries) {
+        const char* p = reinterpret_cast<const char*>(k + (j + kBlock) * d);
+        for (int64_t b = 0; b < entries * row_bytes; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
+    };
+    alignas(32) float lanes[8];
+    for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
+        const int64_t j1 = std::min(n, j0 + kBlock);
+        int64_t i = 0;
+        for (; i + 2 <= nq; i += 2) {
+            for (int64_t j = j0; j < j1; j += 4) {
+                const int64_t m = std::min<int64_t>(4, j1 - j);
+                if (i == 0) prefetch_next(j, 4);
+                _mm256_store_ps(lanes, dots<L, 2>(q + i * ldq, ldq, k + j * d, m, d));
+                std::copy_n(lanes, m, y + i * ldy + j);
+                std::copy_n(lanes + 4, m, y + (i + 1) * ldy + j);
+            }
+        }
+        if (i < nq) {
+            for (int64_t j = j0; j < j1; j += 8) {
+                const int64_t m = std::min<int64_t>(8, j1 - j);
+                if (i == 0) prefetch_next(j, 8);
+                _mm256_store_ps(lanes, dots<L, 1>(q + i * ldq, ldq, k + j * d, m, d));
+                std::copy_n(lanes, m, y + i * ldy + j);
+            }
+        }
+    }
+}
+}  // namespace
+
+bool attention_direct_avx2(GgmlType type, int64_t d) {
+    return d % 8 == 0 && (type == GgmlType::F32 || type == GgmlType::F16);
+}
+
+void attention_scores_direct_avx2(GgmlType type, const float* q, int64_t nq, int64_t ldq, const void* k, int64_t n,
+                                  int64_t d, float* y, int64_t ldy) {
+    KVEC_CHECK(attention_direct_avx2(type, d));
+    if (type == GgmlType::F16) {
+        scores_direct_avx2<Fp16Load>(q, nq, ldq, static_cast<const uint16_t*>(k), n, d, y, ldy);
+    } else {
+        scores_direct_avx2<F32Load>(q, nq, ldq, static_cast<const float*>(k), n, d, y, ldy);
+    }
+}
+
 // One query position with AVX-512F (kernels.h: attention_scores_direct_avx512 and
 // attention_values_avx512): keys and values read in place, 16 lanes per vector.
 #define KVEC_AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
@@ -1424,6 +1513,11 @@ void keys_t_f16_avx2(const uint16_t*, int64_t, int64_t, float*, int64_t) {
     KVEC_CHECK(false && "AVX2 kernel called in a build without AVX2");
 }
 void attention_scores_avx2(const float*, int64_t, int64_t, const float*, int64_t, int64_t, int64_t, float*, int64_t) {
+    KVEC_CHECK(false && "AVX2 kernel called in a build without AVX2");
+}
+bool attention_direct_avx2(GgmlType, int64_t) { return false; }
+void attention_scores_direct_avx2(GgmlType, const float*, int64_t, int64_t, const void*, int64_t, int64_t, float*,
+                                  int64_t) {
     KVEC_CHECK(false && "AVX2 kernel called in a build without AVX2");
 }
 bool attention_direct_avx512(GgmlType, int64_t) { return false; }
