@@ -7,6 +7,8 @@
 #include <cstring>
 #include <map>
 
+#include "tensor/dispatch.h"
+#include "tensor/int8_decode.h"
 #include "tensor/int8_gemm.h"
 #include "tensor/ops.h"
 #include "util/error.h"
@@ -263,13 +265,22 @@ namespace {
 
 bool repack_enabled() {
     const char* v = std::getenv("KVEC_REPACK");
-    return int8::vnni_enabled() && (v == nullptr || std::strcmp(v, "0") != 0);
+    return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
+// How a type's matrices are repacked at load: with AVX-512 VNNI Q8_0, Q4_K and Q6_K into panels
+// (WeightView::panels); with AVX2 alone Q4_0..Q5_1 rows for its decode kernels (decode_rows).
+enum class Repack { None, Panels, Rows };
+Repack repack_of(GgmlType type) {
+    if (int8::vnni_enabled()) return int8::has_load_panels(type) ? Repack::Panels : Repack::None;
+    const bool avx2 = active_cpu_kernel() == CpuKernel::Avx2 && int8::decode::kernel_avx2_repacked(type) != nullptr;
+    return avx2 ? Repack::Rows : Repack::None;
 }
 
 // Whether any of the file's matrices has a type repacked at load.
 bool has_repackable_matrix(const gguf::File& f) {
     for (const auto& t : f.tensors()) {
-        if (t.n_dims >= 2 && int8::has_load_panels(t.type)) return true;
+        if (t.n_dims >= 2 && repack_of(t.type) != Repack::None) return true;
     }
     return false;
 }
@@ -292,16 +303,16 @@ std::unique_ptr<Model> Model::load(const std::string& path, LoadMode mode) {
 void Model::repack(bool copy_rest) {
     struct Item {
         WeightView* view;
-        bool panels;  // repacked into panels, else copied as they are
+        Repack how;  // None: copied as they are
         size_t bytes;
     };
     std::vector<Item> items;  // the matrices (the parts of a fused one each)
     const auto add = [&](WeightView& v) {
         if (v.empty()) return;
-        const bool panels = int8::has_load_panels(v.type);
-        if (!panels && !copy_rest) return;
-        const size_t bytes = panels ? int8::load_panels_bytes(v.type, v.n_out, v.n_in) : v.row_bytes * v.n_out;
-        items.push_back({&v, panels, (bytes + 63) & ~size_t{63}});  // each on a cache line
+        const Repack how = repack_of(v.type);
+        if (how == Repack::None && !copy_rest) return;
+        const size_t bytes = how == Repack::Panels ? int8::load_panels_bytes(v.type, v.n_out, v.n_in) : v.row_bytes * v.n_out;
+        items.push_back({&v, how, (bytes + 63) & ~size_t{63}});  // each on a cache line
     };
     add(weights_.output);
     for (LayerWeights& L : weights_.layers) {
@@ -319,17 +330,21 @@ void Model::repack(bool copy_rest) {
     for (const Item& it : items) {
         WeightView& v = *it.view;
         const uint8_t* rows = v.data;
-        if (it.panels) {
+        if (it.how == Repack::Panels) {
             int8::pack_load_panels(v.type, rows, v.row_bytes, v.n_out, v.n_in, at);
             v.panels = at;
+        } else if (it.how == Repack::Rows) {
+            int8::decode::repack_rows(v.type, rows, v.row_bytes, v.n_out, v.n_in, at);
+            v.decode_rows = at;
         } else {
             std::memcpy(at, rows, v.row_bytes * v.n_out);
             v.data = at;
         }
         at += it.bytes;
-        // The rows stay mapped for the paths that read them (exact precision, no VNNI; the
-        // embedding rows of a tied output, a few per token); until then their pages leave this
-        // process's memory (a tied output's would otherwise be held twice, as rows and as panels).
+        // The rows stay mapped for the paths that read them (exact precision, no VNNI or VNNI
+        // switched on after loading; the embedding rows of a tied output, a few per token); until
+        // then their pages leave this process's memory (a tied output's would otherwise be held
+        // twice, as rows and as panels).
         file_->bytes().release_pages(rows, v.row_bytes * v.n_out);
     }
 }
@@ -342,7 +357,9 @@ std::string Model::residency() const {
                                 static_cast<double>(bytes.huge_page_bytes()) / kMiB,
                                 static_cast<double>(bytes.size()) / kMiB);
     if (panels_.size() > 0) {
-        s += fmt::format("; Q8_0, Q4_K and Q6_K matrices repacked into panels{} in anonymous memory, {:.0f} of {:.0f} MiB in 2 MiB pages",
+        s += fmt::format("; {} repacked{} in anonymous memory, {:.0f} of {:.0f} MiB in 2 MiB pages",
+                         int8::vnni_enabled() ? "Q8_0, Q4_K and Q6_K matrices into panels"
+                                              : "Q4_0, Q4_1, Q5_0 and Q5_1 rows for the decode kernels",
                          copied_rest_ ? ", the other matrices copied beside them" : "",
                          static_cast<double>(std::min(panels_.huge_page_bytes(), panels_.size())) / kMiB,
                          static_cast<double>(panels_.size()) / kMiB);

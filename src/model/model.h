@@ -84,7 +84,9 @@ public:
     // are repacked into panels in 2 MiB pages (repacked_bytes(); Auto maps a file that has such
     // matrices for this, and copies its other matrices beside them where it would have copied the
     // file; KVEC_REPACK=0 switches it off): decode reads 16 rows in one stream and prefill packs
-    // nothing (Q8_0) or only splits the bits (Q4_K, Q6_K) per step. Throws kvec::Error.
+    // nothing (Q8_0) or only splits the bits (Q4_K, Q6_K) per step. Where it has AVX2 alone, the
+    // Q4_0, Q4_1, Q5_0 and Q5_1 matrices are repacked so instead, as rows for the AVX2 decode
+    // kernels (int8::decode::repack_rows). Throws kvec::Error.
     static std::unique_ptr<Model> load(const std::string& path, LoadMode mode = LoadMode::Auto);
 
     const ModelConfig& config() const { return config_; }
@@ -102,19 +104,20 @@ public:
     // anonymous memory, 2099 of 2099 MiB in 2 MiB pages", "mapped from the file, 1108 of 2099 MiB
     // in 2 MiB pages" (a mapping's pages come as they are first read).
     std::string residency() const;
-    // Bytes of the matrices repacked into panels at load, and of those copied beside them
+    // Bytes of the matrices repacked at load (panels or rows), and of those copied beside them
     // (0: none; see load()).
     size_t repacked_bytes() const { return panels_.size(); }
 
 private:
     explicit Model(std::unique_ptr<gguf::File> file);
-    // Every Q8_0, Q4_K and Q6_K matrix into panels (WeightView::panels), and with copy_rest every other
+    // Every Q8_0, Q4_K and Q6_K matrix into panels (WeightView::panels) or every Q4_0..Q5_1 matrix
+    // into decode rows (decode_rows), as the CPU has VNNI or not, and with copy_rest every other
     // matrix copied as it is (WeightView::data repointed), all in panels_; the mapped rows they
     // replace are given back to the page cache.
     void repack(bool copy_rest);
 
     std::unique_ptr<gguf::File> file_;
-    HugeBuffer panels_;  // [repacked_bytes()] the matrices' panels (or copies), one after another
+    HugeBuffer panels_;  // [repacked_bytes()] the matrices' panels, repacked rows or copies, one after another
     bool copied_rest_ = false;
     ModelConfig config_;
     ModelWeights weights_;

@@ -101,11 +101,38 @@ using Kernel = void (*)(const Rows& x, int64_t nx, const uint8_t* w, size_t row_
 // would saturate; int8::gemm_q8_0_avx2 reads them in place with the sign trick); IQ4_NL and IQ4_XS
 // without AVX-512 VNNI (the same reason; they go through the int8 panel form).
 Kernel kernel_for(GgmlType type, int64_t n);
+// The same for a weight whose rows may be repacked (decode_rows): the kernel, and whether it reads
+// the repacked rows (AVX2 without VNNI) or the blocks as they are in `data`.
+struct Choice {
+    Kernel kernel = nullptr;
+    bool repacked = false;
+};
+Choice kernel_for(const WeightView& w, int64_t n);
 
 // The kernels of one instruction set (tests compare both with the reference): null where the
 // build or the CPU lacks it.
 Kernel kernel_avx2(GgmlType type);
 Kernel kernel_avx512(GgmlType type);
+
+// Rows of Q4_0, Q4_1, Q5_0 and Q5_1 repacked at load for the AVX2 kernels (WeightView::decode_rows),
+// where the CPU has no AVX-512 VNNI: the same bytes per row, each group of four blocks rearranged
+// so that the kernel reads it in three or four loads instead of gathering its fields from four
+// blocks (22 bytes apart for Q5_0). Per group, at byte
+//   0:  the four blocks' 16 quant bytes one after the other (the segments' order, kLegacyLayout);
+//   64: (Q5_0, Q5_1) 16 bytes of fifth bits: byte i holds bit i of block b's qh (element i) at bit
+//       4 + b and bit 16 + i (element 16 + i) at bit b, so that one 16-byte broadcast, and one
+//       4-bit shift of it, put every weight byte's fifth bit at bit 4 of a byte of its own lane;
+//   then the four blocks' fp16 d, and (Q4_1, Q5_1) their four fp16 m.
+// A row's last k % 128 elements (1 to 3 blocks) stay blocks as they were.
+bool has_load_rows(GgmlType type);
+// n_rows rows of k elements (row_bytes apart) into out [n_rows * row_bytes] in that layout. Scalar
+// code; runs on any CPU.
+void repack_rows(GgmlType type, const uint8_t* w, size_t row_bytes, int64_t n_rows, int64_t k, uint8_t* out);
+// One repacked row of k elements back into its blocks (natural [row_bytes]): the inverse.
+void restore_row(GgmlType type, const uint8_t* repacked, int64_t k, uint8_t* natural);
+// The AVX2 kernel reading such rows (null for other types or without AVX2); the same operations on
+// the same values as kernel_avx2 on the rows as they were, so the same results bit for bit.
+Kernel kernel_avx2_repacked(GgmlType type);
 
 // The same unpacking for the AVX-512 VNNI panels (int8::PanelPacker, int8_gemm.h): per group,
 // each of up to 16 rows unpacked in registers, its segments transposed 4 bytes per row and lane,

@@ -63,6 +63,7 @@ struct V256 {
     static I and_(I x, I y) { return {_mm256_and_si256(x.a, y.a), _mm256_and_si256(x.b, y.b)}; }
     static I or_(I x, I y) { return {_mm256_or_si256(x.a, y.a), _mm256_or_si256(x.b, y.b)}; }
     static I xor_(I x, I y) { return {_mm256_xor_si256(x.a, y.a), _mm256_xor_si256(x.b, y.b)}; }
+    static I min_u8(I x, I y) { return {_mm256_min_epu8(x.a, y.a), _mm256_min_epu8(x.b, y.b)}; }
     template <int N>
     static I srli16(I v) { return {_mm256_srli_epi16(v.a, N), _mm256_srli_epi16(v.b, N)}; }
     template <int N>
@@ -140,6 +141,7 @@ struct V256 {
 };
 
 Kernel table_avx2(GgmlType type) { return kernel_table<V256>(type); }
+Kernel table_avx2_repacked(GgmlType type) { return repacked_table<V256>(type); }
 
 }  // namespace
 }  // namespace kvec::int8::decode
@@ -152,6 +154,9 @@ Kernel table_avx2(GgmlType type) { return kernel_table<V256>(type); }
 namespace kvec::int8::decode {
 
 Kernel kernel_avx2(GgmlType type) { return cpu_kernel_supported(CpuKernel::Avx2) ? table_avx2(type) : nullptr; }
+Kernel kernel_avx2_repacked(GgmlType type) {
+    return cpu_kernel_supported(CpuKernel::Avx2) ? table_avx2_repacked(type) : nullptr;
+}
 
 }  // namespace kvec::int8::decode
 
@@ -159,6 +164,7 @@ Kernel kernel_avx2(GgmlType type) { return cpu_kernel_supported(CpuKernel::Avx2)
 
 namespace kvec::int8::decode {
 Kernel kernel_avx2(GgmlType) { return nullptr; }
+Kernel kernel_avx2_repacked(GgmlType) { return nullptr; }
 }  // namespace kvec::int8::decode
 
 #endif

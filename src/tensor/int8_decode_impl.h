@@ -10,6 +10,7 @@
 //     16-byte lane numbered by idx's byte e, idx bytes < 16),
 //     set1_8(v), set_halves8(lo, hi) (bytes 0..31 = lo, 32..63 = hi), and_, or_, xor_, add_where(u, M, v),
 //     srli16<n>, slli16<n>, srl_halves16<n0, n1> (16-bit shifts; per half of 32 bytes), zero_i,
+//     min_u8 (bytewise unsigned minimum; AVX2 only, for Repacked),
 //     dp(acc, u, x): acc + per lane sum of 4 u8 x s8 products (u <= 63, or any byte where
 //     kFullBytes);
 //   M bits(uint64_t) (byte e set where bit e is; cheap where kMaskRegisters), bit_set(v, pattern)
@@ -206,6 +207,53 @@ struct Q5_1 {
         fifth_bits4<V, B, offsetof(quant::BlockQ5_1, qh)>(p, g.u);
         g.scale = halves4<V, B, offsetof(quant::BlockQ5_1, d)>(p);
         g.bias = halves4<V, B, offsetof(quant::BlockQ5_1, m)>(p);
+    }
+};
+
+// Q4_0..Q5_1 rows repacked at load (int8_decode.h, repack_rows; T the type as stored): a group's
+// quant bytes in one 64-byte load, its fifth bits (Q5_0, Q5_1) from one 16-byte broadcast, its
+// scales (and mins) from one 8-byte (16-byte) load. Needs V::min_u8 (AVX2 only: with VNNI the rows
+// are not repacked). A row's tail blocks are T's as they were (dot_rows: Natural).
+template <class T>
+struct Repacked {
+    using Natural = T;
+    static constexpr GgmlType kType = T::kType;
+    static constexpr int kOffset = T::kOffset;
+    static constexpr Layout kLayout = kLegacyLayout;
+    static constexpr size_t kGroupBytes = T::kGroupBytes;
+    static constexpr bool kFifth = kType == GgmlType::Q5_0 || kType == GgmlType::Q5_1;
+    static constexpr bool kMin = kType == GgmlType::Q4_1 || kType == GgmlType::Q5_1;
+    static constexpr size_t kScales = kFifth ? 80 : 64;  // offset of the four fp16 d (then m)
+    static_assert(kScales + (kMin ? 16 : 8) == kGroupBytes);
+
+    // Bytes 16b.. (block b: 0, 1 in the first 256-bit half, 2, 3 in the second) test bit 4 + b.
+    static constexpr auto kPlaneBit = [] {
+        std::array<uint8_t, 64> r{};
+        for (int i = 0; i < 64; ++i) r[i] = static_cast<uint8_t>(16 << (i / 16));
+        return r;
+    }();
+
+    template <class V>
+    static void unpack(const uint8_t* p, Group<V, 2>& g) {
+        const auto raw = V::load64(p);
+        const auto m = V::set1_8(0x0F);
+        g.u[0] = V::and_(raw, m);
+        g.u[1] = V::and_(V::template srli16<4>(raw), m);
+        if constexpr (kFifth) {
+            // Bits 4..7 of the plane: elements 0..15 of blocks 0..3; bits 0..3, shifted up: 16..31.
+            // A tested bit is 16 to 128, which min(., 16) makes 16.
+            const auto plane = V::broadcast16(p + 64), bit = V::load64(kPlaneBit.data()), sixteen = V::set1_8(16);
+            g.u[0] = V::or_(g.u[0], V::min_u8(V::and_(plane, bit), sixteen));
+            g.u[1] = V::or_(g.u[1], V::min_u8(V::and_(V::template slli16<4>(plane), bit), sixteen));
+        }
+        if constexpr (kMin) {
+            const __m128i dm = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kScales));
+            g.scale = V::from_fp16x4(dm);
+            g.bias = V::from_fp16x4(_mm_srli_si128(dm, 8));
+        } else {
+            g.scale = V::from_fp16x4(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + kScales)));
+            g.bias = V::mul(g.scale, V::set1(-kOffset));
+        }
     }
 };
 
@@ -522,6 +570,19 @@ struct TailRows {
 // 13.7 t/s, 2048 bytes 13.5; docs/performance.md).
 inline constexpr size_t kPrefetchBytes = 4096;
 
+// The type of a row's tail blocks: T::Natural for repacked rows, else T.
+template <class T>
+struct NaturalOf {
+    using type = T;
+};
+template <class T>
+    requires requires { typename T::Natural; }
+struct NaturalOf<T> {
+    using type = typename T::Natural;
+};
+template <class T>
+using natural_t = typename NaturalOf<T>::type;
+
 template <class V, class T, int R>
 inline void dot_rows(const Rows& x, int64_t i0, const uint8_t* row, float* y, int64_t ldy, const TailRows<T>& tail) {
     using F = typename V::F;
@@ -549,7 +610,7 @@ inline void dot_rows(const Rows& x, int64_t i0, const uint8_t* row, float* y, in
             alignas(64) uint8_t padded[T::kGroupBytes] = {};  // zero blocks: scale 0, weights 0
             std::memcpy(padded, row + ng * T::kGroupBytes, static_cast<size_t>(tail.blocks) * kBlockBytes);
             Group<V, S> grp;
-            T::template unpack<V>(padded, grp);
+            natural_t<T>::template unpack<V>(padded, grp);
 #pragma GCC unroll 4
             for (int r = 0; r < R; ++r) add_group<V, T>(grp, tail.q[r], tail.dx[r], tail.xs[r], acc[r], bacc[r]);
         }
@@ -600,6 +661,18 @@ Kernel kernel_table(GgmlType type) {
         case GgmlType::IQ4_XS:
             if constexpr (V::kFullBytes) return &kernel<V, IQ4_XS>;
             return nullptr;
+        default: return nullptr;
+    }
+}
+
+// The kernels on repacked rows (Repacked; instantiated by the AVX2 file only).
+template <class V>
+Kernel repacked_table(GgmlType type) {
+    switch (type) {
+        case GgmlType::Q4_0: return &kernel<V, Repacked<Q4_0>>;
+        case GgmlType::Q4_1: return &kernel<V, Repacked<Q4_1>>;
+        case GgmlType::Q5_0: return &kernel<V, Repacked<Q5_0>>;
+        case GgmlType::Q5_1: return &kernel<V, Repacked<Q5_1>>;
         default: return nullptr;
     }
 }

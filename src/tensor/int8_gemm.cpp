@@ -5,8 +5,10 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "quant/blocks.h"
+#include "tensor/int8_decode.h"
 #include "util/error.h"
 #include "util/fp16.h"
 
@@ -336,8 +338,15 @@ void unpack_rows(const WeightView& w, int64_t r0, int64_t n, int8_t* q, float* s
     const RowUnpacker fn = checked_unpacker(w.type, min);
     if (w.n_in % kBlock != 0) fail("int8 matmul needs rows of whole 32-element blocks, got {}", w.n_in);
     const int64_t nb = w.n_in / kBlock;
+    thread_local std::vector<uint8_t> natural;  // [row_bytes] a repacked row's blocks
+    if (w.decode_rows != nullptr) natural.resize(w.row_bytes);
     for (int64_t r = 0; r < n; ++r) {
-        fn(w.row(r0 + r), nb, q + r * w.n_in, scale + r * nb * 2, min != nullptr ? min + r * nb * 2 : nullptr);
+        const uint8_t* src = w.row(r0 + r);
+        if (w.decode_rows != nullptr) {  // read the repacked rows, which are in memory, not the mapped ones
+            decode::restore_row(w.type, w.decode_rows + static_cast<size_t>(r0 + r) * w.row_bytes, w.n_in, natural.data());
+            src = natural.data();
+        }
+        fn(src, nb, q + r * w.n_in, scale + r * nb * 2, min != nullptr ? min + r * nb * 2 : nullptr);
     }
 }
 

@@ -343,7 +343,7 @@ struct PassItems {
 // its own buffers (a few microseconds, cheaper than waiting for each other at a barrier), then each
 // thread streams its share of the weights' rows once through the decode kernel, which unpacks the
 // blocks in registers. Several weights are one pass (one team) over all their rows.
-void matmul_int8_decode(const float* x, int64_t n, std::span<const MatmulOut> outs, int8::decode::Kernel kernel) {
+void matmul_int8_decode(const float* x, int64_t n, std::span<const MatmulOut> outs, int8::decode::Choice kernel) {
     const PassItems items(n, outs);  // one kernel call per item
     const GgmlType type = outs[0].w->type;
     for (const MatmulOut& o : outs) KVEC_CHECK(o.w->type == type);
@@ -365,7 +365,8 @@ void matmul_int8_decode(const float* x, int64_t n, std::span<const MatmulOut> ou
             const auto [i, wb] = items.locate(item);
             const WeightView& w = *outs[i].w;
             const int64_t r0 = wb * PassItems::kRows, r1 = std::min(w.n_out, r0 + PassItems::kRows);
-            kernel(xr, n, w.row(r0), w.row_bytes, r1 - r0, outs[i].y + r0, w.n_out);
+            const uint8_t* rows = (kernel.repacked ? w.decode_rows : w.data) + static_cast<size_t>(r0) * w.row_bytes;
+            kernel.kernel(xr, n, rows, w.row_bytes, r1 - r0, outs[i].y + r0, w.n_out);
         }
     }
 }
@@ -524,7 +525,7 @@ void matmul(const float* x, int64_t n, const WeightView& w, float* y) {
         return;
     }
     if (takes_int8(n, w)) {
-        if (const int8::decode::Kernel decode = int8::decode::kernel_for(w.type, n)) {
+        if (const int8::decode::Choice decode = int8::decode::kernel_for(w, n); decode.kernel != nullptr) {
             const MatmulOut out{&w, y};
             matmul_int8_decode(x, n, {&out, 1}, decode);
         } else {
@@ -549,8 +550,10 @@ void matmul_group(const float* x, int64_t n, std::span<const MatmulOut> outs) {
     }
     // The int8 decode kernels for weights of one type (matmul's choice for each of them).
     const WeightView& w0 = *outs[0].w;
-    const int8::decode::Kernel decode = takes_int8(n, w0) ? int8::decode::kernel_for(w0.type, n) : nullptr;
-    if (decode != nullptr && all([&](const WeightView& w) { return w.type == w0.type && takes_int8(n, w); })) {
+    const int8::decode::Choice decode = takes_int8(n, w0) ? int8::decode::kernel_for(w0, n) : int8::decode::Choice{};
+    if (decode.kernel != nullptr && all([&](const WeightView& w) {
+            return w.type == w0.type && takes_int8(n, w) && (w.decode_rows != nullptr) == (w0.decode_rows != nullptr);
+        })) {
         matmul_int8_decode(x, n, outs, decode);
         return;
     }

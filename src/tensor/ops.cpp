@@ -37,6 +37,7 @@ WeightView WeightView::rows(int64_t first, int64_t n) const {
     v.data = row(first);
     v.n_out = n;
     v.panels = panels != nullptr && first % 16 == 0 ? panels + int8::load_panels_bytes(type, first, n_in) : nullptr;
+    v.decode_rows = decode_rows != nullptr ? decode_rows + static_cast<size_t>(first) * row_bytes : nullptr;
     return v;
 }
 

@@ -19,11 +19,14 @@ struct WeightView {
     // Q8_0, Q4_K, Q6_K: the same rows repacked at load into 16-row panels (int8::pack_load_panels),
     // which the matmul reads instead of `data` where it can (AVX-512 VNNI, fast precision), or null.
     const uint8_t* panels = nullptr;
+    // Q4_0, Q4_1, Q5_0, Q5_1 on CPUs with AVX2 but no AVX-512 VNNI: the same rows repacked at load
+    // for the decode kernels (int8::decode::repack_rows; row_bytes apart, as `data`), or null.
+    const uint8_t* decode_rows = nullptr;
 
     const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
     bool empty() const { return data == nullptr; }
     // Rows [first, first + n) as a view of their own (one part of a fused projection, one expert);
-    // the panels stay with it when `first` starts one.
+    // the panels stay with it when `first` starts one, the repacked rows always.
     WeightView rows(int64_t first, int64_t n) const;
 };
 

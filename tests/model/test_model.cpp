@@ -8,6 +8,8 @@
 
 #include "model/model.h"
 #include "quant/quantize_model.h"
+#include "tensor/int8_decode.h"
+#include "tensor/dispatch.h"
 #include "tensor/int8_gemm.h"
 #include "test_helpers.h"
 #include "util/error.h"
@@ -94,6 +96,43 @@ TEST(Model, Q8_0MatricesRepackedAtLoad) {
     const auto tokens = token_cycle(40, 37, 5);
     const auto a = prefill_logits(*m, tokens, f32_options(16)), b = prefill_logits(*rows, tokens, f32_options(16));
     EXPECT_LT(max_abs_diff(a, b), 1e-3f);
+}
+
+// Without AVX-512 VNNI, a Q4_0..Q5_1 model's matrices are repacked at load as rows for the AVX2
+// decode kernels (the tied output too, but not the embedding rows; w_down's rows of 288 elements end
+// in a tail block), and nothing changes in the logits: prefill in chunks and one token at a time
+// give the bits of the rows read in place (KVEC_REPACK=0).
+TEST(Model, LegacyMatricesRepackedForAvx2Decode) {
+    if (int8::vnni_enabled()) GTEST_SKIP() << "AVX-512 VNNI on this CPU: its panels serve these types";
+    set_matmul_precision(MatmulPrecision::Fast);
+    for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1}) {
+        if (int8::decode::kernel_avx2_repacked(type) == nullptr) GTEST_SKIP() << "no AVX2 on this CPU";
+        RandomModelSpec s = tiny_spec();
+        s.type = type;
+        s.tied = true;
+        s.n_ff = 288;
+        const std::string path = write_model(s, std::string(ggml_type_name(type)) + "-rows.gguf");
+        const auto m = Model::load(path, LoadMode::Auto);
+        const ModelWeights& w = m->weights();
+        EXPECT_GT(m->repacked_bytes(), 0u);
+        EXPECT_NE(w.output.decode_rows, nullptr);
+        EXPECT_EQ(w.token_embd.decode_rows, nullptr);
+        for (const LayerWeights& L : w.layers) {
+            for (const WeightView* v : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
+                EXPECT_NE(v->decode_rows, nullptr) << ggml_type_name(type);
+            }
+        }
+        ::setenv("KVEC_REPACK", "0", 1);
+        const auto rows = Model::load(path, LoadMode::Auto);
+        ::unsetenv("KVEC_REPACK");
+        EXPECT_EQ(rows->repacked_bytes(), 0u);
+        EXPECT_EQ(rows->weights().layers[0].wq.decode_rows, nullptr);
+        const auto tokens = token_cycle(24, 37, 5);
+        for (int n_batch : {16, 1}) {
+            EXPECT_EQ(prefill_logits(*m, tokens, f32_options(n_batch)), prefill_logits(*rows, tokens, f32_options(n_batch)))
+                << ggml_type_name(type) << " n_batch " << n_batch;
+        }
+    }
 }
 
 // K-quant matrices are repacked into panels at load: every matrix of a Q4_K_M mix (Q4_K, and Q6_K

@@ -6,6 +6,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -662,6 +663,118 @@ TEST_P(Int8Types, DecodeGroupMatchesEachMatmul) {
     }
     omp_set_num_threads(threads_before);
 }
+
+// The types whose rows are repacked at load for the AVX2 decode kernels (int8::decode::repack_rows).
+class LoadRows : public ::testing::TestWithParam<GgmlType> {};
+
+// Rows of arbitrary bytes (every fifth-bit pattern; 32 x 9 and 32 x 7 elements: whole groups and a
+// tail of 1 or 3 blocks, 32: a tail alone) repacked: each group holds its blocks' quant bytes in
+// order, then (Q5_0, Q5_1) the fifth bit of element e of block b at bit 4 + b (e < 16) or b
+// (e >= 16) of byte e % 16, then the d (and m) of the four blocks; the tail blocks are as they
+// were; restore_row gives the rows back byte for byte.
+TEST_P(LoadRows, RepackedLayoutAndItsInverse) {
+    const GgmlType type = GetParam();
+    const bool fifth = type == GgmlType::Q5_0 || type == GgmlType::Q5_1;
+    const bool has_m = type == GgmlType::Q4_1 || type == GgmlType::Q5_1;
+    const size_t block = ggml_row_size(type, 32), qs = block - 16, qh = has_m ? 4 : 2;
+    std::mt19937 rng(7);
+    for (int64_t k : {288, 224, 32}) {
+        const int64_t n = 5;
+        const size_t row = ggml_row_size(type, k);
+        std::vector<uint8_t> w(row * n), packed(w.size()), back(row);
+        for (uint8_t& b : w) b = static_cast<uint8_t>(rng());
+        int8::decode::repack_rows(type, w.data(), row, n, k, packed.data());
+        for (int64_t r = 0; r < n; ++r) {
+            const uint8_t* nat = w.data() + r * row;
+            const uint8_t* rep = packed.data() + r * row;
+            const int64_t groups = k / 128;
+            for (int64_t g = 0; g < groups; ++g) {
+                const uint8_t* grp = rep + g * 4 * block;
+                const size_t scales = fifth ? 80 : 64;
+                for (int b = 0; b < 4; ++b) {
+                    const uint8_t* blk = nat + (4 * g + b) * block;
+                    ASSERT_EQ(std::memcmp(grp + 16 * b, blk + qs, 16), 0) << k << " " << g << " " << b;
+                    ASSERT_EQ(std::memcmp(grp + scales + 2 * b, blk, 2), 0);
+                    if (has_m) ASSERT_EQ(std::memcmp(grp + scales + 8 + 2 * b, blk + 2, 2), 0);
+                    if (!fifth) continue;
+                    for (int e = 0; e < 32; ++e) {
+                        const int want = blk[qh + e / 8] >> (e % 8) & 1;
+                        ASSERT_EQ(grp[64 + e % 16] >> (e < 16 ? 4 + b : b) & 1, want) << "block " << b << " e " << e;
+                    }
+                }
+            }
+            const size_t done = static_cast<size_t>(groups) * 4 * block;
+            ASSERT_EQ(std::memcmp(rep + done, nat + done, row - done), 0) << "tail, k " << k;
+            int8::decode::restore_row(type, rep, k, back.data());
+            ASSERT_EQ(std::memcmp(back.data(), nat, row), 0) << "k " << k << " row " << r;
+        }
+    }
+}
+
+// The AVX2 kernel on repacked rows gives the bits of the AVX2 kernel on the rows as they were, for
+// every activation row count, rows of whole groups and rows with a tail.
+TEST_P(LoadRows, RepackedKernelMatchesInPlace) {
+    const GgmlType type = GetParam();
+    const int8::decode::Kernel in_place = int8::decode::kernel_avx2(type);
+    const int8::decode::Kernel repacked = int8::decode::kernel_avx2_repacked(type);
+    if (in_place == nullptr || repacked == nullptr) GTEST_SKIP() << "no AVX2 on this CPU";
+    const int64_t nw = 13, ldy = nw + 2, sub = int8::decode::layout(type).sub;
+    for (int64_t k : {288, 224, 32, 896}) {
+        const Quantised w = quantise(type, gaussian(k * nw, 25, 0.5f), k, nw);
+        std::vector<uint8_t> packed(w.bytes.size());
+        int8::decode::repack_rows(type, w.view.data, w.view.row_bytes, nw, k, packed.data());
+        for (int64_t nx = 1; nx <= int8::decode::kMaxRows; ++nx) {
+            const Acts a = quantise_acts_ref(gaussian(nx * k, 60 + static_cast<uint32_t>(nx)), nx, k);
+            std::vector<int8_t> q(static_cast<size_t>(nx * k));
+            std::vector<float> dx(static_cast<size_t>(nx * k / sub)), xs(dx.size());
+            int8::decode::prepare_rows(type, a.view(k), nx, q.data(), dx.data(), xs.data());
+            const int8::decode::Rows rows{q.data(), dx.data(), xs.data(), k};
+            std::vector<float> want(static_cast<size_t>(nx * ldy), -7.0f), got(want.size(), -7.0f);
+            in_place(rows, nx, w.view.data, w.view.row_bytes, nw, want.data(), ldy);
+            repacked(rows, nx, packed.data(), w.view.row_bytes, nw, got.data(), ldy);
+            ASSERT_EQ(got, want) << "k " << k << " nx " << nx;
+        }
+    }
+}
+
+// matmul and matmul_group on a view with repacked rows, in Fast precision without VNNI, read those
+// rows on every path (decode kernels, the six-bit prefill tiles through unpack_rows): with `data`
+// zeroed they give the bits of the intact view without repacked rows, from 1 row to prefill.
+TEST_P(LoadRows, MatmulReadsRepackedRows) {
+    const GgmlType type = GetParam();
+    if (int8::decode::kernel_avx2_repacked(type) == nullptr) GTEST_SKIP() << "no AVX2 on this CPU";
+    set_matmul_precision(MatmulPrecision::Fast);
+    Avx512Guard guard;
+    kernels::set_avx512(false);
+    const int64_t k = 288, n_out = 70;
+    const Quantised w = quantise(type, gaussian(k * n_out, 43, 0.5f), k, n_out);
+    std::vector<uint8_t> packed(w.bytes.size()), zeros(w.bytes.size(), 0);
+    int8::decode::repack_rows(type, w.view.data, w.view.row_bytes, n_out, k, packed.data());
+    WeightView r = w.view;
+    r.data = zeros.data();
+    r.decode_rows = packed.data();
+    const WeightView parts[2] = {r.rows(0, 32), r.rows(32, n_out - 32)};
+    for (int64_t n : {1, 2, 5, 16, 17, 40}) {
+        const auto x = gaussian(n * k, 30 + static_cast<uint32_t>(n));
+        std::vector<float> want(static_cast<size_t>(n * n_out)), got(want.size(), -7.0f);
+        matmul(x.data(), n, w.view, want.data());
+        matmul(x.data(), n, r, got.data());
+        ASSERT_EQ(got, want) << "n " << n;
+        std::vector<float> y0(static_cast<size_t>(n * 32), -7.0f), y1(static_cast<size_t>(n * (n_out - 32)), -7.0f);
+        const MatmulOut outs[2] = {{&parts[0], y0.data()}, {&parts[1], y1.data()}};
+        matmul_group(x.data(), n, outs);
+        for (int64_t i = 0; i < n; ++i) {
+            for (int64_t j = 0; j < n_out; ++j) {
+                const float g = j < 32 ? y0[static_cast<size_t>(i * 32 + j)] : y1[static_cast<size_t>(i * (n_out - 32) + j - 32)];
+                ASSERT_EQ(g, want[static_cast<size_t>(i * n_out + j)]) << "group, n " << n << " (" << i << ", " << j << ")";
+            }
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, LoadRows,
+                         ::testing::Values(GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1),
+                         [](const auto& info) { return std::string(ggml_type_name(info.param)); });
 
 INSTANTIATE_TEST_SUITE_P(Types, LoadPanels, ::testing::Values(GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K),
                          [](const auto& info) { return std::string(ggml_type_name(info.param)); });
