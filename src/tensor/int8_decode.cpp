@@ -121,7 +121,15 @@ void repack_group(const LegacyFields& f, const uint8_t* natural, uint8_t* group)
     }
 }
 
-// The inverse of repack_group.
+// Bit `bit` of each of the 8 bytes at p as bits 0..7 (byte j: bit j): the masked bits times
+// 2^7 + 2^14 + ... + 2^56 meet, one each and without carries, in the top byte.
+inline uint32_t byte_bits(const uint8_t* p, int bit) {
+    uint64_t x;
+    std::memcpy(&x, p, 8);
+    return static_cast<uint32_t>(((x >> bit & 0x0101010101010101ull) * 0x0102040810204080ull) >> 56);
+}
+
+// The inverse of repack_group (prefill reads the weights through it: no loop over bits).
 void restore_group(const LegacyFields& f, const uint8_t* group, uint8_t* natural) {
     const size_t sc = f.scales_at();
     const uint8_t* plane = group + 64;
@@ -131,10 +139,8 @@ void restore_group(const LegacyFields& f, const uint8_t* group, uint8_t* natural
         std::memcpy(blk, group + sc + 2 * b, 2);
         if (f.m >= 0) std::memcpy(blk + f.m, group + sc + 8 + 2 * b, 2);
         if (f.qh < 0) continue;
-        uint32_t qh = 0;
-        for (int i = 0; i < 16; ++i) {
-            qh |= static_cast<uint32_t>(plane[i] >> (4 + b) & 1) << i | static_cast<uint32_t>(plane[i] >> b & 1) << (16 + i);
-        }
+        const uint32_t qh = byte_bits(plane, 4 + b) | byte_bits(plane + 8, 4 + b) << 8 | byte_bits(plane, b) << 16 |
+                            byte_bits(plane + 8, b) << 24;
         std::memcpy(blk + f.qh, &qh, 4);
     }
 }
