@@ -160,10 +160,6 @@ void move_row(GgmlType type, const uint8_t* src, uint8_t* dst, int64_t k, Move m
 
 }  // namespace
 
-bool has_load_rows(GgmlType type) {
-    return type == GgmlType::Q4_0 || type == GgmlType::Q4_1 || type == GgmlType::Q5_0 || type == GgmlType::Q5_1;
-}
-
 void repack_rows(GgmlType type, const uint8_t* w, size_t row_bytes, int64_t n_rows, int64_t k, uint8_t* out) {
     KVEC_CHECK(row_bytes == static_cast<size_t>(k / kBlock) * legacy_fields(type).block);
 #pragma omp parallel for schedule(static) if (n_rows * k >= (1 << 20))

@@ -342,8 +342,9 @@ struct PassItems {
 // activations are quantised and laid out for the weight type (int8_decode.h) by every thread into
 // its own buffers (a few microseconds, cheaper than waiting for each other at a barrier), then each
 // thread streams its share of the weights' rows once through the decode kernel, which unpacks the
-// blocks in registers. Several weights are one pass (one team) over all their rows.
-void matmul_int8_decode(const float* x, int64_t n, std::span<const MatmulOut> outs, int8::decode::Choice kernel) {
+// blocks in registers (the rows repacked at load where `decode` reads those, WeightView::decode_rows).
+// Several weights are one pass (one team) over all their rows.
+void matmul_int8_decode(const float* x, int64_t n, std::span<const MatmulOut> outs, int8::decode::Choice decode) {
     const PassItems items(n, outs);  // one kernel call per item
     const GgmlType type = outs[0].w->type;
     for (const MatmulOut& o : outs) KVEC_CHECK(o.w->type == type);
@@ -365,8 +366,8 @@ void matmul_int8_decode(const float* x, int64_t n, std::span<const MatmulOut> ou
             const auto [i, wb] = items.locate(item);
             const WeightView& w = *outs[i].w;
             const int64_t r0 = wb * PassItems::kRows, r1 = std::min(w.n_out, r0 + PassItems::kRows);
-            const uint8_t* rows = (kernel.repacked ? w.decode_rows : w.data) + static_cast<size_t>(r0) * w.row_bytes;
-            kernel.kernel(xr, n, rows, w.row_bytes, r1 - r0, outs[i].y + r0, w.n_out);
+            const uint8_t* rows = (decode.repacked ? w.decode_rows : w.data) + static_cast<size_t>(r0) * w.row_bytes;
+            decode.kernel(xr, n, rows, w.row_bytes, r1 - r0, outs[i].y + r0, w.n_out);
         }
     }
 }
