@@ -124,8 +124,9 @@ Kernel kernel_avx512(GgmlType type);
 //       4-bit shift of it, put every weight byte's fifth bit at bit 4 of a byte of its own lane;
 //   then the four blocks' fp16 d, and (Q4_1, Q5_1) their four fp16 m.
 // A row's last k % 128 elements (1 to 3 blocks) stay blocks as they were.
-// n_rows rows of k elements (row_bytes apart) into out [n_rows * row_bytes] in that layout. Scalar
-// code; runs on any CPU.
+//
+// repack_rows: n_rows rows of k elements (row_bytes apart) into out [n_rows * row_bytes] in that
+// layout. Scalar code; runs on any CPU.
 void repack_rows(GgmlType type, const uint8_t* w, size_t row_bytes, int64_t n_rows, int64_t k, uint8_t* out);
 // One repacked row of k elements back into its blocks (natural [row_bytes]): the inverse.
 void restore_row(GgmlType type, const uint8_t* repacked, int64_t k, uint8_t* natural);
