@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "quant/blocks.h"
@@ -803,27 +804,22 @@ void scores_direct_avx2(const float* q, int64_t nq, int64_t ldq, const E* k, int
         const char* p = reinterpret_cast<const char*>(k + (j + kBlock) * d);
         for (int64_t b = 0; b < entries * row_bytes; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
     };
-    alignas(32) float lanes[8];
+    // Rows i .. i + R - 1 against the entries [j0, j1), J = 8 / R at a time.
+    auto rows = [&](int64_t i, int64_t j0, int64_t j1, auto r_count) {
+        constexpr int R = decltype(r_count)::value, J = 8 / R;
+        alignas(32) float lanes[8];
+        for (int64_t j = j0; j < j1; j += J) {
+            const int64_t m = std::min<int64_t>(J, j1 - j);
+            if (i == 0) prefetch_next(j, J);
+            _mm256_store_ps(lanes, dots<L, R>(q + i * ldq, ldq, k + j * d, m, d));
+            for (int r = 0; r < R; ++r) std::copy_n(lanes + r * J, m, y + (i + r) * ldy + j);
+        }
+    };
     for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
         const int64_t j1 = std::min(n, j0 + kBlock);
         int64_t i = 0;
-        for (; i + 2 <= nq; i += 2) {
-            for (int64_t j = j0; j < j1; j += 4) {
-                const int64_t m = std::min<int64_t>(4, j1 - j);
-                if (i == 0) prefetch_next(j, 4);
-                _mm256_store_ps(lanes, dots<L, 2>(q + i * ldq, ldq, k + j * d, m, d));
-                std::copy_n(lanes, m, y + i * ldy + j);
-                std::copy_n(lanes + 4, m, y + (i + 1) * ldy + j);
-            }
-        }
-        if (i < nq) {
-            for (int64_t j = j0; j < j1; j += 8) {
-                const int64_t m = std::min<int64_t>(8, j1 - j);
-                if (i == 0) prefetch_next(j, 8);
-                _mm256_store_ps(lanes, dots<L, 1>(q + i * ldq, ldq, k + j * d, m, d));
-                std::copy_n(lanes, m, y + i * ldy + j);
-            }
-        }
+        for (; i + 2 <= nq; i += 2) rows(i, j0, j1, std::integral_constant<int, 2>{});
+        if (i < nq) rows(i, j0, j1, std::integral_constant<int, 1>{});
     }
 }
 }  // namespace
