@@ -328,6 +328,10 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
     const bool direct_512 = direct && kernels::attention_direct_avx512(kv.key_type, D);
     const bool direct_keys = direct_512 || (direct && kernels::attention_direct_avx2(kv.key_type, D));
     const bool direct_values = direct && out != nullptr && kernels::attention_direct_avx512(kv.value_type, D);
+    // A block of positions with AVX-512: float scores 16 lanes wide over the transposed keys, for
+    // a group of positions per call, and F32/F16 values read in place 16 lanes wide.
+    const bool wide = active_cpu_kernel() == CpuKernel::Avx2 && kernels::avx512_enabled();
+    const bool wide_values = wide && kernels::attention_direct_avx512(kv.value_type, D);
 
     // Scores, block by block: the block's keys transposed once, then every position that sees
     // some of them. Quantised keys: int8 dot products with the query rows quantised once.
@@ -348,12 +352,15 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
             const int32_t n = std::min(kEntryBlock, n_last - j0);
             const auto* keys = static_cast<const uint8_t*>(entry(kv.keys, j0, key_row));
             if (!int8_scores.int8()) k.keys_t(kv.key_type, keys, n, D, kt.data(), kEntryBlock);
-            const int64_t group = int8_scores.int8() ? kPosGroup : 1;
+            const int64_t group = int8_scores.int8() || wide ? kPosGroup : 1;
             for (int64_t t0 = first_pos(j0); t0 < n_pos; t0 += group) {
                 const int64_t t1 = std::min(n_pos, t0 + group);
                 const int32_t n_g = std::min(n, vis(t1 - 1) - j0);  // entries the group's last position sees
                 if (int8_scores.int8()) {
                     int8_scores(qq->rows(t0 * nq), (t1 - t0) * nq, keys, key_row, n_g, y.data(), kEntryBlock);
+                } else if (wide) {
+                    kernels::attention_scores_avx512(q + t0 * q_at.ld_pos, t1 - t0, nq, q_at.ld_pos, q_at.ld_row,
+                                                     kt.data(), kEntryBlock, D, n_g, y.data(), kEntryBlock);
                 } else {
                     k.scores(q + t0 * q_at.ld_pos, nq, q_at.ld_row, kt.data(), kEntryBlock, D, round_up8(n_g), y.data(),
                              kEntryBlock);
@@ -398,12 +405,15 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
         active_cpu_kernel() == CpuKernel::Avx2 && kernels::values_in_place_avx2(kv.value_type);
     for (int32_t j0 = 0; j0 < n_last; j0 += kEntryBlock) {
         const void* v = entry(kv.values, j0, value_row);  // [min(kEntryBlock, n_last - j0)] rows
-        if (k.convert_values && !quant_values) {
+        if (k.convert_values && !quant_values && !wide_values) {
             v = block_to_f32(kv.value_type, v, std::min(kEntryBlock, n_last - j0), D);
         }
         for (int64_t t = first_pos(j0); t < n_pos; ++t) {
             const int32_t n_t = std::min(kEntryBlock, vis(t) - j0);
-            if (quant_values) {
+            if (wide_values) {
+                kernels::attention_values_avx512(kv.value_type, p_row(t, 0) + j0, nq, ldp, v, n_t, D,
+                                                 out + t * out_at.ld_pos, out_at.ld_row);
+            } else if (quant_values) {
                 kernels::attention_values_quant_avx2(kv.value_type, p_row(t, 0) + j0, nq, ldp,
                                                      static_cast<const uint8_t*>(v), n_t, D,
                                                      out + t * out_at.ld_pos, out_at.ld_row);

@@ -875,36 +875,65 @@ KVEC_AVX512 inline __m512 sum16(const __m512 a[16]) {
     return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), s);
 }
 
-// The dot products of query row qi [d] with the m <= 16 keys k [m, d] (entries past m are 0).
-template <class L16, class E>
-KVEC_AVX512 inline __m512 dots16(const float* qi, const E* k, int64_t m, int64_t d) {
+// R query rows x J = 16 / R consecutive keys k [J, d]: the R * J dot products over d, lane r * J
+// + j = row r, entry j. The vector loop runs over d with the 16 accumulators as independent
+// chains (one dependent FMA per 16 elements each), and each key's 16 elements are converted once
+// for the R rows.
+template <class L16, int R, class E>
+KVEC_AVX512 inline __m512 dots16(const float* q, int64_t ldq, const E* k, int64_t d) {
+    constexpr int J = 16 / R;
     __m512 a[16];
 #pragma GCC unroll 16
-    for (int j = 0; j < 16; ++j) {
-        __m512 acc = _mm512_setzero_ps();
-        if (j < m) {
-            for (int64_t e = 0; e < d; e += 16) {
-                acc = _mm512_fmadd_ps(_mm512_loadu_ps(qi + e), L16::load16(k + j * d + e), acc);
-            }
+    for (int x = 0; x < 16; ++x) a[x] = _mm512_setzero_ps();
+    for (int64_t e = 0; e < d; e += 16) {
+        __m512 qr[R];
+#pragma GCC unroll 2
+        for (int r = 0; r < R; ++r) qr[r] = _mm512_loadu_ps(q + r * ldq + e);
+#pragma GCC unroll 16
+        for (int j = 0; j < J; ++j) {
+            const __m512 kv = L16::load16(k + j * d + e);
+#pragma GCC unroll 2
+            for (int r = 0; r < R; ++r) a[r * J + j] = _mm512_fmadd_ps(qr[r], kv, a[r * J + j]);
         }
-        a[j] = acc;
     }
     return sum16(a);
 }
 
-// Scores entry block by entry block (kEntryBlock entries stay in L1 while every row passes).
+// Rows i .. i + R - 1 (R = 1, 2) against the entries [j0, j1), 16 / R at a time. The last
+// entries, fewer than a pass takes, are copied into a zeroed buffer first (so nothing past j1 is
+// read), and only their lanes are stored.
+template <class L16, int R, class E>
+KVEC_AVX512 void scores_rows(const float* q, int64_t ldq, const E* k, int64_t j0, int64_t j1, int64_t d, float* y,
+                             int64_t ldy) {
+    constexpr int J = 16 / R;
+    int64_t j = j0;
+    for (; j < j1; j += J) {
+        const int64_t m = std::min<int64_t>(J, j1 - j);
+        const E* kj = k + j * d;
+        if (m < J) {
+            thread_local std::vector<E> pad;  // [J, d]
+            pad.assign(static_cast<size_t>(J * d), E{});
+            std::copy(kj, kj + m * d, pad.begin());
+            kj = pad.data();
+        }
+        const __m512 s = dots16<L16, R>(q, ldq, kj, d);
+        const __mmask16 mask = avx512::first16(m);
+        _mm512_mask_storeu_ps(y + j, mask, s);
+        if constexpr (R == 2) _mm512_mask_storeu_ps(y + ldy + j, mask, _mm512_shuffle_f32x4(s, s, 0x4E));
+    }
+}
+
+// Block by block of 128 entries (they stay in L1 while the rows pass): rows two at a time, an odd
+// last row alone.
 template <class L16, class E>
 KVEC_AVX512 void scores_direct(const float* q, int64_t nq, int64_t ldq, const E* k, int64_t n, int64_t d, float* y,
                                int64_t ldy) {
     constexpr int64_t kBlock = 128;
     for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
         const int64_t j1 = std::min(n, j0 + kBlock);
-        for (int64_t i = 0; i < nq; ++i) {
-            for (int64_t j = j0; j < j1; j += 16) {
-                const int64_t m = std::min<int64_t>(16, j1 - j);
-                _mm512_mask_storeu_ps(y + i * ldy + j, avx512::first16(m), dots16<L16>(q + i * ldq, k + j * d, m, d));
-            }
-        }
+        int64_t i = 0;
+        for (; i + 2 <= nq; i += 2) scores_rows<L16, 2>(q + i * ldq, ldq, k, j0, j1, d, y + i * ldy, ldy);
+        if (i < nq) scores_rows<L16, 1>(q + i * ldq, ldq, k, j0, j1, d, y + i * ldy, ldy);
     }
 }
 
@@ -954,8 +983,72 @@ KVEC_AVX512 void values_512(const float* p, int64_t nq, int64_t ldp, const E* v,
         default: break;
     }
 }
+
+// Scores over transposed keys (kernels.h, attention_scores_avx512): C query rows x DV vectors of
+// 16 entries; the last vector's lanes past n masked (neither read nor written).
+template <int C, int DV>
+KVEC_AVX512 inline void scores_t_tile(const float* const* q, const float* kt, int64_t ldkt, int64_t d, __mmask16 last,
+                                      float* const* y) {
+    __m512 acc[C][DV];
+#pragma GCC unroll 4
+    for (int i = 0; i < C; ++i)
+#pragma GCC unroll 4
+        for (int v = 0; v < DV; ++v) acc[i][v] = _mm512_setzero_ps();
+    for (int64_t e = 0; e < d; ++e) {
+        __m512 kv[DV];
+#pragma GCC unroll 4
+        for (int v = 0; v < DV; ++v) kv[v] = _mm512_maskz_loadu_ps(v == DV - 1 ? last : 0xFFFF, kt + e * ldkt + 16 * v);
+#pragma GCC unroll 4
+        for (int i = 0; i < C; ++i) {
+            const __m512 qi = _mm512_set1_ps(q[i][e]);
+#pragma GCC unroll 4
+            for (int v = 0; v < DV; ++v) acc[i][v] = _mm512_fmadd_ps(qi, kv[v], acc[i][v]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < C; ++i)
+#pragma GCC unroll 4
+        for (int v = 0; v < DV; ++v) _mm512_mask_storeu_ps(y[i] + 16 * v, v == DV - 1 ? last : 0xFFFF, acc[i][v]);
+}
+
+// C rows, every entry: 64-entry tiles, then 16 at a time (the last one masked).
+template <int C>
+KVEC_AVX512 void scores_t_rows(const float* const* q, const float* kt, int64_t ldkt, int64_t d, int64_t n,
+                               float* const* y) {
+    int64_t j = 0;
+    for (; j + 64 <= n; j += 64) {
+        float* yj[C];
+        for (int i = 0; i < C; ++i) yj[i] = y[i] + j;
+        scores_t_tile<C, 4>(q, kt + j, ldkt, d, 0xFFFF, yj);
+    }
+    for (; j < n; j += 16) {
+        float* yj[C];
+        for (int i = 0; i < C; ++i) yj[i] = y[i] + j;
+        scores_t_tile<C, 1>(q, kt + j, ldkt, d, avx512::first16(n - j), yj);
+    }
+}
 }  // namespace
 #undef KVEC_AVX512
+
+void attention_scores_avx512(const float* q, int64_t n_pos, int64_t nq, int64_t ld_pos, int64_t ld_row, const float* kt,
+                             int64_t ldkt, int64_t d, int64_t n, float* y, int64_t ldy) {
+    KVEC_CHECK(avx512_enabled());
+    const int64_t rows = n_pos * nq;
+    auto q_row = [&](int64_t r) { return q + r / nq * ld_pos + r % nq * ld_row; };
+    int64_t r = 0;
+    for (; r < rows; r += 4) {
+        const int c = static_cast<int>(std::min<int64_t>(4, rows - r));
+        const float* qr[4];
+        float* yr[4];
+        for (int i = 0; i < c; ++i) qr[i] = q_row(r + i), yr[i] = y + (r + i) * ldy;
+        switch (c) {
+            case 4: scores_t_rows<4>(qr, kt, ldkt, d, n, yr); break;
+            case 3: scores_t_rows<3>(qr, kt, ldkt, d, n, yr); break;
+            case 2: scores_t_rows<2>(qr, kt, ldkt, d, n, yr); break;
+            default: scores_t_rows<1>(qr, kt, ldkt, d, n, yr); break;
+        }
+    }
+}
 
 bool attention_direct_avx512(GgmlType type, int64_t d) {
     return avx512_enabled() && d % 16 == 0 && (type == GgmlType::F32 || type == GgmlType::F16);
