@@ -1618,6 +1618,10 @@ void attention_values_avx512(GgmlType, const float*, int64_t, int64_t, const voi
                              int64_t) {
     KVEC_CHECK(false && "AVX-512 kernel called in a build without AVX2");
 }
+void attention_scores_avx512(const float*, int64_t, int64_t, int64_t, int64_t, const float*, int64_t, int64_t, int64_t,
+                             float*, int64_t) {
+    KVEC_CHECK(false && "AVX-512 kernel called in a build without AVX2");
+}
 }  // namespace kvec::kernels
 namespace kvec::int8 {
 void quantize_rows_avx2(const float* x, int64_t n, int64_t k, int8_t* q, float* d, float* hsum, int32_t* qsum) {
