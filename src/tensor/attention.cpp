@@ -405,7 +405,7 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
         active_cpu_kernel() == CpuKernel::Avx2 && kernels::values_in_place_avx2(kv.value_type);
     for (int32_t j0 = 0; j0 < n_last; j0 += kEntryBlock) {
         const void* v = entry(kv.values, j0, value_row);  // [min(kEntryBlock, n_last - j0)] rows
-        if (k.convert_values && !quant_values && !wide_values) {
+        if (k.convert_values && !quant_values) {
             v = block_to_f32(kv.value_type, v, std::min(kEntryBlock, n_last - j0), D);
         }
         for (int64_t t = first_pos(j0); t < n_pos; ++t) {

@@ -19,7 +19,9 @@
 //
 // The entries are walked in blocks of kEntryBlock, so that a block stays in L1 while every query
 // row passes over it. Scores: the block's keys are transposed to float once (kernels::keys_t_*),
-// then each query row yields 8 entries' scores per vector (no horizontal sums); one position (a
+// then each query row yields 8 entries' scores per vector (no horizontal sums; with AVX-512, 16
+// per vector for the rows of up to 16 positions per call, kernels::attention_scores_avx512, and
+// F32/F16 values read in place 16 lanes wide, kernels::attention_values_avx512); one position (a
 // decode step) over F32/F16 keys reads them in place instead, one dot product per entry
 // (kernels::attention_scores_direct_avx2 / _avx512), as the transposition would serve only the
 // few query rows of one position. Block-quantised
