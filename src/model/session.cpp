@@ -53,6 +53,10 @@ int32_t window_start(const int32_t* pos, int32_t n, int32_t position, int32_t wi
 // runs a nested region on the thread that opens it.
 int threads_here() { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
 
+// Multiply-adds of q.K in a layer's attention (T * entries * head_dim * query heads) from which it
+// opens a parallel region: below, the fork and barriers cost more than the second thread saves.
+constexpr int64_t kParallelAttentionMin = int64_t{1} << 16;
+
 // This thread's probability rows for the attention kernels, at least n floats: grow-only (every
 // column read is written first), so a prefill chunk does not allocate and zero them again for
 // each layer; one buffer per thread for global and sliding-window layers alike.
@@ -579,7 +583,7 @@ void Session::attention_split(int layer, int parts) {
     for (int h = 0; h < Hkv; ++h) n_max = std::max(n_max, decode_ranges_[sz(h)].second);
     const int32_t width = (n_max + parts - 1) / parts;  // entries of the largest slice
     const int64_t work = int64_t{n_max} * D * c.n_head;
-#pragma omp parallel if (work >= (1 << 18))
+#pragma omp parallel if (work >= kParallelAttentionMin)
     {
         float* s = attention_scratch(sz(int64_t{G} * width));  // [G, width]
 #pragma omp for schedule(dynamic, 1)
@@ -729,7 +733,7 @@ void Session::attention_sequence(int layer, int32_t T, const int32_t* positions,
     const GroupSplit split = group_split();
     const int64_t work = int64_t{T} * n_max * D * c.n_head;  // multiply-adds of q.K (and of p.V)
     const int32_t n_pos = positions_per_call(T, split.width, n_max);
-#pragma omp parallel if (work >= (1 << 18))
+#pragma omp parallel if (work >= kParallelAttentionMin)
     {
         float* s = attention_scratch(sz(int64_t{n_pos} * split.width * n_max));  // [n_pos * width, n_max]
 #pragma omp for schedule(dynamic, 1)
@@ -814,7 +818,7 @@ void Session::attention_sliding(int layer, int32_t T, const int32_t* positions) 
     const GroupSplit split = group_split();
     const int64_t work = int64_t{T} * std::min(n_max, window) * D * c.n_head;
     const int32_t n_pos = positions_per_call(T, split.width, n_max);
-#pragma omp parallel if (work >= (1 << 18))
+#pragma omp parallel if (work >= kParallelAttentionMin)
     {
         float* s = attention_scratch(sz(int64_t{n_pos} * split.width * n_max));  // [n_pos * width, n_max]
 #pragma omp for schedule(dynamic, 1)
