@@ -345,8 +345,10 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
     kt.resize(static_cast<size_t>(D * kEntryBlock));
     y.resize(static_cast<size_t>(kPosGroup * nq * kEntryBlock));
     if (direct_keys) {
+        // The values stream in while the keys are scored (nothing to prefetch without values).
+        const kernels::ValuePrefetch values{out != nullptr ? static_cast<const char*>(kv.values) : nullptr, value_row};
         (direct_512 ? kernels::attention_scores_direct_avx512 : kernels::attention_scores_direct_avx2)(
-            kv.key_type, q, nq, q_at.ld_row, kv.keys, n_vis, D, p, ldp);
+            kv.key_type, q, nq, q_at.ld_row, kv.keys, n_vis, D, p, ldp, values);
     } else {
         for (int32_t j0 = 0; j0 < n_last; j0 += kEntryBlock) {
             const int32_t n = std::min(kEntryBlock, n_last - j0);

@@ -24,7 +24,8 @@
 // F32/F16 values read in place 16 lanes wide, kernels::attention_values_avx512); one position (a
 // decode step) over F32/F16 keys reads them in place instead, one dot product per entry
 // (kernels::attention_scores_direct_avx2 / _avx512), as the transposition would serve only the
-// few query rows of one position. Block-quantised
+// few query rows of one position; that pass prefetches the entries' values into L2
+// (kernels::ValuePrefetch), so that the values stream in from memory beside the keys. Block-quantised
 // keys (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) are scored with int8 dot products instead, the query
 // rows quantised once per call to blocks of 32 int8 with a float scale (int8_gemm.h's
 // activations; llama.cpp quantises the query likewise, vec_dot_qX_q8_0) and the keys read from

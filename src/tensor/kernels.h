@@ -63,13 +63,29 @@ void attention_scores_generic(const float* q, int64_t nq, int64_t ldq, const flo
 void attention_scores_avx2(const float* q, int64_t nq, int64_t ldq, const float* kt, int64_t ldkt, int64_t d,
                            int64_t n, float* y, int64_t ldy);
 
+// The values of the entries a one-position scores kernel reads (rows row_bytes apart, any type),
+// prefetched into L2 a pass of entries at a time while their keys are scored: the values pass
+// that follows the softmax then finds them there, and the two streams from memory overlap. Empty
+// (rows == nullptr): nothing prefetched.
+struct ValuePrefetch {
+    const char* rows = nullptr;  // entry 0's value row
+    size_t row_bytes = 0;
+
+    // The lines of entries [j, j + m)' values.
+    void operator()(int64_t j, int64_t m) const {
+        if (rows == nullptr) return;
+        const char* p = rows + static_cast<size_t>(j) * row_bytes;
+        for (size_t b = 0; b < static_cast<size_t>(m) * row_bytes; b += 64) __builtin_prefetch(p + b, 0, 2);
+    }
+};
+
 // One query position's scores with AVX2, keys read in place (F32 or F16 rows of d elements, d a
 // multiple of 8: where attention_direct_avx2(type, d)): two query rows against 4 entries at a time,
 // each entry converted once for both, the 8 horizontal sums gathered by hadd (an odd last row
 // against 8 entries); y as attention_scores_direct_avx512 below.
 bool attention_direct_avx2(GgmlType type, int64_t d);
 void attention_scores_direct_avx2(GgmlType type, const float* q, int64_t nq, int64_t ldq, const void* k, int64_t n,
-                                  int64_t d, float* y, int64_t ldy);
+                                  int64_t d, float* y, int64_t ldy, ValuePrefetch values = {});
 
 // One query position's scores and values with AVX-512F, keys and values read in place without
 // the transposition above (F32 or F16 rows of d elements, d a multiple of 16: where
@@ -80,7 +96,7 @@ void attention_scores_direct_avx2(GgmlType type, const float* q, int64_t nq, int
 //   out[i * ldo + e] += sum_{j < n} p[i * ldp + j] * v_j[e]      for i < nq, e < d
 bool attention_direct_avx512(GgmlType type, int64_t d);
 void attention_scores_direct_avx512(GgmlType type, const float* q, int64_t nq, int64_t ldq, const void* k, int64_t n,
-                                    int64_t d, float* y, int64_t ldy);
+                                    int64_t d, float* y, int64_t ldy, ValuePrefetch values = {});
 void attention_values_avx512(GgmlType type, const float* p, int64_t nq, int64_t ldp, const void* v, int64_t n,
                              int64_t d, float* out, int64_t ldo);
 

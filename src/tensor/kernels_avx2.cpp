@@ -794,10 +794,10 @@ inline __m256 dots(const float* q, int64_t ldq, const E* k, int64_t m, int64_t d
 // Block by block of 128 entries (they stay in L1 while the rows pass): rows two at a time
 // against 4 entries, an odd last row against 8. The first rows' pass prefetches the next block
 // at the pace it reads this one (as keys_t does: a long cache streams from memory; prefetching
-// past the last entry is harmless).
+// past the last entry is harmless), and the values of the entries it scores (ValuePrefetch).
 template <class L, class E>
 void scores_direct_avx2(const float* q, int64_t nq, int64_t ldq, const E* k, int64_t n, int64_t d, float* y,
-                        int64_t ldy) {
+                        int64_t ldy, ValuePrefetch values) {
     constexpr int64_t kBlock = 128;
     const auto row_bytes = static_cast<int64_t>(d * sizeof(E));
     auto prefetch_next = [&](int64_t j, int64_t entries) {
@@ -810,7 +810,10 @@ void scores_direct_avx2(const float* q, int64_t nq, int64_t ldq, const E* k, int
         alignas(32) float lanes[8];
         for (int64_t j = j0; j < j1; j += J) {
             const int64_t m = std::min<int64_t>(J, j1 - j);
-            if (i == 0) prefetch_next(j, J);
+            if (i == 0) {
+                prefetch_next(j, J);
+                values(j, m);
+            }
             _mm256_store_ps(lanes, dots<L, R>(q + i * ldq, ldq, k + j * d, m, d));
             for (int r = 0; r < R; ++r) std::copy_n(lanes + r * J, m, y + (i + r) * ldy + j);
         }
@@ -829,12 +832,12 @@ bool attention_direct_avx2(GgmlType type, int64_t d) {
 }
 
 void attention_scores_direct_avx2(GgmlType type, const float* q, int64_t nq, int64_t ldq, const void* k, int64_t n,
-                                  int64_t d, float* y, int64_t ldy) {
+                                  int64_t d, float* y, int64_t ldy, ValuePrefetch values) {
     KVEC_CHECK(attention_direct_avx2(type, d));
     if (type == GgmlType::F16) {
-        scores_direct_avx2<Fp16Load>(q, nq, ldq, static_cast<const uint16_t*>(k), n, d, y, ldy);
+        scores_direct_avx2<Fp16Load>(q, nq, ldq, static_cast<const uint16_t*>(k), n, d, y, ldy, values);
     } else {
-        scores_direct_avx2<F32Load>(q, nq, ldq, static_cast<const float*>(k), n, d, y, ldy);
+        scores_direct_avx2<F32Load>(q, nq, ldq, static_cast<const float*>(k), n, d, y, ldy, values);
     }
 }
 
@@ -899,16 +902,18 @@ KVEC_AVX512 inline __m512 dots16(const float* q, int64_t ldq, const E* k, int64_
     return sum16(a);
 }
 
-// Rows i .. i + R - 1 (R = 1, 2) against the entries [j0, j1), 16 / R at a time. The last
+// Rows i .. i + R - 1 (R = 1, 2) against the entries [j0, j1), 16 / R at a time, with the values
+// of each pass's entries prefetched (ValuePrefetch; an empty one for the later rows). The last
 // entries, fewer than a pass takes, are copied into a zeroed buffer first (so nothing past j1 is
 // read), and only their lanes are stored.
 template <class L16, int R, class E>
 KVEC_AVX512 void scores_rows(const float* q, int64_t ldq, const E* k, int64_t j0, int64_t j1, int64_t d, float* y,
-                             int64_t ldy) {
+                             int64_t ldy, ValuePrefetch values) {
     constexpr int J = 16 / R;
     int64_t j = j0;
     for (; j < j1; j += J) {
         const int64_t m = std::min<int64_t>(J, j1 - j);
+        values(j, m);
         const E* kj = k + j * d;
         if (m < J) {
             thread_local std::vector<E> pad;  // [J, d]
@@ -924,16 +929,18 @@ KVEC_AVX512 void scores_rows(const float* q, int64_t ldq, const E* k, int64_t j0
 }
 
 // Block by block of 128 entries (they stay in L1 while the rows pass): rows two at a time, an odd
-// last row alone.
+// last row alone; the first rows' pass prefetches the values.
 template <class L16, class E>
 KVEC_AVX512 void scores_direct(const float* q, int64_t nq, int64_t ldq, const E* k, int64_t n, int64_t d, float* y,
-                               int64_t ldy) {
+                               int64_t ldy, ValuePrefetch values) {
     constexpr int64_t kBlock = 128;
     for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
         const int64_t j1 = std::min(n, j0 + kBlock);
         int64_t i = 0;
-        for (; i + 2 <= nq; i += 2) scores_rows<L16, 2>(q + i * ldq, ldq, k, j0, j1, d, y + i * ldy, ldy);
-        if (i < nq) scores_rows<L16, 1>(q + i * ldq, ldq, k, j0, j1, d, y + i * ldy, ldy);
+        for (; i + 2 <= nq; i += 2) {
+            scores_rows<L16, 2>(q + i * ldq, ldq, k, j0, j1, d, y + i * ldy, ldy, i == 0 ? values : ValuePrefetch{});
+        }
+        if (i < nq) scores_rows<L16, 1>(q + i * ldq, ldq, k, j0, j1, d, y + i * ldy, ldy, i == 0 ? values : ValuePrefetch{});
     }
 }
 
@@ -1055,12 +1062,12 @@ bool attention_direct_avx512(GgmlType type, int64_t d) {
 }
 
 void attention_scores_direct_avx512(GgmlType type, const float* q, int64_t nq, int64_t ldq, const void* k, int64_t n,
-                                    int64_t d, float* y, int64_t ldy) {
+                                    int64_t d, float* y, int64_t ldy, ValuePrefetch values) {
     KVEC_CHECK(attention_direct_avx512(type, d));
     if (type == GgmlType::F16) {
-        scores_direct<Fp16Load16>(q, nq, ldq, static_cast<const uint16_t*>(k), n, d, y, ldy);
+        scores_direct<Fp16Load16>(q, nq, ldq, static_cast<const uint16_t*>(k), n, d, y, ldy, values);
     } else {
-        scores_direct<F32Load16>(q, nq, ldq, static_cast<const float*>(k), n, d, y, ldy);
+        scores_direct<F32Load16>(q, nq, ldq, static_cast<const float*>(k), n, d, y, ldy, values);
     }
 }
 
@@ -1606,12 +1613,12 @@ void attention_scores_avx2(const float*, int64_t, int64_t, const float*, int64_t
 }
 bool attention_direct_avx2(GgmlType, int64_t) { return false; }
 void attention_scores_direct_avx2(GgmlType, const float*, int64_t, int64_t, const void*, int64_t, int64_t, float*,
-                                  int64_t) {
+                                  int64_t, ValuePrefetch) {
     KVEC_CHECK(false && "AVX2 kernel called in a build without AVX2");
 }
 bool attention_direct_avx512(GgmlType, int64_t) { return false; }
 void attention_scores_direct_avx512(GgmlType, const float*, int64_t, int64_t, const void*, int64_t, int64_t, float*,
-                                    int64_t) {
+                                    int64_t, ValuePrefetch) {
     KVEC_CHECK(false && "AVX-512 kernel called in a build without AVX2");
 }
 void attention_values_avx512(GgmlType, const float*, int64_t, int64_t, const void*, int64_t, int64_t, float*,
