@@ -25,16 +25,16 @@
 // decode step) over F32/F16 keys reads them in place instead, one dot product per entry
 // (kernels::attention_scores_direct_avx2 / _avx512), as the transposition would serve only the
 // few query rows of one position; that pass prefetches the entries' values into L2
-// (kernels::ValuePrefetch), so that the values stream in from memory beside the keys. Block-quantised
-// keys (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) are scored with int8 dot products instead, the query
-// rows quantised once per call to blocks of 32 int8 with a float scale (int8_gemm.h's
-// activations; llama.cpp quantises the query likewise, vec_dot_qX_q8_0) and the keys read from
-// their blocks: AVX-512 VNNI where the CPU has it (Q8_0 in place, the other types packed 16 keys at
-// a time in registers), else AVX2 (Q8_0 in place, the others unpacked to int8), else the scalar
-// int8::gemm_ref. Values: the AVX2 kernel reads F16 values in place and converts them in registers
-// (F16C), and block-quantised values likewise from their blocks (16 elements decoded in
-// registers); the generic kernel converts each block of entries into a small buffer first, as
-// for BF16 keys and values everywhere (quant::dequantize_row).
+// (kernels::ValuePrefetch), so that the values stream in from memory beside the keys.
+// Block-quantised keys (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) are scored with int8 dot products
+// instead, the query rows quantised once per call to blocks of 32 int8 with a float scale
+// (int8_gemm.h's activations; llama.cpp quantises the query likewise, vec_dot_qX_q8_0) and the keys
+// read from their blocks: AVX-512 VNNI where the CPU has it (Q8_0 in place, the other types packed
+// 16 keys at a time in registers), else AVX2 (Q8_0 in place, the others unpacked to int8), else the
+// scalar int8::gemm_ref. Values: the AVX2 kernel reads F16 values in place and converts them in
+// registers (F16C), and block-quantised values likewise from their blocks (16 elements decoded in
+// registers); the generic kernel converts each block of entries into a small buffer first, as for
+// BF16 keys and values everywhere (quant::dequantize_row).
 // ref::attention (reference.h) is the scalar reference the tests use.
 #pragma once
 

@@ -71,11 +71,12 @@ struct ValuePrefetch {
     const char* rows = nullptr;  // entry 0's value row
     size_t row_bytes = 0;
 
-    // The lines of entries [j, j + m)' values.
+    // Prefetches the cache lines of the values of entries [j, j + m).
     void operator()(int64_t j, int64_t m) const {
         if (rows == nullptr) return;
         const char* p = rows + static_cast<size_t>(j) * row_bytes;
-        for (size_t b = 0; b < static_cast<size_t>(m) * row_bytes; b += 64) __builtin_prefetch(p + b, 0, 2);
+        const size_t bytes = static_cast<size_t>(m) * row_bytes;
+        for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 2);  // 2: into L2
     }
 };
 
