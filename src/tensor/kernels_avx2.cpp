@@ -936,15 +936,13 @@ KVEC_AVX512 void scores_direct(const float* q, int64_t nq, int64_t ldq, const E*
     constexpr int64_t kBlock = 128;
     for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
         const int64_t j1 = std::min(n, j0 + kBlock);
+        ValuePrefetch first = values;  // the first rows' pass only
         int64_t i = 0;
         for (; i + 2 <= nq; i += 2) {
-            const ValuePrefetch v = i == 0 ? values : ValuePrefetch{};
-            scores_rows<L16, 2>(q + i * ldq, ldq, k, j0, j1, d, y + i * ldy, ldy, v);
+            scores_rows<L16, 2>(q + i * ldq, ldq, k, j0, j1, d, y + i * ldy, ldy, first);
+            first = {};
         }
-        if (i < nq) {
-            const ValuePrefetch v = i == 0 ? values : ValuePrefetch{};
-            scores_rows<L16, 1>(q + i * ldq, ldq, k, j0, j1, d, y + i * ldy, ldy, v);
-        }
+        if (i < nq) scores_rows<L16, 1>(q + i * ldq, ldq, k, j0, j1, d, y + i * ldy, ldy, first);
     }
 }
 
