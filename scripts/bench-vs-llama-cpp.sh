@@ -9,13 +9,17 @@
 #
 #   scripts/bench-vs-llama-cpp.sh -m build/tl-q8_0.gguf,build/tl-f16.gguf [-t 2] [-p 512]
 #                                 [-n 128] [-d 0,4096] [-r 2] [--rounds 2] [--out DIR]
-#                                 [--policy kvec --budget 512] [--llama-fa 0,1]
+#                                 [--policy kvec --budget 512] [--llama-fa 0,1] [--isa avx2]
 #
 # -d: depths (tokens in the cache before each test; both engines). --policy P --budget B: kvec also
 # runs its tests under policy P at budget B beside its full cache (llama.cpp has no eviction: its
 # full cache is the reference of both rows). --llama-fa: llama.cpp's flash-attention settings
 # (default 0,1: both, and each test's ratio is against the faster; its own default is auto, which
-# on this CPU means on and decodes several times slower at depth than off).
+# on this CPU means on and decodes several times slower at depth than off). --isa avx2: both engines
+# limited to AVX2 + FMA + F16C, as on an AVX2-only host (Zen 2/3) though this one has AVX-512:
+# kvec with KVEC_AVX512=0, llama.cpp from a second build for those instruction sets only
+# (build/llama.cpp/build-avx2, LLAMA_CPP_AVX2 in scripts/llama-cpp.sh). Default: native, each
+# engine with every instruction set this CPU has.
 #
 # Needs: kvec built in build/release (cmake --preset release && cmake --build build/release),
 # npm (installed by scripts/install-deps.sh), cmake, ninja, a C++ compiler. The first run builds
@@ -23,10 +27,9 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
-source "$root/scripts/llama-cpp.sh"
-models="" threads=2 n_prompt=512 n_gen=128 depths=0 reps=2 rounds=2 out="" policy="" budget="" llama_fa=0,1
+models="" threads=2 n_prompt=512 n_gen=128 depths=0 reps=2 rounds=2 out="" policy="" budget="" llama_fa=0,1 isa=native
 
-usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
     case "$1" in
         -m) models="$2"; shift 2 ;;
@@ -37,6 +40,7 @@ while [ $# -gt 0 ]; do
         --policy) policy="$2"; shift 2 ;;
         --budget) budget="$2"; shift 2 ;;
         --llama-fa) llama_fa="$2"; shift 2 ;;
+        --isa) isa="$2"; shift 2 ;;
         -r) reps="$2"; shift 2 ;;
         --rounds) rounds="$2"; shift 2 ;;
         --out) out="$2"; shift 2 ;;
@@ -47,6 +51,13 @@ done
 [ -n "$models" ] || { echo "error: -m MODEL[,MODEL...] is required" >&2; exit 2; }
 [[ "$depths" =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "error: -d takes whole numbers separated by commas, got '$depths'" >&2; exit 2; }
 [[ "$llama_fa" =~ ^(0|1|on|off|auto)(,(0|1|on|off|auto))*$ ]] || { echo "error: --llama-fa takes 0, 1, on, off or auto, comma-separated, got '$llama_fa'" >&2; exit 2; }
+kvec_env=()
+case "$isa" in
+    native) ;;
+    avx2) export LLAMA_CPP_AVX2=1; kvec_env=(KVEC_AVX512=0) ;;
+    *) echo "error: --isa takes native or avx2, got '$isa'" >&2; exit 2 ;;
+esac
+source "$root/scripts/llama-cpp.sh"
 if [ -n "$policy" ] && [ -z "$budget" ]; then echo "error: --policy needs --budget" >&2; exit 2; fi
 kvec_policy=()
 [ -z "$policy" ] || kvec_policy=(--policy "full,$policy" --budget "$budget")
@@ -69,7 +80,7 @@ for ((round = 1; round <= rounds; ++round)); do
     for i in "${!model_list[@]}"; do
         m="${model_list[$i]}"
         echo "round $round/$rounds: $m: kvec" >&2
-        "$kvec" bench -m "$m" -t "$threads" -p "$n_prompt" -n "$n_gen" -d "$depths" -r "$reps" "${kvec_policy[@]}" \
+        env "${kvec_env[@]}" "$kvec" bench -m "$m" -t "$threads" -p "$n_prompt" -n "$n_gen" -d "$depths" -r "$reps" "${kvec_policy[@]}" \
             -o json > "$out/kvec-$round-$i.json"
         echo "round $round/$rounds: $m: llama.cpp" >&2
         "$llama_bench" -m "$m" -t "$threads" -p "$n_prompt" -n "$n_gen" -d "$depths" -r "$reps" -fa "$llama_fa" -o json \

@@ -14,13 +14,22 @@
 # intrinsics) in a fraction of the compile time (the library, llama-quantize and
 # llama-perplexity: 2 min 8 s on 2 cores against well over 10 min at -O3). Never for speed.
 
+# LLAMA_CPP_AVX2=1 (scripts/bench-vs-llama-cpp.sh --isa avx2): a build in build/llama.cpp/build-avx2
+# for AVX2 + FMA + F16C + BMI2 only (no -march=native, no AVX-512 or AVX-VNNI), the instruction sets
+# of an AVX2-only host such as Zen 2/3, to set beside kvec's AVX2 kernels (KVEC_AVX512=0) on an
+# AVX-512 machine.
+
 NODE_LLAMA_CPP_VERSION=3.22.1  # ships llama.cpp commit de3ff81 (2026-09-28)
 llama_cpp="$root/build/llama.cpp"
 llama_cpp_build_dir="$llama_cpp/build"
-llama_cpp_opt=()
+llama_cpp_opt=(-DGGML_NATIVE=ON)
 if [ "${LLAMA_CPP_QUICK:-0}" = 1 ]; then
     llama_cpp_build_dir="$llama_cpp/build-quick"
-    llama_cpp_opt=(-DCMAKE_C_FLAGS_RELEASE="-O1 -DNDEBUG" -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG")
+    llama_cpp_opt+=(-DCMAKE_C_FLAGS_RELEASE="-O1 -DNDEBUG" -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG")
+elif [ "${LLAMA_CPP_AVX2:-0}" = 1 ]; then
+    llama_cpp_build_dir="$llama_cpp/build-avx2"
+    llama_cpp_opt=(-DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+        -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF)
 fi
 llama_cpp_bin="$llama_cpp_build_dir/bin"
 
@@ -40,7 +49,7 @@ llama_cpp_build() {
         # -march=native without AMX: ggml's AMX kernels die with SIGILL where the hypervisor lists
         # AMX but does not grant its tile state (seen on this project's Sapphire-Rapids-class VMs),
         # and kvec has no AMX kernels either, so both engines run the same instruction sets.
-        cmake -S "$llama_cpp/src" -B "$llama_cpp_build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${llama_cpp_opt[@]}" -DGGML_NATIVE=ON \
+        cmake -S "$llama_cpp/src" -B "$llama_cpp_build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${llama_cpp_opt[@]}" \
             -DCMAKE_C_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" -DCMAKE_CXX_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" \
             -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
             -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF > "$llama_cpp/configure.log"

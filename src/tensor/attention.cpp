@@ -25,12 +25,11 @@ namespace {
 
 // The kernels of one block of n <= kEntryBlock entries (rows of `type`, d elements each), kernels.h:
 //   keys_t: kt [d, ldkt] = the keys transposed to float (columns n .. round_up(n, 8) zero)
-//   scores: y[i * ldy + j] = dot(q_i, column j of kt) for j < n (a multiple of 8)
-//   values: out[i * ldo + e] += sum_j p[i * ldp + j] v[j, e]
+//   values: out[i * ldo + e] += sum_j p[i * ldp + j] v[j, e]   (one position's rows)
+// The scores of the transposed keys are kernels::attention_scores_generic without AVX2, else
+// kernels::rows_times_panel_avx2 / attention_scores_avx512 for a group of positions.
 struct BlockKernels {
     void (*keys_t)(GgmlType type, const void* k, int64_t n, int64_t d, float* kt, int64_t ldkt);
-    void (*scores)(const float* q, int64_t nq, int64_t ldq, const float* kt, int64_t ldkt, int64_t d, int64_t n,
-                   float* y, int64_t ldy);
     void (*values)(const float* p, int64_t nq, int64_t ldp, const void* v, int64_t n, int64_t d, float* out,
                    int64_t ldo);
     bool convert_values;  // values reads F32: each block of values is converted first (block_to_f32)
@@ -153,11 +152,10 @@ BlockKernels block_kernels(const KvHeadData& kv) {
     const GgmlType kt = kv.key_type, vt = kv.value_type;
     if (active_cpu_kernel() == CpuKernel::Avx2) {
         return {kt == GgmlType::F32 ? keys_t_f32_avx2 : kt == GgmlType::F16 ? keys_t_f16_avx2 : keys_t_dequant_avx2,
-                kernels::attention_scores_avx2, vt == GgmlType::F16 ? values_f16_avx2 : values_f32_avx2,
-                vt != GgmlType::F32 && vt != GgmlType::F16};
+                vt == GgmlType::F16 ? values_f16_avx2 : values_f32_avx2, vt != GgmlType::F32 && vt != GgmlType::F16};
     }
     return {kt == GgmlType::F32 ? keys_t_f32_generic : kt == GgmlType::F16 ? keys_t_f16_generic : keys_t_dequant_generic,
-            kernels::attention_scores_generic, values_f32_generic, vt != GgmlType::F32};
+            values_f32_generic, vt != GgmlType::F32};
 }
 
 // Quantised keys: the scores of a block are int8 dot products (int8_gemm.h) of the query rows,
@@ -293,6 +291,29 @@ const void* entry(const void* rows, int32_t j, size_t row_bytes) {
 
 int32_t round_up8(int32_t n) { return (n + 7) / 8 * 8; }
 
+// Row strides of the float copies of a block (the transposed keys, the values): 16 floats past
+// the row, so that a row is an odd number of 64-byte lines for the usual head sizes (64, 128,
+// 256 floats) and a column strip's rows spread over every L1 set (kernels::rows_times_panel_avx2).
+int64_t padded(int64_t n) { return n + 16; }
+
+// A grow-only thread-local float buffer of n floats in `buf`, starting on a 64-byte line.
+float* aligned_floats(std::vector<float>& buf, int64_t n) {
+    buf.resize(static_cast<size_t>(n + 16));
+    const auto at = reinterpret_cast<uintptr_t>(buf.data());
+    return buf.data() + (64 - at % 64) % 64 / sizeof(float);
+}
+
+// The rows of a block of positions t0 .. t1 - 1 (nq each, row r = (t - t0) * nq + i) as pointers
+// for kernels::rows_times_panel_avx2; valid until the next call on this thread.
+template <class T>
+T* const* row_pointers(std::vector<T*>& rows, T* base, int64_t n_pos, int64_t nq, RowLayout at) {
+    rows.resize(static_cast<size_t>(n_pos * nq));
+    for (int64_t t = 0; t < n_pos; ++t) {
+        for (int64_t i = 0; i < nq; ++i) rows[static_cast<size_t>(t * nq + i)] = base + t * at.ld_pos + i * at.ld_row;
+    }
+    return rows.data();
+}
+
 void check_args(int64_t n_pos, int64_t nq, const KvHeadData& kv, int32_t n_vis, int64_t ldp, bool values) {
     KVEC_CHECK(n_pos >= 1 && nq >= 0 && kv.head_dim > 0 && kv.keys != nullptr && n_vis >= 1 &&
                ldp >= n_vis + n_pos - 1 && (!values || kv.values != nullptr));
@@ -328,10 +349,11 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
     const bool direct_512 = direct && kernels::attention_direct_avx512(kv.key_type, D);
     const bool direct_keys = direct_512 || (direct && kernels::attention_direct_avx2(kv.key_type, D));
     const bool direct_values = direct && out != nullptr && kernels::attention_direct_avx512(kv.value_type, D);
-    // A block of positions with AVX-512: float scores 16 lanes wide over the transposed keys, for
-    // a group of positions per call, and F32/F16 values read in place 16 lanes wide.
-    const bool wide = active_cpu_kernel() == CpuKernel::Avx2 && kernels::avx512_enabled();
-    const bool wide_values = wide && kernels::attention_direct_avx512(kv.value_type, D);
+    // A block of positions: the scores of a group of positions' rows per call over the
+    // transposed keys, 16 lanes wide with AVX-512 (kernels::attention_scores_avx512), else 8
+    // (kernels::rows_times_panel_avx2).
+    const bool avx2 = active_cpu_kernel() == CpuKernel::Avx2;
+    const bool wide = avx2 && kernels::avx512_enabled();
 
     // Scores, block by block: the block's keys transposed once, then every position that sees
     // some of them. Quantised keys: int8 dot products with the query rows quantised once.
@@ -341,8 +363,11 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
     // blocks are unpacked or packed once per group rather than once per position; the group's
     // entries up to its last position's are scored and each position keeps its visible ones.
     constexpr int64_t kPosGroup = 16;
-    thread_local std::vector<float> kt, y;  // [D, kEntryBlock], [kPosGroup * nq, kEntryBlock]
-    kt.resize(static_cast<size_t>(D * kEntryBlock));
+    thread_local std::vector<float> kt_buf, y;  // [D, ldkt], [kPosGroup * nq, kEntryBlock]
+    thread_local std::vector<const float*> a_rows;  // [kPosGroup * nq]
+    thread_local std::vector<float*> y_rows;        // [kPosGroup * nq]
+    const int64_t ldkt = padded(kEntryBlock);
+    float* kt = aligned_floats(kt_buf, D * ldkt);
     y.resize(static_cast<size_t>(kPosGroup * nq * kEntryBlock));
     if (direct_keys) {
         // The values stream in while the keys are scored (nothing to prefetch without values).
@@ -353,8 +378,8 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
         for (int32_t j0 = 0; j0 < n_last; j0 += kEntryBlock) {
             const int32_t n = std::min(kEntryBlock, n_last - j0);
             const auto* keys = static_cast<const uint8_t*>(entry(kv.keys, j0, key_row));
-            if (!int8_scores.int8()) k.keys_t(kv.key_type, keys, n, D, kt.data(), kEntryBlock);
-            const int64_t group = int8_scores.int8() || wide ? kPosGroup : 1;
+            if (!int8_scores.int8()) k.keys_t(kv.key_type, keys, n, D, kt, ldkt);
+            const int64_t group = int8_scores.int8() || avx2 ? kPosGroup : 1;
             for (int64_t t0 = first_pos(j0); t0 < n_pos; t0 += group) {
                 const int64_t t1 = std::min(n_pos, t0 + group);
                 const int32_t n_g = std::min(n, vis(t1 - 1) - j0);  // entries the group's last position sees
@@ -362,10 +387,15 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
                     int8_scores(qq->rows(t0 * nq), (t1 - t0) * nq, keys, key_row, n_g, y.data(), kEntryBlock);
                 } else if (wide) {
                     kernels::attention_scores_avx512(q + t0 * q_at.ld_pos, t1 - t0, nq, q_at.ld_pos, q_at.ld_row,
-                                                     kt.data(), kEntryBlock, D, n_g, y.data(), kEntryBlock);
+                                                     kt, ldkt, D, n_g, y.data(), kEntryBlock);
+                } else if (avx2) {
+                    kernels::rows_times_panel_avx2((t1 - t0) * nq, row_pointers(a_rows, q + t0 * q_at.ld_pos, t1 - t0, nq, q_at),
+                                                   kt, ldkt, D, round_up8(n_g),
+                                                   row_pointers(y_rows, y.data(), t1 - t0, nq, {nq * kEntryBlock, kEntryBlock}),
+                                                   false);
                 } else {
-                    k.scores(q + t0 * q_at.ld_pos, nq, q_at.ld_row, kt.data(), kEntryBlock, D, round_up8(n_g), y.data(),
-                             kEntryBlock);
+                    kernels::attention_scores_generic(q + t0 * q_at.ld_pos, nq, q_at.ld_row, kt, ldkt, D, round_up8(n_g),
+                                                      y.data(), kEntryBlock);
                 }
                 for (int64_t t = t0; t < t1; ++t) {
                     const int32_t n_t = std::min(n, vis(t) - j0);
@@ -403,19 +433,45 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
         return;
     }
     // Block-quantised values on AVX2: read from their blocks (kernels::attention_values_quant_avx2).
-    const bool quant_values =
-        active_cpu_kernel() == CpuKernel::Avx2 && kernels::values_in_place_avx2(kv.value_type);
+    const bool quant_values = avx2 && kernels::values_in_place_avx2(kv.value_type);
+    // A block of positions on AVX2, values of any other type: each block converted to float rows
+    // once, then the rows of every position that sees it against them (rows_times_panel_avx2).
+    const bool panel_values = avx2 && n_pos > 1 && !quant_values;
+    thread_local std::vector<float> v_buf;  // [kEntryBlock, ldv]
+    const int64_t ldv = padded(D);
+    float* vf = panel_values ? aligned_floats(v_buf, kEntryBlock * ldv) : nullptr;
     for (int32_t j0 = 0; j0 < n_last; j0 += kEntryBlock) {
         const void* v = entry(kv.values, j0, value_row);  // [min(kEntryBlock, n_last - j0)] rows
+        if (panel_values) {
+            // The positions that see all of the block in one call, each position that sees part
+            // of it (its own entry is in the block) alone.
+            const int32_t nb = std::min(kEntryBlock, n_last - j0);
+            for (int32_t j = 0; j < nb; ++j) {
+                const void* row = entry(v, j, value_row);
+                if (kv.value_type == GgmlType::F16) {
+                    kernels::fp16_to_fp32_f16c(as_f16(row), vf + j * ldv, D);
+                } else if (kv.value_type == GgmlType::F32) {
+                    std::copy_n(as_f32(row), D, vf + j * ldv);
+                } else {
+                    quant::dequantize_row(kv.value_type, row, vf + j * ldv, D);
+                }
+            }
+            for (int64_t t = first_pos(j0); t < n_pos;) {
+                const int32_t n_t = std::min(nb, vis(t) - j0);
+                const int64_t t1 = n_t == nb ? n_pos : t + 1;
+                kernels::rows_times_panel_avx2(
+                    (t1 - t) * nq, row_pointers(a_rows, static_cast<const float*>(p_row(t, 0) + j0), t1 - t, nq, {nq * ldp, ldp}),
+                    vf, ldv, n_t, D, row_pointers(y_rows, out + t * out_at.ld_pos, t1 - t, nq, out_at), true);
+                t = t1;
+            }
+            continue;
+        }
         if (k.convert_values && !quant_values) {
             v = block_to_f32(kv.value_type, v, std::min(kEntryBlock, n_last - j0), D);
         }
         for (int64_t t = first_pos(j0); t < n_pos; ++t) {
             const int32_t n_t = std::min(kEntryBlock, vis(t) - j0);
-            if (wide_values) {
-                kernels::attention_values_avx512(kv.value_type, p_row(t, 0) + j0, nq, ldp, v, n_t, D,
-                                                 out + t * out_at.ld_pos, out_at.ld_row);
-            } else if (quant_values) {
+            if (quant_values) {
                 kernels::attention_values_quant_avx2(kv.value_type, p_row(t, 0) + j0, nq, ldp,
                                                      static_cast<const uint8_t*>(v), n_t, D,
                                                      out + t * out_at.ld_pos, out_at.ld_row);

@@ -60,8 +60,20 @@ void keys_t_f32_avx2(const float* k, int64_t n, int64_t d, float* kt, int64_t ld
 void keys_t_f16_avx2(const uint16_t* k, int64_t n, int64_t d, float* kt, int64_t ldkt);
 void attention_scores_generic(const float* q, int64_t nq, int64_t ldq, const float* kt, int64_t ldkt, int64_t d,
                               int64_t n, float* y, int64_t ldy);
-void attention_scores_avx2(const float* q, int64_t nq, int64_t ldq, const float* kt, int64_t ldkt, int64_t d,
-                           int64_t n, float* y, int64_t ldy);
+
+// The rows of a block of query positions against a float panel with AVX2, the rows given by
+// pointers (the query rows of several positions and heads, or their probability rows):
+//   y[r][c] (+)= sum_{e < k} a[r][e] * b[e * ldb + c]     for r < rows, c < n (any n)
+// written (accumulate false) or added to. Strips of 16 columns outer, tiles of 6 rows x 16
+// columns inner, so that a strip of b (k x 16 floats) is read from memory or L2 once and from L1
+// by every tile of rows; 4 * ldb bytes should be an odd number of 64-byte lines, or the strip's
+// k rows fall into few L1 sets and evict each other (ldb = 128: 8 of 64 sets).
+//   scores: a = the query rows, b = kt (keys_t_*), k = d, n = the entries (a multiple of 8)
+//   values: a = the probability rows, b = the block's values as float rows, k = the entries,
+//           n = d, accumulated
+// The product of attention_scores_generic / attention_values_generic for many rows at a time.
+void rows_times_panel_avx2(int64_t rows, const float* const* a, const float* b, int64_t ldb, int64_t k, int64_t n,
+                           float* const* y, bool accumulate);
 
 // The values of the entries a one-position scores kernel reads (rows row_bytes apart, any type),
 // prefetched into L2 a pass of entries at a time while their keys are scored: the values pass
@@ -101,7 +113,7 @@ void attention_scores_direct_avx512(GgmlType type, const float* q, int64_t nq, i
 void attention_values_avx512(GgmlType type, const float* p, int64_t nq, int64_t ldp, const void* v, int64_t n,
                              int64_t d, float* out, int64_t ldo);
 
-// attention_scores_avx2's product for a block of query positions with AVX-512F (where
+// attention_scores_generic's product for a block of query positions with AVX-512F (where
 // avx512_enabled()): rows r = t * nq + i (t < n_pos, i < nq) of the query at q + t * ld_pos + i *
 // ld_row, 4 rows x 64 entries per register tile; any n <= ldkt (the lanes past n masked):
 //   y[r * ldy + j] = sum_{e < d} q_r[e] * kt[e * ldkt + j]   for j < n

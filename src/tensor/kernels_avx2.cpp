@@ -494,19 +494,18 @@ void matmul_bf16_avx2(const float* x, int64_t nx, int64_t ldx, const uint16_t* w
 }
 
 // Attention values (tensor/attention.h): out[i, e] += sum_j p[i, j] * v[j, e] over one block of
-// entries, read in place (F16 converted in registers). Register tiles of C query rows x DV
-// vectors of 8 dimensions: per entry DV value vectors are loaded (and converted) once and
-// multiplied by C broadcast probabilities; 4 x 2 tiles use 8 accumulators + 2 values + 1 broadcast.
-// The scores are the same product with the query rows as p and the transposed keys as v
-// (Acc = false: y is written, not accumulated).
+// entries for one position's query rows, read in place (F16 converted in registers). Register
+// tiles of C query rows x DV vectors of 8 dimensions: per entry DV value vectors are loaded (and
+// converted) once and multiplied by C broadcast probabilities; 4 x 2 tiles use 8 accumulators + 2
+// values + 1 broadcast.
 namespace {
-template <class L, int C, int DV, bool Acc, class E>
+template <class L, int C, int DV, class E>
 inline void values_tile(const float* p, int64_t ldp, const E* v, int64_t ldv, int64_t n, float* out, int64_t ldo) {
     __m256 acc[C][DV];
 #pragma GCC unroll 4
     for (int i = 0; i < C; ++i)
 #pragma GCC unroll 2
-        for (int d = 0; d < DV; ++d) acc[i][d] = Acc ? _mm256_loadu_ps(out + i * ldo + 8 * d) : _mm256_setzero_ps();
+        for (int d = 0; d < DV; ++d) acc[i][d] = _mm256_loadu_ps(out + i * ldo + 8 * d);
     for (int64_t j = 0; j < n; ++j) {
         __m256 vv[DV];
 #pragma GCC unroll 2
@@ -525,30 +524,30 @@ inline void values_tile(const float* p, int64_t ldp, const E* v, int64_t ldv, in
 }
 
 // C query rows, every dimension: 16-wide tiles, an 8-wide one, then the d % 8 tail in scalar code.
-template <class L, int C, bool Acc, class E>
+template <class L, int C, class E>
 inline void values_rows(const float* p, int64_t ldp, const E* v, int64_t ldv, int64_t n, int64_t d, float* out,
                         int64_t ldo) {
     int64_t e = 0;
-    for (; e + 16 <= d; e += 16) values_tile<L, C, 2, Acc>(p, ldp, v + e, ldv, n, out + e, ldo);
-    for (; e + 8 <= d; e += 8) values_tile<L, C, 1, Acc>(p, ldp, v + e, ldv, n, out + e, ldo);
+    for (; e + 16 <= d; e += 16) values_tile<L, C, 2>(p, ldp, v + e, ldv, n, out + e, ldo);
+    for (; e + 8 <= d; e += 8) values_tile<L, C, 1>(p, ldp, v + e, ldv, n, out + e, ldo);
     for (; e < d; ++e) {
         for (int i = 0; i < C; ++i) {
-            float s = Acc ? out[i * ldo + e] : 0.0f;
+            float s = out[i * ldo + e];
             for (int64_t j = 0; j < n; ++j) s += p[i * ldp + j] * L::one(v[j * ldv + e]);
             out[i * ldo + e] = s;
         }
     }
 }
 
-template <class L, bool Acc, class E>
+template <class L, class E>
 void attention_values(const float* p, int64_t nq, int64_t ldp, const E* v, int64_t ldv, int64_t n, int64_t d,
                       float* out, int64_t ldo) {
     int64_t i = 0;
-    for (; i + 4 <= nq; i += 4) values_rows<L, 4, Acc>(p + i * ldp, ldp, v, ldv, n, d, out + i * ldo, ldo);
+    for (; i + 4 <= nq; i += 4) values_rows<L, 4>(p + i * ldp, ldp, v, ldv, n, d, out + i * ldo, ldo);
     switch (nq - i) {
-        case 3: values_rows<L, 3, Acc>(p + i * ldp, ldp, v, ldv, n, d, out + i * ldo, ldo); break;
-        case 2: values_rows<L, 2, Acc>(p + i * ldp, ldp, v, ldv, n, d, out + i * ldo, ldo); break;
-        case 1: values_rows<L, 1, Acc>(p + i * ldp, ldp, v, ldv, n, d, out + i * ldo, ldo); break;
+        case 3: values_rows<L, 3>(p + i * ldp, ldp, v, ldv, n, d, out + i * ldo, ldo); break;
+        case 2: values_rows<L, 2>(p + i * ldp, ldp, v, ldv, n, d, out + i * ldo, ldo); break;
+        case 1: values_rows<L, 1>(p + i * ldp, ldp, v, ldv, n, d, out + i * ldo, ldo); break;
         default: break;
     }
 }
@@ -585,12 +584,12 @@ void keys_t(const E* k, int64_t n, int64_t d, float* kt, int64_t ldkt) {
 
 void attention_values_f32_avx2(const float* p, int64_t nq, int64_t ldp, const float* v, int64_t n, int64_t d,
                                float* out, int64_t ldo) {
-    attention_values<F32Load, true>(p, nq, ldp, v, d, n, d, out, ldo);
+    attention_values<F32Load>(p, nq, ldp, v, d, n, d, out, ldo);
 }
 
 void attention_values_f16_avx2(const float* p, int64_t nq, int64_t ldp, const uint16_t* v, int64_t n, int64_t d,
                                float* out, int64_t ldo) {
-    attention_values<Fp16Load, true>(p, nq, ldp, v, d, n, d, out, ldo);
+    attention_values<Fp16Load>(p, nq, ldp, v, d, n, d, out, ldo);
 }
 
 void keys_t_f32_avx2(const float* k, int64_t n, int64_t d, float* kt, int64_t ldkt) {
@@ -748,10 +747,78 @@ void keys_t_f16_avx2(const uint16_t* k, int64_t n, int64_t d, float* kt, int64_t
     keys_t<Fp16Load>(k, n, d, kt, ldkt);
 }
 
-void attention_scores_avx2(const float* q, int64_t nq, int64_t ldq, const float* kt, int64_t ldkt, int64_t d,
-                           int64_t n, float* y, int64_t ldy) {
-    KVEC_CHECK(n % 8 == 0);
-    attention_values<F32Load, false>(q, nq, ldq, kt, ldkt, d, n, y, ldy);
+
+// Rows given by pointers times a float panel (kernels.h, rows_times_panel_avx2): register tiles
+// of C rows x DV vectors of 8 columns; per step e, DV panel vectors (the last one masked to the
+// columns that remain where `tail`) against C broadcasts, 6 x 2 tiles using 12 accumulators.
+namespace {
+template <int C, int DV, bool Tail>
+inline void panel_tile(const float* const* a, const float* b, int64_t ldb, int64_t k, __m256i tail, float* const* y,
+                       bool accumulate) {
+    auto load = [&](const float* p, int v) {
+        return Tail && v == DV - 1 ? _mm256_maskload_ps(p + 8 * v, tail) : _mm256_loadu_ps(p + 8 * v);
+    };
+    __m256 acc[C][DV];
+#pragma GCC unroll 6
+    for (int i = 0; i < C; ++i)
+#pragma GCC unroll 2
+        for (int v = 0; v < DV; ++v) acc[i][v] = accumulate ? load(y[i], v) : _mm256_setzero_ps();
+    for (int64_t e = 0; e < k; ++e) {
+        __m256 bv[DV];
+#pragma GCC unroll 2
+        for (int v = 0; v < DV; ++v) bv[v] = load(b + e * ldb, v);
+#pragma GCC unroll 6
+        for (int i = 0; i < C; ++i) {
+            const __m256 ai = _mm256_broadcast_ss(a[i] + e);
+#pragma GCC unroll 2
+            for (int v = 0; v < DV; ++v) acc[i][v] = _mm256_fmadd_ps(ai, bv[v], acc[i][v]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int i = 0; i < C; ++i) {
+#pragma GCC unroll 2
+        for (int v = 0; v < DV; ++v) {
+            if (Tail && v == DV - 1) {
+                _mm256_maskstore_ps(y[i] + 8 * v, tail, acc[i][v]);
+            } else {
+                _mm256_storeu_ps(y[i] + 8 * v, acc[i][v]);
+            }
+        }
+    }
+}
+
+// One strip of columns [c, c + 8 * DV) for every row, 6 rows at a time.
+template <int DV, bool Tail>
+void panel_strip(int64_t rows, const float* const* a, const float* b, int64_t ldb, int64_t k, __m256i tail,
+                 float* const* y, int64_t c, bool accumulate) {
+    for (int64_t r = 0; r < rows; r += 6) {
+        float* yc[6];
+        const auto m = static_cast<int>(std::min<int64_t>(6, rows - r));
+        for (int i = 0; i < m; ++i) yc[i] = y[r + i] + c;
+        const float* const* ar = a + r;
+        switch (m) {
+            case 6: panel_tile<6, DV, Tail>(ar, b + c, ldb, k, tail, yc, accumulate); break;
+            case 5: panel_tile<5, DV, Tail>(ar, b + c, ldb, k, tail, yc, accumulate); break;
+            case 4: panel_tile<4, DV, Tail>(ar, b + c, ldb, k, tail, yc, accumulate); break;
+            case 3: panel_tile<3, DV, Tail>(ar, b + c, ldb, k, tail, yc, accumulate); break;
+            case 2: panel_tile<2, DV, Tail>(ar, b + c, ldb, k, tail, yc, accumulate); break;
+            default: panel_tile<1, DV, Tail>(ar, b + c, ldb, k, tail, yc, accumulate); break;
+        }
+    }
+}
+}  // namespace
+
+void rows_times_panel_avx2(int64_t rows, const float* const* a, const float* b, int64_t ldb, int64_t k, int64_t n,
+                           float* const* y, bool accumulate) {
+    const __m256i none = _mm256_setzero_si256();
+    int64_t c = 0;
+    for (; c + 16 <= n; c += 16) panel_strip<2, false>(rows, a, b, ldb, k, none, y, c, accumulate);
+    for (; c + 8 <= n; c += 8) panel_strip<1, false>(rows, a, b, ldb, k, none, y, c, accumulate);
+    if (c == n) return;
+    // Lane l of the last vector is on where c + l < n (its sign bit set).
+    const __m256i tail = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n - c)),
+                                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    panel_strip<1, true>(rows, a, b, ldb, k, tail, y, c, accumulate);
 }
 
 // One query position over F32/F16 keys read in place (kernels.h, attention_scores_direct_avx2).
@@ -1610,7 +1677,7 @@ void keys_t_f32_avx2(const float*, int64_t, int64_t, float*, int64_t) {
 void keys_t_f16_avx2(const uint16_t*, int64_t, int64_t, float*, int64_t) {
     KVEC_CHECK(false && "AVX2 kernel called in a build without AVX2");
 }
-void attention_scores_avx2(const float*, int64_t, int64_t, const float*, int64_t, int64_t, int64_t, float*, int64_t) {
+void rows_times_panel_avx2(int64_t, const float* const*, const float*, int64_t, int64_t, int64_t, float* const*, bool) {
     KVEC_CHECK(false && "AVX2 kernel called in a build without AVX2");
 }
 bool attention_direct_avx2(GgmlType, int64_t) { return false; }

@@ -1,7 +1,7 @@
 // Attention over one KV head's cache as stored (tensor/attention.h): every kernel (generic, AVX2
-// reading F16 in place) against the scalar reference, on random shapes whose entry counts and
-// head sizes are not multiples of the vector width or of the entry block, for F32 and F16 caches;
-// BF16 and block-quantised keys and values (each type alone and mixed key / value types) on head
+// reading F16 in place or a block of positions' rows at a time, AVX-512) against the scalar
+// reference, on random shapes whose entry counts and head sizes are not multiples of the vector
+// width or of the entry block, for F32 and F16 caches; BF16 and block-quantised keys and values (each type alone and mixed key / value types) on head
 // sizes of whole 32-element blocks.
 #include <gtest/gtest.h>
 
@@ -508,6 +508,53 @@ TEST(AttentionKernels, KeysTransposedExactlyWithZeroPadding) {
                         } else {
                             ASSERT_EQ(got, f16 ? fp16_to_float(k16[at]) : k32[at])
                                 << "variant " << variant << " n=" << n << " d=" << d << " e=" << e << " j=" << j;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+// kernels::rows_times_panel_avx2 against the product in double: rows scattered in memory (given
+// by pointers, in an order unlike their addresses'), row counts around its tiles of 6, column
+// counts around its strips of 16 and 8 and its masked tail; written and accumulated; nothing
+// written past column n - 1 of a row.
+TEST(AttentionKernels, RowsTimesPanelMatchesTheProductInDouble) {
+    if (!cpu_kernel_supported(CpuKernel::Avx2)) GTEST_SKIP() << "no AVX2 on this CPU";
+    std::mt19937 rng(5);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    constexpr float kSentinel = -7.0f;
+    for (int rows : {1, 5, 6, 7, 13, 64}) {
+        for (int n : {1, 7, 8, 15, 16, 24, 37, 64}) {
+            for (int k : {1, 9, 64}) {
+                for (const bool accumulate : {false, true}) {
+                    const int64_t lda = k + 3, ldb = n + 5, ldy = n + 4;
+                    std::vector<float> a(static_cast<size_t>(rows * lda)), b(static_cast<size_t>(k * ldb));
+                    std::vector<float> y(static_cast<size_t>(rows * ldy), kSentinel);  // [rows, ldy]
+                    for (float& x : a) x = dist(rng);
+                    for (float& x : b) x = dist(rng);
+                    for (int r = 0; r < rows; ++r)
+                        for (int c = 0; c < n; ++c) y[static_cast<size_t>(r * ldy + c)] = dist(rng);
+                    const std::vector<float> y0 = y;
+                    std::vector<const float*> ar;
+                    std::vector<float*> yr;
+                    for (int r = 0; r < rows; ++r) {  // row r reads a's row rows - 1 - r
+                        ar.push_back(a.data() + (rows - 1 - r) * lda);
+                        yr.push_back(y.data() + r * ldy);
+                    }
+                    kernels::rows_times_panel_avx2(rows, ar.data(), b.data(), ldb, k, n, yr.data(), accumulate);
+                    for (int r = 0; r < rows; ++r) {
+                        for (int c = 0; c < ldy; ++c) {
+                            const float got = y[static_cast<size_t>(r * ldy + c)];
+                            if (c >= n) {
+                                ASSERT_EQ(got, kSentinel) << "rows=" << rows << " n=" << n << " k=" << k;
+                                continue;
+                            }
+                            double want = accumulate ? y0[static_cast<size_t>(r * ldy + c)] : 0.0;
+                            for (int e = 0; e < k; ++e) want += double{ar[r][e]} * b[static_cast<size_t>(e * ldb + c)];
+                            ASSERT_NEAR(got, want, 1e-4 * (1 + k))
+                                << "rows=" << rows << " n=" << n << " k=" << k << " r=" << r << " c=" << c;
                         }
                     }
                 }
