@@ -27,7 +27,7 @@ namespace {
 //   keys_t: kt [d, ldkt] = the keys transposed to float (columns n .. round_up(n, 8) zero)
 //   values: out[i * ldo + e] += sum_j p[i * ldp + j] v[j, e]   (one position's rows)
 // The scores of the transposed keys are kernels::attention_scores_generic without AVX2, else
-// kernels::rows_times_panel_avx2 / attention_scores_avx512 for a group of positions.
+// kernels::rows_times_panel_avx2 / _avx512 for a group of positions.
 struct BlockKernels {
     void (*keys_t)(GgmlType type, const void* k, int64_t n, int64_t d, float* kt, int64_t ldkt);
     void (*values)(const float* p, int64_t nq, int64_t ldp, const void* v, int64_t n, int64_t d, float* out,
@@ -293,7 +293,7 @@ int32_t round_up8(int32_t n) { return (n + 7) / 8 * 8; }
 
 // Row strides of the float copies of a block (the transposed keys, the values): 16 floats past
 // the row, so that a row is an odd number of 64-byte lines for the usual head sizes (64, 128,
-// 256 floats) and a column strip's rows spread over every L1 set (kernels::rows_times_panel_avx2).
+// 256 floats) and a column strip's rows spread over every L1 set (kernels::rows_times_panel_*).
 int64_t padded(int64_t n) { return n + 16; }
 
 // A grow-only thread-local float buffer of n floats in `buf`, starting on a 64-byte line.
@@ -304,7 +304,7 @@ float* aligned_floats(std::vector<float>& buf, int64_t n) {
 }
 
 // The rows of a block of positions t0 .. t1 - 1 (nq each, row r = (t - t0) * nq + i) as pointers
-// for kernels::rows_times_panel_avx2; valid until the next call on this thread.
+// for kernels::rows_times_panel_*; valid until the next call on this thread.
 template <class T>
 T* const* row_pointers(std::vector<T*>& rows, T* base, int64_t n_pos, int64_t nq, RowLayout at) {
     rows.resize(static_cast<size_t>(n_pos * nq));
@@ -349,11 +349,11 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
     const bool direct_512 = direct && kernels::attention_direct_avx512(kv.key_type, D);
     const bool direct_keys = direct_512 || (direct && kernels::attention_direct_avx2(kv.key_type, D));
     const bool direct_values = direct && out != nullptr && kernels::attention_direct_avx512(kv.value_type, D);
-    // A block of positions: the scores of a group of positions' rows per call over the
-    // transposed keys, 16 lanes wide with AVX-512 (kernels::attention_scores_avx512), else 8
-    // (kernels::rows_times_panel_avx2).
+    // A block of positions: the rows of a group of positions per call against the transposed
+    // keys, and against each block of values converted to float, 16 lanes wide with AVX-512, else 8.
     const bool avx2 = active_cpu_kernel() == CpuKernel::Avx2;
-    const bool wide = avx2 && kernels::avx512_enabled();
+    const auto panel = avx2 && kernels::avx512_enabled() ? kernels::rows_times_panel_avx512
+                                                         : kernels::rows_times_panel_avx2;
 
     // Scores, block by block: the block's keys transposed once, then every position that sees
     // some of them. Quantised keys: int8 dot products with the query rows quantised once.
@@ -385,14 +385,10 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
                 const int32_t n_g = std::min(n, vis(t1 - 1) - j0);  // entries the group's last position sees
                 if (int8_scores.int8()) {
                     int8_scores(qq->rows(t0 * nq), (t1 - t0) * nq, keys, key_row, n_g, y.data(), kEntryBlock);
-                } else if (wide) {
-                    kernels::attention_scores_avx512(q + t0 * q_at.ld_pos, t1 - t0, nq, q_at.ld_pos, q_at.ld_row,
-                                                     kt, ldkt, D, n_g, y.data(), kEntryBlock);
                 } else if (avx2) {
-                    kernels::rows_times_panel_avx2((t1 - t0) * nq, row_pointers(a_rows, q + t0 * q_at.ld_pos, t1 - t0, nq, q_at),
-                                                   kt, ldkt, D, round_up8(n_g),
-                                                   row_pointers(y_rows, y.data(), t1 - t0, nq, {nq * kEntryBlock, kEntryBlock}),
-                                                   false);
+                    panel((t1 - t0) * nq, row_pointers(a_rows, q + t0 * q_at.ld_pos, t1 - t0, nq, q_at), kt, ldkt, D,
+                          round_up8(n_g), row_pointers(y_rows, y.data(), t1 - t0, nq, {nq * kEntryBlock, kEntryBlock}),
+                          false);
                 } else {
                     kernels::attention_scores_generic(q + t0 * q_at.ld_pos, nq, q_at.ld_row, kt, ldkt, D, round_up8(n_g),
                                                       y.data(), kEntryBlock);
@@ -434,8 +430,8 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
     }
     // Block-quantised values on AVX2: read from their blocks (kernels::attention_values_quant_avx2).
     const bool quant_values = avx2 && kernels::values_in_place_avx2(kv.value_type);
-    // A block of positions on AVX2, values of any other type: each block converted to float rows
-    // once, then the rows of every position that sees it against them (rows_times_panel_avx2).
+    // A block of positions, values of any other type: each block converted to float rows once,
+    // then the rows of every position that sees it against them (`panel`).
     const bool panel_values = avx2 && n_pos > 1 && !quant_values;
     thread_local std::vector<float> v_buf;  // [kEntryBlock, ldv]
     const int64_t ldv = padded(D);
@@ -459,9 +455,9 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
             for (int64_t t = first_pos(j0); t < n_pos;) {
                 const int32_t n_t = std::min(nb, vis(t) - j0);
                 const int64_t t1 = n_t == nb ? n_pos : t + 1;
-                kernels::rows_times_panel_avx2(
-                    (t1 - t) * nq, row_pointers(a_rows, static_cast<const float*>(p_row(t, 0) + j0), t1 - t, nq, {nq * ldp, ldp}),
-                    vf, ldv, n_t, D, row_pointers(y_rows, out + t * out_at.ld_pos, t1 - t, nq, out_at), true);
+                panel((t1 - t) * nq,
+                      row_pointers(a_rows, static_cast<const float*>(p_row(t, 0) + j0), t1 - t, nq, {nq * ldp, ldp}), vf,
+                      ldv, n_t, D, row_pointers(y_rows, out + t * out_at.ld_pos, t1 - t, nq, out_at), true);
                 t = t1;
             }
             continue;

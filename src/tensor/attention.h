@@ -17,11 +17,11 @@
 // The probability rows p are returned to the caller (the engine derives the eviction policies'
 // observations from them: column sums, window means, last rows).
 //
-// The entries are walked in blocks of kEntryBlock, so that a block stays in L1 while every query
-// row passes over it. Scores: the block's keys are transposed to float once (kernels::keys_t_*),
-// then each query row yields 8 entries' scores per vector (no horizontal sums; with AVX-512, 16
-// per vector for the rows of up to 16 positions per call, kernels::attention_scores_avx512, and
-// F32/F16 values read in place 16 lanes wide, kernels::attention_values_avx512); one position (a
+// The entries are walked in blocks of kEntryBlock, so that a block stays in L1 or L2 while every
+// query row passes over it. Scores: the block's keys are transposed to float once
+// (kernels::keys_t_*), then the query rows of up to 16 positions yield 8 entries' scores per
+// vector (no horizontal sums; kernels::rows_times_panel_avx2, strips of entries outer and tiles
+// of rows inner; with AVX-512 16 per vector, kernels::attention_scores_avx512); one position (a
 // decode step) over F32/F16 keys reads them in place instead, one dot product per entry
 // (kernels::attention_scores_direct_avx2 / _avx512), as the transposition would serve only the
 // few query rows of one position; that pass prefetches the entries' values into L2
@@ -31,10 +31,13 @@
 // (int8_gemm.h's activations; llama.cpp quantises the query likewise, vec_dot_qX_q8_0) and the keys
 // read from their blocks: AVX-512 VNNI where the CPU has it (Q8_0 in place, the other types packed
 // 16 keys at a time in registers), else AVX2 (Q8_0 in place, the others unpacked to int8), else the
-// scalar int8::gemm_ref. Values: the AVX2 kernel reads F16 values in place and converts them in
-// registers (F16C), and block-quantised values likewise from their blocks (16 elements decoded in
-// registers); the generic kernel converts each block of entries into a small buffer first, as for
-// BF16 keys and values everywhere (quant::dequantize_row).
+// scalar int8::gemm_ref. Values: for a block of positions (AVX2, AVX-512) each block of values is
+// converted to float rows once and every position's probability rows go through
+// rows_times_panel_avx2 against it; for one position they are read in place: F32/F16 16 lanes
+// wide with AVX-512 (kernels::attention_values_avx512), F16 converted in registers with AVX2, and
+// block-quantised values from their blocks (16 elements decoded in registers; also for a block
+// of positions); the generic kernel converts each block of entries into a small buffer first, as
+// for BF16 values everywhere (quant::dequantize_row).
 // ref::attention (reference.h) is the scalar reference the tests use.
 #pragma once
 

@@ -113,12 +113,10 @@ void attention_scores_direct_avx512(GgmlType type, const float* q, int64_t nq, i
 void attention_values_avx512(GgmlType type, const float* p, int64_t nq, int64_t ldp, const void* v, int64_t n,
                              int64_t d, float* out, int64_t ldo);
 
-// attention_scores_generic's product for a block of query positions with AVX-512F (where
-// avx512_enabled()): rows r = t * nq + i (t < n_pos, i < nq) of the query at q + t * ld_pos + i *
-// ld_row, 4 rows x 64 entries per register tile; any n <= ldkt (the lanes past n masked):
-//   y[r * ldy + j] = sum_{e < d} q_r[e] * kt[e * ldkt + j]   for j < n
-void attention_scores_avx512(const float* q, int64_t n_pos, int64_t nq, int64_t ld_pos, int64_t ld_row, const float* kt,
-                             int64_t ldkt, int64_t d, int64_t n, float* y, int64_t ldy);
+// rows_times_panel_avx2 with AVX-512F (where avx512_enabled()): strips of 32 columns outer,
+// register tiles of 8 rows x 32 columns inner, the lanes past n masked.
+void rows_times_panel_avx512(int64_t rows, const float* const* a, const float* b, int64_t ldb, int64_t k, int64_t n,
+                             float* const* y, bool accumulate);
 
 // Attention values over one block of n entries (tensor/attention.h), accumulated:
 //   out[i * ldo + e] += sum_{j < n} p[i * ldp + j] * v[j * d + e]   for i < nq, e < d

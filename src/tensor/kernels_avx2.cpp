@@ -1060,70 +1060,66 @@ KVEC_AVX512 void values_512(const float* p, int64_t nq, int64_t ldp, const E* v,
     }
 }
 
-// Scores over transposed keys (kernels.h, attention_scores_avx512): C query rows x DV vectors of
-// 16 entries; the last vector's lanes past n masked (neither read nor written).
+// Rows given by pointers times a float panel with AVX-512F (kernels.h, rows_times_panel_avx512):
+// C rows x DV vectors of 16 columns, the last vector's lanes past the columns masked (neither read
+// nor written); 8 x 2 tiles use 16 accumulators + 2 panel vectors + 1 broadcast.
 template <int C, int DV>
-KVEC_AVX512 inline void scores_t_tile(const float* const* q, const float* kt, int64_t ldkt, int64_t d, __mmask16 last,
-                                      float* const* y) {
+KVEC_AVX512 inline void panel_tile_512(const float* const* a, const float* b, int64_t ldb, int64_t k, __mmask16 last,
+                                       float* const* y, bool accumulate) {
     __m512 acc[C][DV];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int i = 0; i < C; ++i)
-#pragma GCC unroll 4
-        for (int v = 0; v < DV; ++v) acc[i][v] = _mm512_setzero_ps();
-    for (int64_t e = 0; e < d; ++e) {
-        __m512 kv[DV];
-#pragma GCC unroll 4
-        for (int v = 0; v < DV; ++v) kv[v] = _mm512_maskz_loadu_ps(v == DV - 1 ? last : 0xFFFF, kt + e * ldkt + 16 * v);
-#pragma GCC unroll 4
+#pragma GCC unroll 2
+        for (int v = 0; v < DV; ++v) {
+            acc[i][v] = accumulate ? _mm512_maskz_loadu_ps(v == DV - 1 ? last : 0xFFFF, y[i] + 16 * v) : _mm512_setzero_ps();
+        }
+    for (int64_t e = 0; e < k; ++e) {
+        __m512 bv[DV];
+#pragma GCC unroll 2
+        for (int v = 0; v < DV; ++v) bv[v] = _mm512_maskz_loadu_ps(v == DV - 1 ? last : 0xFFFF, b + e * ldb + 16 * v);
+#pragma GCC unroll 8
         for (int i = 0; i < C; ++i) {
-            const __m512 qi = _mm512_set1_ps(q[i][e]);
-#pragma GCC unroll 4
-            for (int v = 0; v < DV; ++v) acc[i][v] = _mm512_fmadd_ps(qi, kv[v], acc[i][v]);
+            const __m512 ai = _mm512_set1_ps(a[i][e]);
+#pragma GCC unroll 2
+            for (int v = 0; v < DV; ++v) acc[i][v] = _mm512_fmadd_ps(ai, bv[v], acc[i][v]);
         }
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int i = 0; i < C; ++i)
-#pragma GCC unroll 4
+#pragma GCC unroll 2
         for (int v = 0; v < DV; ++v) _mm512_mask_storeu_ps(y[i] + 16 * v, v == DV - 1 ? last : 0xFFFF, acc[i][v]);
 }
 
-// C rows, every entry: 64-entry tiles, then 16 at a time (the last one masked).
-template <int C>
-KVEC_AVX512 void scores_t_rows(const float* const* q, const float* kt, int64_t ldkt, int64_t d, int64_t n,
-                               float* const* y) {
-    int64_t j = 0;
-    for (; j + 64 <= n; j += 64) {
-        float* yj[C];
-        for (int i = 0; i < C; ++i) yj[i] = y[i] + j;
-        scores_t_tile<C, 4>(q, kt + j, ldkt, d, 0xFFFF, yj);
-    }
-    for (; j < n; j += 16) {
-        float* yj[C];
-        for (int i = 0; i < C; ++i) yj[i] = y[i] + j;
-        scores_t_tile<C, 1>(q, kt + j, ldkt, d, avx512::first16(n - j), yj);
+// One strip of columns [c, c + 16 * DV) for every row, 8 rows at a time.
+template <int DV>
+KVEC_AVX512 void panel_strip_512(int64_t rows, const float* const* a, const float* b, int64_t ldb, int64_t k,
+                                 __mmask16 last, float* const* y, int64_t c, bool accumulate) {
+    for (int64_t r = 0; r < rows; r += 8) {
+        float* yc[8];
+        const auto m = static_cast<int>(std::min<int64_t>(8, rows - r));
+        for (int i = 0; i < m; ++i) yc[i] = y[r + i] + c;
+        const float* const* ar = a + r;
+        switch (m) {
+            case 8: panel_tile_512<8, DV>(ar, b + c, ldb, k, last, yc, accumulate); break;
+            case 7: panel_tile_512<7, DV>(ar, b + c, ldb, k, last, yc, accumulate); break;
+            case 6: panel_tile_512<6, DV>(ar, b + c, ldb, k, last, yc, accumulate); break;
+            case 5: panel_tile_512<5, DV>(ar, b + c, ldb, k, last, yc, accumulate); break;
+            case 4: panel_tile_512<4, DV>(ar, b + c, ldb, k, last, yc, accumulate); break;
+            case 3: panel_tile_512<3, DV>(ar, b + c, ldb, k, last, yc, accumulate); break;
+            case 2: panel_tile_512<2, DV>(ar, b + c, ldb, k, last, yc, accumulate); break;
+            default: panel_tile_512<1, DV>(ar, b + c, ldb, k, last, yc, accumulate); break;
+        }
     }
 }
 }  // namespace
 #undef KVEC_AVX512
 
-void attention_scores_avx512(const float* q, int64_t n_pos, int64_t nq, int64_t ld_pos, int64_t ld_row, const float* kt,
-                             int64_t ldkt, int64_t d, int64_t n, float* y, int64_t ldy) {
+void rows_times_panel_avx512(int64_t rows, const float* const* a, const float* b, int64_t ldb, int64_t k, int64_t n,
+                             float* const* y, bool accumulate) {
     KVEC_CHECK(avx512_enabled());
-    const int64_t rows = n_pos * nq;
-    auto q_row = [&](int64_t r) { return q + r / nq * ld_pos + r % nq * ld_row; };
-    int64_t r = 0;
-    for (; r < rows; r += 4) {
-        const int c = static_cast<int>(std::min<int64_t>(4, rows - r));
-        const float* qr[4];
-        float* yr[4];
-        for (int i = 0; i < c; ++i) qr[i] = q_row(r + i), yr[i] = y + (r + i) * ldy;
-        switch (c) {
-            case 4: scores_t_rows<4>(qr, kt, ldkt, d, n, yr); break;
-            case 3: scores_t_rows<3>(qr, kt, ldkt, d, n, yr); break;
-            case 2: scores_t_rows<2>(qr, kt, ldkt, d, n, yr); break;
-            default: scores_t_rows<1>(qr, kt, ldkt, d, n, yr); break;
-        }
-    }
+    int64_t c = 0;
+    for (; c + 32 <= n; c += 32) panel_strip_512<2>(rows, a, b, ldb, k, 0xFFFF, y, c, accumulate);
+    for (; c < n; c += 16) panel_strip_512<1>(rows, a, b, ldb, k, avx512::first16(n - c), y, c, accumulate);
 }
 
 bool attention_direct_avx512(GgmlType type, int64_t d) {
@@ -1694,8 +1690,8 @@ void attention_values_avx512(GgmlType, const float*, int64_t, int64_t, const voi
                              int64_t) {
     KVEC_CHECK(false && "AVX-512 kernel called in a build without AVX2");
 }
-void attention_scores_avx512(const float*, int64_t, int64_t, int64_t, int64_t, const float*, int64_t, int64_t, int64_t,
-                             float*, int64_t) {
+void rows_times_panel_avx512(int64_t, const float* const*, const float*, int64_t, int64_t, int64_t, float* const*,
+                             bool) {
     KVEC_CHECK(false && "AVX-512 kernel called in a build without AVX2");
 }
 }  // namespace kvec::kernels

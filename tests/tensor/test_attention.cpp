@@ -516,51 +516,55 @@ TEST(AttentionKernels, KeysTransposedExactlyWithZeroPadding) {
     }
 }
 
-// kernels::rows_times_panel_avx2 against the product in double: rows scattered in memory (given
-// by pointers, in an order unlike their addresses'), row counts around its tiles of 6, column
-// counts around its strips of 16 and 8 and its masked tail; written and accumulated; nothing
+// One product of a rows_times_panel kernel against the product in double: the rows scattered in
+// memory (given by pointers, in an order unlike their addresses'), written or accumulated, nothing
 // written past column n - 1 of a row.
-TEST(AttentionKernels, RowsTimesPanelMatchesTheProductInDouble) {
-    if (!cpu_kernel_supported(CpuKernel::Avx2)) GTEST_SKIP() << "no AVX2 on this CPU";
-    std::mt19937 rng(5);
+using PanelKernel = decltype(&kernels::rows_times_panel_avx2);
+void check_panel(PanelKernel kernel, int rows, int n, int k, bool accumulate, std::mt19937& rng) {
     std::normal_distribution<float> dist(0.0f, 1.0f);
     constexpr float kSentinel = -7.0f;
-    for (int rows : {1, 5, 6, 7, 13, 64}) {
-        for (int n : {1, 7, 8, 15, 16, 24, 37, 64}) {
-            for (int k : {1, 9, 64}) {
-                for (const bool accumulate : {false, true}) {
-                    const int64_t lda = k + 3, ldb = n + 5, ldy = n + 4;
-                    std::vector<float> a(static_cast<size_t>(rows * lda)), b(static_cast<size_t>(k * ldb));
-                    std::vector<float> y(static_cast<size_t>(rows * ldy), kSentinel);  // [rows, ldy]
-                    for (float& x : a) x = dist(rng);
-                    for (float& x : b) x = dist(rng);
-                    for (int r = 0; r < rows; ++r)
-                        for (int c = 0; c < n; ++c) y[static_cast<size_t>(r * ldy + c)] = dist(rng);
-                    const std::vector<float> y0 = y;
-                    std::vector<const float*> ar;
-                    std::vector<float*> yr;
-                    for (int r = 0; r < rows; ++r) {  // row r reads a's row rows - 1 - r
-                        ar.push_back(a.data() + (rows - 1 - r) * lda);
-                        yr.push_back(y.data() + r * ldy);
-                    }
-                    kernels::rows_times_panel_avx2(rows, ar.data(), b.data(), ldb, k, n, yr.data(), accumulate);
-                    for (int r = 0; r < rows; ++r) {
-                        for (int c = 0; c < ldy; ++c) {
-                            const float got = y[static_cast<size_t>(r * ldy + c)];
-                            if (c >= n) {
-                                ASSERT_EQ(got, kSentinel) << "rows=" << rows << " n=" << n << " k=" << k;
-                                continue;
-                            }
-                            double want = accumulate ? y0[static_cast<size_t>(r * ldy + c)] : 0.0;
-                            for (int e = 0; e < k; ++e) want += double{ar[r][e]} * b[static_cast<size_t>(e * ldb + c)];
-                            ASSERT_NEAR(got, want, 1e-4 * (1 + k))
-                                << "rows=" << rows << " n=" << n << " k=" << k << " r=" << r << " c=" << c;
-                        }
-                    }
-                }
+    const int64_t lda = k + 3, ldb = n + 5, ldy = n + 4;
+    std::vector<float> a(static_cast<size_t>(rows * lda)), b(static_cast<size_t>(k * ldb));
+    std::vector<float> y(static_cast<size_t>(rows * ldy), kSentinel);  // [rows, ldy]
+    for (float& x : a) x = dist(rng);
+    for (float& x : b) x = dist(rng);
+    for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < n; ++c) y[static_cast<size_t>(r * ldy + c)] = dist(rng);
+    const std::vector<float> y0 = y;
+    std::vector<const float*> ar;
+    std::vector<float*> yr;
+    for (int r = 0; r < rows; ++r) {  // row r reads a's row rows - 1 - r
+        ar.push_back(a.data() + (rows - 1 - r) * lda);
+        yr.push_back(y.data() + r * ldy);
+    }
+    kernel(rows, ar.data(), b.data(), ldb, k, n, yr.data(), accumulate);
+    for (int r = 0; r < rows; ++r) {
+        for (int c = 0; c < ldy; ++c) {
+            const size_t at = static_cast<size_t>(r * ldy + c);
+            if (c >= n) {
+                ASSERT_EQ(y[at], kSentinel) << "rows=" << rows << " n=" << n << " k=" << k;
+                continue;
             }
+            double want = accumulate ? y0[at] : 0.0;
+            for (int e = 0; e < k; ++e) want += double{ar[r][e]} * b[static_cast<size_t>(e * ldb + c)];
+            ASSERT_NEAR(y[at], want, 1e-4 * (1 + k)) << "rows=" << rows << " n=" << n << " k=" << k << " r=" << r;
         }
     }
+}
+
+// kernels::rows_times_panel_avx2 and _avx512 (where the CPU has AVX-512F): row counts around their
+// tiles of 6 and 8 rows, column counts around their strips of 8, 16 and 32 columns and their
+// masked tails, written and accumulated.
+TEST(AttentionKernels, RowsTimesPanelMatchesTheProductInDouble) {
+    if (!cpu_kernel_supported(CpuKernel::Avx2)) GTEST_SKIP() << "no AVX2 on this CPU";
+    std::vector<PanelKernel> kernels_here = {kernels::rows_times_panel_avx2};
+    if (kernels::avx512_enabled()) kernels_here.push_back(kernels::rows_times_panel_avx512);
+    std::mt19937 rng(5);
+    for (const PanelKernel kernel : kernels_here)
+        for (int rows : {1, 5, 6, 7, 8, 9, 13, 64})
+            for (int n : {1, 7, 8, 15, 16, 24, 32, 37, 48, 64})
+                for (int k : {1, 9, 64})
+                    for (const bool accumulate : {false, true}) check_panel(kernel, rows, n, k, accumulate, rng);
 }
 
 // The entries past n_vis (later tokens of a chunk, causal masking) do not change anything, even
