@@ -364,8 +364,8 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
     // entries up to its last position's are scored and each position keeps its visible ones.
     constexpr int64_t kPosGroup = 16;
     thread_local std::vector<float> kt_buf, y;  // [D, ldkt], [kPosGroup * nq, kEntryBlock]
-    thread_local std::vector<const float*> a_rows;  // [kPosGroup * nq]
-    thread_local std::vector<float*> y_rows;        // [kPosGroup * nq]
+    thread_local std::vector<const float*> a_rows;  // [rows of one call]
+    thread_local std::vector<float*> y_rows;        // [rows of one call]
     const int64_t ldkt = padded(kEntryBlock);
     float* kt = aligned_floats(kt_buf, D * ldkt);
     y.resize(static_cast<size_t>(kPosGroup * nq * kEntryBlock));

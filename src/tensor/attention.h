@@ -21,7 +21,7 @@
 // query row passes over it. Scores: the block's keys are transposed to float once
 // (kernels::keys_t_*), then the query rows of up to 16 positions yield 8 entries' scores per
 // vector (no horizontal sums; kernels::rows_times_panel_avx2, strips of entries outer and tiles
-// of rows inner; with AVX-512 16 per vector, kernels::attention_scores_avx512); one position (a
+// of rows inner; with AVX-512 16 per vector, kernels::rows_times_panel_avx512); one position (a
 // decode step) over F32/F16 keys reads them in place instead, one dot product per entry
 // (kernels::attention_scores_direct_avx2 / _avx512), as the transposition would serve only the
 // few query rows of one position; that pass prefetches the entries' values into L2

@@ -747,7 +747,6 @@ void keys_t_f16_avx2(const uint16_t* k, int64_t n, int64_t d, float* kt, int64_t
     keys_t<Fp16Load>(k, n, d, kt, ldkt);
 }
 
-
 // Rows given by pointers times a float panel (kernels.h, rows_times_panel_avx2): register tiles
 // of C rows x DV vectors of 8 columns; per step e, DV panel vectors (the last one masked to the
 // columns that remain where `tail`) against C broadcasts, 6 x 2 tiles using 12 accumulators.

@@ -1,8 +1,8 @@
 // Attention over one KV head's cache as stored (tensor/attention.h): every kernel (generic, AVX2
 // reading F16 in place or a block of positions' rows at a time, AVX-512) against the scalar
 // reference, on random shapes whose entry counts and head sizes are not multiples of the vector
-// width or of the entry block, for F32 and F16 caches; BF16 and block-quantised keys and values (each type alone and mixed key / value types) on head
-// sizes of whole 32-element blocks.
+// width or of the entry block, for F32 and F16 caches; BF16 and block-quantised keys and values
+// (each type alone and mixed key / value types) on head sizes of whole 32-element blocks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
