@@ -303,6 +303,22 @@ float* aligned_floats(std::vector<float>& buf, int64_t n) {
     return buf.data() + (64 - at % 64) % 64 / sizeof(float);
 }
 
+// n rows of `type` (d elements each, one after the other) as float rows ld floats apart at dst:
+// F16 through F16C, F32 copied, any other type by quant::dequantize_row. AVX2 builds' F16C.
+void rows_to_f32_avx2(GgmlType type, const void* rows, int32_t n, int64_t d, float* dst, int64_t ld) {
+    const size_t row_bytes = ggml_row_size(type, d);
+    for (int32_t j = 0; j < n; ++j) {
+        const void* row = entry(rows, j, row_bytes);
+        if (type == GgmlType::F16) {
+            kernels::fp16_to_fp32_f16c(as_f16(row), dst + j * ld, d);
+        } else if (type == GgmlType::F32) {
+            std::copy_n(as_f32(row), d, dst + j * ld);
+        } else {
+            quant::dequantize_row(type, row, dst + j * ld, d);
+        }
+    }
+}
+
 // The rows of a block of positions t0 .. t1 - 1 (nq each, row r = (t - t0) * nq + i) as pointers
 // for kernels::rows_times_panel_*; valid until the next call on this thread.
 template <class T>
@@ -442,16 +458,7 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
             // The positions that see all of the block in one call, each position that sees part
             // of it (its own entry is in the block) alone.
             const int32_t nb = std::min(kEntryBlock, n_last - j0);
-            for (int32_t j = 0; j < nb; ++j) {
-                const void* row = entry(v, j, value_row);
-                if (kv.value_type == GgmlType::F16) {
-                    kernels::fp16_to_fp32_f16c(as_f16(row), vf + j * ldv, D);
-                } else if (kv.value_type == GgmlType::F32) {
-                    std::copy_n(as_f32(row), D, vf + j * ldv);
-                } else {
-                    quant::dequantize_row(kv.value_type, row, vf + j * ldv, D);
-                }
-            }
+            rows_to_f32_avx2(kv.value_type, v, nb, D, vf, ldv);
             for (int64_t t = first_pos(j0); t < n_pos;) {
                 const int32_t n_t = std::min(nb, vis(t) - j0);
                 const int64_t t1 = n_t == nb ? n_pos : t + 1;
