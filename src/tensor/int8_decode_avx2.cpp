@@ -91,6 +91,15 @@ struct V256 {
         return {_mm256_add_epi32(acc.a, _mm256_madd_epi16(_mm256_maddubs_epi16(u.a, x.a), ones)),
                 _mm256_add_epi32(acc.b, _mm256_madd_epi16(_mm256_maddubs_epi16(u.b, x.b), ones))};
     }
+    // The same products for signed weights w (Q8_0): |w| (at most 128, as unsigned) times x with
+    // w's sign, so each pair of products stays within int16 (2 * 128 * 127 < 2^15).
+    static I dp_signed(I acc, I w, I x) {
+        const __m256i ones = _mm256_set1_epi16(1);
+        const auto one = [&](__m256i a, __m256i wv, __m256i xv) {
+            return _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(wv), _mm256_sign_epi8(xv, wv)), ones));
+        };
+        return {one(acc.a, w.a, x.a), one(acc.b, w.b, x.b)};
+    }
 
     static F zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
     static F cvt(I v) { return {_mm256_cvtepi32_ps(v.a), _mm256_cvtepi32_ps(v.b)}; }

@@ -274,6 +274,32 @@ struct Q8_0 {
     }
 };
 
+// Q8_0 without AVX-512 VNNI: the signed bytes as they are (kSigned), multiplied by V::dp_signed,
+// which takes |w| as the unsigned operand and moves w's sign onto the activation (maddubs
+// saturates above u = 128, which w ^ 0x80 reaches); no offset, so no bias.
+struct Q8_0Signed {
+    static constexpr GgmlType kType = GgmlType::Q8_0;
+    static constexpr bool kSigned = true;
+    static constexpr int kOffset = 0;  // w = s * (u - kOffset) + m, u the signed byte
+    static constexpr Layout kLayout = kQ8_0Layout;
+    static constexpr size_t B = sizeof(quant::BlockQ8_0), kGroupBytes = 4 * B;
+    template <class V>
+    static void unpack(const uint8_t* p, Group<V, 2>& g) {
+        constexpr size_t Q = offsetof(quant::BlockQ8_0, qs);
+        g.u[0] = V::load32x2(p + Q, p + B + Q);
+        g.u[1] = V::load32x2(p + 2 * B + Q, p + 3 * B + Q);
+        g.scale = halves4<V, B, offsetof(quant::BlockQ8_0, d)>(p);
+        g.bias = V::zero();
+    }
+};
+
+// Whether a type's unpacked weights are signed bytes (Q8_0Signed) rather than unsigned.
+template <class T>
+constexpr bool signed_weights() {
+    if constexpr (requires { T::kSigned; }) return T::kSigned;
+    return false;
+}
+
 // Q2_K / Q3_K: bits 2j..2j+1 of the 64 quant bytes.
 template <class V>
 inline void crumbs(const uint8_t* qs, typename V::I u[4]) {
@@ -523,7 +549,11 @@ template <class V, class T>
     auto sum = V::zero_i();
 #pragma GCC unroll 4
     for (int s = 0; s < S; ++s) {
-        sum = V::dp(sum, grp.u[s], V::load64(xq + 64 * s));
+        if constexpr (signed_weights<T>()) {
+            sum = V::dp_signed(sum, grp.u[s], V::load64(xq + 64 * s));
+        } else {
+            sum = V::dp(sum, grp.u[s], V::load64(xq + 64 * s));
+        }
         if (same_lanes_as_next<T>(s)) continue;
         acc[s % 2] = V::fma(V::cvt(sum), V::expand(table, kSegmentLanes<T>[s]), acc[s % 2]);
         sum = V::zero_i();
@@ -648,7 +678,7 @@ Kernel kernel_table(GgmlType type) {
         case GgmlType::Q5_1: return &kernel<V, Q5_1>;
         case GgmlType::Q8_0:
             if constexpr (V::kFullBytes) return &kernel<V, Q8_0>;
-            return nullptr;
+            else return &kernel<V, Q8_0Signed>;
         case GgmlType::Q2_K: return &kernel<V, Q2_K>;
         case GgmlType::Q3_K: return &kernel<V, Q3_K>;
         case GgmlType::Q4_K: return &kernel<V, Q4_K>;

@@ -1294,7 +1294,6 @@ struct PanelSource {
         const float* s = scale + (j * nb + b) * 2;
         return _mm256_set_m128(_mm_set1_ps(s[1]), _mm_set1_ps(s[0]));
     }
-    void prefetch_next(int64_t, int, int64_t) const {}  // panels are small and cache-resident
 };
 
 // Q8_0 blocks read in place: fp16 scale + 32 int8.
@@ -1307,25 +1306,15 @@ struct Q80Source {
     __m256 scales(int64_t j, int64_t b) const {
         return _mm256_set1_ps(kernels::q8_0_scale(kernels::q8_0_block(w, row_bytes, j, b)));
     }
-    // Rows j0..j0+R-1 are one contiguous region; while a tile reads it block by block, the next
-    // R rows (the next tile's region) are prefetched at the same pace, R * 34 bytes per block.
-    // Without this the hardware prefetcher sees R short streams per tile and decode reaches about
-    // half the bandwidth of one long stream. Prefetching past the tensor's end is harmless.
-    void prefetch_next(int64_t j_next, int r, int64_t b) const {
-        const uint8_t* p = kernels::q8_0_block(w, row_bytes, j_next, b * r);
-        const int bytes = static_cast<int>(kernels::kQ80BlockBytes) * r;
-        for (int off = 0; off < bytes + 64; off += 64) _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T0);
-    }
 };
 
-// y[i, j] for R weight rows x C activation rows. Per block: maddubs(|x|, sign(w, x)) multiplies
-// u8 |x| <= 127 by s8 +-w (|w| <= 128), so a pair sum stays below 2^15; madd with 1s widens to
+// y[i, j] for R weight rows x C activation rows. Per block: maddubs(|w|, sign(x, w)) multiplies
+// u8 |w| <= 128 by s8 +-x (|x| <= 127), so a pair sum stays below 2^15; madd with 1s widens to
 // 8 exact int32 lanes (lane l = elements 4l..4l+3), converted to float and accumulated with one
 // FMA by scale_w (per half: lanes 0-3 / 4-7) x d_x. 6 vector operations per 32 multiply-adds:
 // without AVX-512 VNNI (vpdpbusd) this is about the speed of the float FMA path on Zen 3, but it
 // needs no dequantised copy of the weights and reads Q8_0 blocks in place.
-// Prefetch: stream the next tile's weight rows in (decode, where each weight is read once).
-template <int R, int C, class Src, bool Prefetch = false>
+template <int R, int C, class Src>
 inline void tile(const QuantRows& x, int64_t i0, const Src& src, int64_t j0, int64_t nb, float* y, int64_t ldy) {
     const __m256i ones = _mm256_set1_epi16(1);
     const int8_t* xr[C];  // activation rows of the tile
@@ -1341,23 +1330,23 @@ inline void tile(const QuantRows& x, int64_t i0, const Src& src, int64_t j0, int
 #pragma GCC unroll 8
         for (int j = 0; j < R; ++j) acc[i][j] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-        if constexpr (Prefetch) src.prefetch_next(j0 + R, R, b);
-        const int8_t* wp[R];
+        // The weights' signs move onto the activations: sign(w, x) would negate w = -128 (a Q8_0
+        // file may hold it) into itself.
+        __m256i wq[R], wa[R];
         __m256 ws[R];
 #pragma GCC unroll 8
         for (int j = 0; j < R; ++j) {
-            wp[j] = src.block(j0 + j, b);
+            wq[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src.block(j0 + j, b)));
+            wa[j] = _mm256_abs_epi8(wq[j]);  // 128 for -128, as an unsigned byte
             ws[j] = src.scales(j0 + j, b);
         }
 #pragma GCC unroll 8
         for (int i = 0; i < C; ++i) {
             const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr[i] + b * kBlock));
-            const __m256i xa = _mm256_sign_epi8(xq, xq);  // |x|
             const __m256 dx = _mm256_broadcast_ss(dr[i] + b);
 #pragma GCC unroll 8
             for (int j = 0; j < R; ++j) {
-                const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp[j]));
-                const __m256i p16 = _mm256_maddubs_epi16(xa, _mm256_sign_epi8(wq, xq));
+                const __m256i p16 = _mm256_maddubs_epi16(wa[j], _mm256_sign_epi8(xq, wq[j]));
                 const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
                 acc[i][j] = _mm256_fmadd_ps(p, _mm256_mul_ps(ws[j], dx), acc[i][j]);
             }
@@ -1372,11 +1361,10 @@ inline void tile(const QuantRows& x, int64_t i0, const Src& src, int64_t j0, int
 // All nx x nw outputs in tiles of (R rows, C activation rows), with smaller edge tiles.
 template <class Src>
 void gemm_tiles(const QuantRows& x, int64_t nx, const Src& src, int64_t nw, int64_t nb, float* y, int64_t ldy) {
-    if (nx == 1) {  // decode: 4 weight rows per tile, the next 4 prefetched
+    if (nx == 1) {  // one activation row (the types without a decode kernel, int8_decode.h): 4 weight rows per tile
         int64_t j = 0;
-        for (; j + 8 <= nw; j += 4) tile<4, 1, Src, true>(x, 0, src, j, nb, y, ldy);
-        for (; j + 4 <= nw; j += 4) tile<4, 1, Src, false>(x, 0, src, j, nb, y, ldy);  // nothing after: see half_rows
-        for (; j < nw; ++j) tile<1, 1, Src, false>(x, 0, src, j, nb, y, ldy);
+        for (; j + 4 <= nw; j += 4) tile<4, 1>(x, 0, src, j, nb, y, ldy);
+        for (; j < nw; ++j) tile<1, 1>(x, 0, src, j, nb, y, ldy);
         return;
     }
     // 2 x 4 measured fastest on Zen 3 (2x3 equal, 3x2 / 4x2 / 3x3 8-17% slower): 8 accumulators,

@@ -202,8 +202,8 @@ void matmul_half(const float* x, int64_t n, const WeightView& w, float* y) {
 // (activation block, block of weight rows). With AVX-512 VNNI (more rows than the decode kernels
 // take) the VNNI kernel packs each item's rows into 16-row panels (every type unpacked in
 // registers: int8::decode::panel_packer) and runs on activation blocks of at most 256 rows, as
-// the float prefill does. Without VNNI (Q8_0 decode and small batches; 17 to 23 rows of
-// the other types; any number of rows of the types that fit six bits) a work item unpacks its
+// the float prefill does. Without VNNI (17 to 23 rows, and IQ4_NL and IQ4_XS from one row,
+// which have no AVX2 decode kernel; any number of rows of the types that fit six bits) a work item unpacks its
 // rows into a thread-local panel (Q8_0 rows are read in place) and runs the AVX2 tiles on
 // activation blocks of about 256 KiB, which stay in L2 while the weight blocks pass (the six-bit
 // tiles: on all the rows at once).
@@ -238,9 +238,8 @@ void matmul_int8(const float* x, int64_t n, const WeightView& w, float* y) {
                               : n <= 4 || six_bits ? n
                                        : std::max<int64_t>(4, ((256 * 1024) / k) & ~int64_t{3});
     const int64_t n_ab = (n + act_block - 1) / act_block;
-    // Q8_0 decode reads rows in place and prefetches the next tile's rows: longer work items keep
-    // each thread on one contiguous stream. VNNI items: 64 rows, four of its 16-row panels.
-    const int64_t item_rows = vnni ? kPackedItemRows : in_place && n == 1 ? 4 * kPanelRows : kPanelRows;
+    // VNNI items: 64 rows, four of its 16-row panels.
+    const int64_t item_rows = vnni ? kPackedItemRows : kPanelRows;
     const int64_t n_wb = (w.n_out + item_rows - 1) / item_rows;
 #pragma omp parallel if (n * w.n_out * k >= (1 << 20))
     {

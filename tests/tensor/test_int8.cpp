@@ -430,8 +430,9 @@ TEST(Int8, VnniMinPerHalfWithOneScale) {
 
 // The VNNI kernel's unsigned offset (w ^ 0x80) and its correction are exact at the extremes of
 // both operands: weights -128 and 127 (a Q8_0 file may hold -128), activations -127 and 127.
-TEST(Int8, VnniExactAtExtremeBytes) {
-    if (!int8::vnni_supported()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+// The AVX2 kernels' sign trick (|w| times x with w's sign) at the same extremes: |-128| is 128
+// as an unsigned byte, and a pair of products 2 * 128 * 127 stays within int16.
+TEST(Int8, Q8_0ExactAtExtremeBytes) {
     const int64_t k = 64, nw = 3, nx = 2;
     std::vector<quant::BlockQ8_0> blocks(static_cast<size_t>(nw * k / 32));  // [nw, 2]
     for (size_t b = 0; b < blocks.size(); ++b) {
@@ -445,18 +446,32 @@ TEST(Int8, VnniExactAtExtremeBytes) {
     const auto* bytes = reinterpret_cast<const uint8_t*>(blocks.data());
     const WeightView view = make_weight_view("w", GgmlType::Q8_0, bytes, k, nw);
     const PanelForm p = panel_form(view);
-    std::vector<float> want(static_cast<size_t>(nx * nw)), got(want.size());
+    std::vector<float> want(static_cast<size_t>(nx * nw));
     int8::gemm_ref(a.view(k), nx, p.view(k), nw, want.data(), nw);
-    int8::gemm_q8_0_vnni(a.view(k), nx, bytes, view.row_bytes, nw, got.data(), nw);
-    EXPECT_EQ(got, want);  // every sum is an integer times a power of two: no rounding anywhere
-    // The decode kernel's offset (w + 128, taken back as -128 * scale * sum(q_x) per block) too.
+    // Every sum is an integer times a power of two: no rounding anywhere, so equal bits.
     std::vector<int8_t> q(a.q.size());
     std::vector<float> dx(a.d.size()), xs(a.d.size());  // [nx, nb]: Q8_0 has a scale per block
     int8::decode::prepare_rows(GgmlType::Q8_0, a.view(k), nx, q.data(), dx.data(), xs.data());
-    std::vector<float> decoded(want.size());
-    int8::decode::kernel_avx512(GgmlType::Q8_0)({q.data(), dx.data(), xs.data(), k}, nx, bytes, view.row_bytes, nw,
-                                                decoded.data(), nw);
-    EXPECT_EQ(decoded, want);
+    const auto decode = [&](int8::decode::Kernel kernel) {
+        std::vector<float> y(want.size());
+        kernel({q.data(), dx.data(), xs.data(), k}, nx, bytes, view.row_bytes, nw, y.data(), nw);
+        return y;
+    };
+    if (const int8::decode::Kernel avx2 = int8::decode::kernel_avx2(GgmlType::Q8_0); avx2 != nullptr) {
+        EXPECT_EQ(decode(avx2), want);
+        // The AVX2 tiles (more rows than the decode kernels take), in place and on the panel.
+        std::vector<float> tiles(want.size());
+        int8::gemm_q8_0_avx2(a.view(k), nx, bytes, view.row_bytes, nw, tiles.data(), nw);
+        EXPECT_EQ(tiles, want);
+        int8::gemm_avx2(a.view(k), nx, p.view(k), nw, tiles.data(), nw);
+        EXPECT_EQ(tiles, want);
+    }
+    if (!int8::vnni_supported()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+    std::vector<float> got(want.size());
+    int8::gemm_q8_0_vnni(a.view(k), nx, bytes, view.row_bytes, nw, got.data(), nw);
+    EXPECT_EQ(got, want);
+    // The VNNI decode kernel's offset (w + 128, taken back as -128 * scale * sum(q_x) per block) too.
+    EXPECT_EQ(decode(int8::decode::kernel_avx512(GgmlType::Q8_0)), want);
 }
 
 // A row's result does not depend on the other rows of its call, as long as the call takes the
