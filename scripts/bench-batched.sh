@@ -7,17 +7,17 @@
 #   llama.cpp: llama-batched-bench -npp D -ntg G -npl P      (its S_TG: P x G tokens / decode time)
 #
 #   scripts/bench-batched.sh -m MODEL.gguf [-t 2] [-d 128] [-n 64] [--parallel 1,4,8,16]
-#                            [--policy full] [--rounds 1]
+#                            [--policy full] [--rounds 1] [--isa avx2]
 #
 # Per P (and round), kvec runs first, then llama.cpp, so both see the same load. Prints a table:
 # kvec t/s, llama.cpp t/s, their ratio, and kvec's speed-up over its own single stream. Builds
 # llama-batched-bench from the llama.cpp source npm's node-llama-cpp ships (scripts/llama-cpp.sh)
 # on first use. --policy (a kvec policy spec; its budget option included) applies to kvec only.
+# --isa avx2: both engines limited to AVX2 + FMA + F16C, as in scripts/bench-vs-llama-cpp.sh.
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
-source "$root/scripts/llama-cpp.sh"
-model="" threads=2 depth=128 n_gen=64 parallel="1,4,8,16" policy=full rounds=1
+model="" threads=2 depth=128 n_gen=64 parallel="1,4,8,16" policy=full rounds=1 isa=native
 KVEC=${KVEC:-$root/build/release/tools/kvec}
 
 usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
@@ -30,6 +30,7 @@ while [ $# -gt 0 ]; do
         --parallel) parallel="$2"; shift 2 ;;
         --policy) policy="$2"; shift 2 ;;
         --rounds) rounds="$2"; shift 2 ;;
+        --isa) isa="$2"; shift 2 ;;
         -h|--help) usage 0 ;;
         *) echo "unknown argument: $1" >&2; usage 2 >&2 ;;
     esac
@@ -40,6 +41,13 @@ for v in "$threads" "$depth" "$n_gen" "$rounds"; do
     [[ "$v" =~ ^[0-9]+$ ]] || { echo "error: -t/-d/-n/--rounds take one whole number, got '$v'" >&2; exit 2; }
 done
 [[ "$parallel" =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "error: --parallel takes a comma list of numbers" >&2; exit 2; }
+kvec_env=()
+case "$isa" in
+    native) ;;
+    avx2) export LLAMA_CPP_AVX2=1; kvec_env=(KVEC_AVX512=0) ;;
+    *) echo "error: --isa takes native or avx2, got '$isa'" >&2; exit 2 ;;
+esac
+source "$root/scripts/llama-cpp.sh"
 [ -x "$llama_cpp_bin/llama-batched-bench" ] || llama_cpp_build llama-batched-bench
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -50,7 +58,7 @@ single=""
 IFS=, read -r -a plist <<< "$parallel"
 for p in "${plist[@]}"; do
     for ((round = 1; round <= rounds; ++round)); do
-        "$KVEC" bench -m "$model" -t "$threads" -p 0 -n "$n_gen" -d "$depth" --parallel "$p" --policy "$policy" \
+        env "${kvec_env[@]}" "$KVEC" bench -m "$model" -t "$threads" -p 0 -n "$n_gen" -d "$depth" --parallel "$p" --policy "$policy" \
             -r 1 --no-bandwidth -o csv > "$tmp/kvec.csv" 2> "$tmp/err" ||
             { echo "bench-batched.sh: kvec bench failed:" >&2; cat "$tmp/err" >&2; exit 1; }
         "$llama_cpp_bin/llama-batched-bench" -m "$model" -t "$threads" -c $(((depth + n_gen) * p + 16)) \

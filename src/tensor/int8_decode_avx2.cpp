@@ -96,7 +96,8 @@ struct V256 {
     static I dp_signed(I acc, I w, I x) {
         const __m256i ones = _mm256_set1_epi16(1);
         const auto one = [&](__m256i a, __m256i wv, __m256i xv) {
-            return _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(wv), _mm256_sign_epi8(xv, wv)), ones));
+            const __m256i p16 = _mm256_maddubs_epi16(_mm256_abs_epi8(wv), _mm256_sign_epi8(xv, wv));
+            return _mm256_add_epi32(a, _mm256_madd_epi16(p16, ones));
         };
         return {one(acc.a, w.a, x.a), one(acc.b, w.b, x.b)};
     }

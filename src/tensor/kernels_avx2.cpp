@@ -1361,7 +1361,8 @@ inline void tile(const QuantRows& x, int64_t i0, const Src& src, int64_t j0, int
 // All nx x nw outputs in tiles of (R rows, C activation rows), with smaller edge tiles.
 template <class Src>
 void gemm_tiles(const QuantRows& x, int64_t nx, const Src& src, int64_t nw, int64_t nb, float* y, int64_t ldy) {
-    if (nx == 1) {  // one activation row (the types without a decode kernel, int8_decode.h): 4 weight rows per tile
+    // One activation row (types without a decode kernel, int8_decode.h): 4 weight rows per tile.
+    if (nx == 1) {
         int64_t j = 0;
         for (; j + 4 <= nw; j += 4) tile<4, 1>(x, 0, src, j, nb, y, ldy);
         for (; j < nw; ++j) tile<1, 1>(x, 0, src, j, nb, y, ldy);

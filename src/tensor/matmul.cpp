@@ -203,10 +203,10 @@ void matmul_half(const float* x, int64_t n, const WeightView& w, float* y) {
 // take) the VNNI kernel packs each item's rows into 16-row panels (every type unpacked in
 // registers: int8::decode::panel_packer) and runs on activation blocks of at most 256 rows, as
 // the float prefill does. Without VNNI (17 to 23 rows, and IQ4_NL and IQ4_XS from one row,
-// which have no AVX2 decode kernel; any number of rows of the types that fit six bits) a work item unpacks its
-// rows into a thread-local panel (Q8_0 rows are read in place) and runs the AVX2 tiles on
-// activation blocks of about 256 KiB, which stay in L2 while the weight blocks pass (the six-bit
-// tiles: on all the rows at once).
+// which have no AVX2 decode kernel; any number of rows of the types that fit six bits) a work
+// item unpacks its rows into a thread-local panel (Q8_0 rows are read in place) and runs the AVX2
+// tiles on activation blocks of about 256 KiB, which stay in L2 while the weight blocks pass (the
+// six-bit tiles: on all the rows at once).
 void matmul_int8(const float* x, int64_t n, const WeightView& w, float* y) {
     constexpr int64_t kPanelRows = 16;
     const int64_t k = w.n_in, nb = k / int8::kBlock;
