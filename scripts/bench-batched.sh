@@ -41,13 +41,8 @@ for v in "$threads" "$depth" "$n_gen" "$rounds"; do
     [[ "$v" =~ ^[0-9]+$ ]] || { echo "error: -t/-d/-n/--rounds take one whole number, got '$v'" >&2; exit 2; }
 done
 [[ "$parallel" =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "error: --parallel takes a comma list of numbers" >&2; exit 2; }
-kvec_env=()
-case "$isa" in
-    native) ;;
-    avx2) export LLAMA_CPP_AVX2=1; kvec_env=(KVEC_AVX512=0) ;;
-    *) echo "error: --isa takes native or avx2, got '$isa'" >&2; exit 2 ;;
-esac
 source "$root/scripts/llama-cpp.sh"
+llama_cpp_isa "$isa"
 [ -x "$llama_cpp_bin/llama-batched-bench" ] || llama_cpp_build llama-batched-bench
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -51,13 +51,8 @@ done
 [ -n "$models" ] || { echo "error: -m MODEL[,MODEL...] is required" >&2; exit 2; }
 [[ "$depths" =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "error: -d takes whole numbers separated by commas, got '$depths'" >&2; exit 2; }
 [[ "$llama_fa" =~ ^(0|1|on|off|auto)(,(0|1|on|off|auto))*$ ]] || { echo "error: --llama-fa takes 0, 1, on, off or auto, comma-separated, got '$llama_fa'" >&2; exit 2; }
-kvec_env=()
-case "$isa" in
-    native) ;;
-    avx2) export LLAMA_CPP_AVX2=1; kvec_env=(KVEC_AVX512=0) ;;
-    *) echo "error: --isa takes native or avx2, got '$isa'" >&2; exit 2 ;;
-esac
 source "$root/scripts/llama-cpp.sh"
+llama_cpp_isa "$isa"
 if [ -n "$policy" ] && [ -z "$budget" ]; then echo "error: --policy needs --budget" >&2; exit 2; fi
 kvec_policy=()
 [ -z "$policy" ] || kvec_policy=(--policy "full,$policy" --budget "$budget")

@@ -14,24 +14,41 @@
 # intrinsics) in a fraction of the compile time (the library, llama-quantize and
 # llama-perplexity: 2 min 8 s on 2 cores against well over 10 min at -O3). Never for speed.
 
-# LLAMA_CPP_AVX2=1 (scripts/bench-vs-llama-cpp.sh --isa avx2): a build in build/llama.cpp/build-avx2
+# LLAMA_CPP_AVX2=1 (the benchmark scripts' --isa avx2, llama_cpp_isa): a build in build/llama.cpp/build-avx2
 # for AVX2 + FMA + F16C + BMI2 only (no -march=native, no AVX-512 or AVX-VNNI), the instruction sets
 # of an AVX2-only host such as Zen 2/3, to set beside kvec's AVX2 kernels (KVEC_AVX512=0) on an
 # AVX-512 machine.
 
 NODE_LLAMA_CPP_VERSION=3.22.1  # ships llama.cpp commit de3ff81 (2026-09-28)
 llama_cpp="$root/build/llama.cpp"
-llama_cpp_build_dir="$llama_cpp/build"
-llama_cpp_opt=(-DGGML_NATIVE=ON)
-if [ "${LLAMA_CPP_QUICK:-0}" = 1 ]; then
-    llama_cpp_build_dir="$llama_cpp/build-quick"
-    llama_cpp_opt+=(-DCMAKE_C_FLAGS_RELEASE="-O1 -DNDEBUG" -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG")
-elif [ "${LLAMA_CPP_AVX2:-0}" = 1 ]; then
-    llama_cpp_build_dir="$llama_cpp/build-avx2"
-    llama_cpp_opt=(-DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
-        -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF)
-fi
-llama_cpp_bin="$llama_cpp_build_dir/bin"
+
+# llama_cpp_select: the build (directory and options) that LLAMA_CPP_QUICK / LLAMA_CPP_AVX2 name.
+llama_cpp_select() {
+    llama_cpp_build_dir="$llama_cpp/build"
+    llama_cpp_opt=(-DGGML_NATIVE=ON)
+    if [ "${LLAMA_CPP_QUICK:-0}" = 1 ]; then
+        llama_cpp_build_dir="$llama_cpp/build-quick"
+        llama_cpp_opt+=(-DCMAKE_C_FLAGS_RELEASE="-O1 -DNDEBUG" -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG")
+    elif [ "${LLAMA_CPP_AVX2:-0}" = 1 ]; then
+        llama_cpp_build_dir="$llama_cpp/build-avx2"
+        llama_cpp_opt=(-DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+            -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF)
+    fi
+    llama_cpp_bin="$llama_cpp_build_dir/bin"
+}
+llama_cpp_select
+
+# llama_cpp_isa ISA (the benchmark scripts' --isa): native, each engine with every instruction set
+# this CPU has; or avx2, both limited to AVX2 + FMA + F16C: the AVX2 build of llama.cpp, and
+# kvec_env=(KVEC_AVX512=0) for the caller to put before kvec's runs.
+llama_cpp_isa() {
+    kvec_env=()
+    case "$1" in
+        native) ;;
+        avx2) LLAMA_CPP_AVX2=1; kvec_env=(KVEC_AVX512=0); llama_cpp_select ;;
+        *) echo "error: --isa takes native or avx2, got '$1'" >&2; exit 2 ;;
+    esac
+}
 
 # llama_cpp_build TARGET...: builds llama.cpp's TARGETs (llama-bench, llama-quantize,
 # llama-perplexity, llama for the library), fetching the source and configuring the build first if
