@@ -444,11 +444,12 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
         kernels::attention_values_avx512(kv.value_type, p, nq, ldp, kv.values, n_vis, D, out, out_at.ld_row);
         return;
     }
-    // Block-quantised values on AVX2: read from their blocks (kernels::attention_values_quant_avx2).
-    const bool quant_values = avx2 && kernels::values_in_place_avx2(kv.value_type);
-    // A block of positions, values of any other type: each block converted to float rows once,
-    // then the rows of every position that sees it against them (`panel`).
-    const bool panel_values = avx2 && n_pos > 1 && !quant_values;
+    // A block of positions: each block of values converted to float rows once (block-quantised
+    // ones dequantised), then the rows of every position that sees it against them (`panel`).
+    const bool panel_values = avx2 && n_pos > 1;
+    // One position, block-quantised values on AVX2: read from their blocks
+    // (kernels::attention_values_quant_avx2).
+    const bool quant_values = avx2 && !panel_values && kernels::values_in_place_avx2(kv.value_type);
     thread_local std::vector<float> v_buf;  // [kEntryBlock, ldv]
     const int64_t ldv = padded(D);
     float* vf = panel_values ? aligned_floats(v_buf, kEntryBlock * ldv) : nullptr;

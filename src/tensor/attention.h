@@ -32,11 +32,11 @@
 // read from their blocks: AVX-512 VNNI where the CPU has it (Q8_0 in place, the other types packed
 // 16 keys at a time in registers), else AVX2 (Q8_0 in place, the others unpacked to int8), else the
 // scalar int8::gemm_ref. Values: for a block of positions (AVX2, AVX-512) each block of values is
-// converted to float rows once and every position's probability rows go through
-// rows_times_panel_avx2 against it; for one position they are read in place: F32/F16 16 lanes
-// wide with AVX-512 (kernels::attention_values_avx512), F16 converted in registers with AVX2, and
-// block-quantised values from their blocks (16 elements decoded in registers; also for a block
-// of positions); the generic kernel converts each block of entries into a small buffer first, as
+// converted to float rows once (block-quantised ones dequantised) and every position's
+// probability rows go through rows_times_panel_avx2 against it; for one position they are read in
+// place: F32/F16 16 lanes wide with AVX-512 (kernels::attention_values_avx512), F16 converted in
+// registers with AVX2, and block-quantised values from their blocks (16 elements decoded in
+// registers); the generic kernel converts each block of entries into a small buffer first, as
 // for BF16 values everywhere (quant::dequantize_row).
 // ref::attention (reference.h) is the scalar reference the tests use.
 #pragma once
