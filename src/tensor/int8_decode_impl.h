@@ -276,7 +276,7 @@ struct Q8_0 {
 
 // Q8_0 without AVX-512 VNNI: the signed bytes as they are (kSigned), multiplied by V::dp_signed,
 // which takes |w| as the unsigned operand and moves w's sign onto the activation (maddubs
-// saturates above u = 128, which w ^ 0x80 reaches); no offset, so no bias.
+// saturates above u = 128, which w ^ 0x80 reaches); no offset, so no bias (add_group skips it).
 struct Q8_0Signed {
     static constexpr GgmlType kType = GgmlType::Q8_0;
     static constexpr bool kSigned = true;
@@ -289,7 +289,7 @@ struct Q8_0Signed {
         g.u[0] = V::load32x2(p + Q, p + B + Q);
         g.u[1] = V::load32x2(p + 2 * B + Q, p + 3 * B + Q);
         g.scale = halves4<V, B, offsetof(quant::BlockQ8_0, d)>(p);
-        g.bias = V::zero();
+        g.bias = V::zero();  // unused (add_group skips the bias of signed weights)
     }
 };
 
@@ -558,7 +558,7 @@ template <class V, class T>
         acc[s % 2] = V::fma(V::cvt(sum), V::expand(table, kSegmentLanes<T>[s]), acc[s % 2]);
         sum = V::zero_i();
     }
-    bacc = V::fma(grp.bias, V::template load<NS>(xs), bacc);
+    if constexpr (!signed_weights<T>()) bacc = V::fma(grp.bias, V::template load<NS>(xs), bacc);  // none for signed
 }
 
 // The activations of the last, partial group of up to 4 rows (the 1 to 3 blocks of 32 after a
