@@ -274,11 +274,21 @@ const QueryQ8& query_q8(const float* q, RowLayout q_at, int64_t n_pos, int64_t n
     qq.d.resize(static_cast<size_t>(rows * nb));
     qq.hsum.resize(static_cast<size_t>(rows * nb * 2));
     qq.qsum.resize(static_cast<size_t>(rows * nb * 2));
+    // The AVX2 quantisation gives the reference's bytes and scales exactly (test_int8).
+    const bool avx2 = active_cpu_kernel() == CpuKernel::Avx2;
     for (int64_t t = 0; t < n_pos; ++t) {
         for (int64_t i = 0; i < nq; ++i) {
             const int64_t r = t * nq + i;
-            int8::quantize_row_ref(q + t * q_at.ld_pos + i * q_at.ld_row, D, qq.q.data() + r * D,
-                                   qq.d.data() + r * nb, qq.hsum.data() + r * nb * 2, qq.qsum.data() + r * nb * 2);
+            const float* row = q + t * q_at.ld_pos + i * q_at.ld_row;  // [D]
+            int8_t* q8 = qq.q.data() + r * D;
+            float* d = qq.d.data() + r * nb;
+            float* hsum = qq.hsum.data() + r * nb * 2;
+            int32_t* qsum = qq.qsum.data() + r * nb * 2;
+            if (avx2) {
+                int8::quantize_rows_avx2(row, 1, D, q8, d, hsum, qsum);
+            } else {
+                int8::quantize_row_ref(row, D, q8, d, hsum, qsum);
+            }
         }
     }
     return qq;
@@ -364,7 +374,7 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
     const bool direct = n_pos == 1 && active_cpu_kernel() == CpuKernel::Avx2;
     const bool direct_512 = direct && kernels::attention_direct_avx512(kv.key_type, D);
     const bool direct_keys = direct_512 || (direct && kernels::attention_direct_avx2(kv.key_type, D));
-    const bool direct_values = direct && out != nullptr && kernels::attention_direct_avx512(kv.value_type, D);
+    const bool direct_values = direct && out != nullptr && kernels::values_direct_avx512(kv.value_type, D);
     // A block of positions: the rows of a group of positions per call against the transposed
     // keys, and against each block of values converted to float, 16 lanes wide with AVX-512, else 8.
     const bool avx2 = active_cpu_kernel() == CpuKernel::Avx2;
@@ -385,11 +395,16 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
     const int64_t ldkt = padded(kEntryBlock);
     float* kt = aligned_floats(kt_buf, D * ldkt);
     y.resize(static_cast<size_t>(kPosGroup * nq * kEntryBlock));
+    // The values stream in while the keys are scored (nothing to prefetch without values).
+    const kernels::ValuePrefetch values_ahead{out != nullptr ? static_cast<const char*>(kv.values) : nullptr,
+                                              value_row};
     if (direct_keys) {
-        // The values stream in while the keys are scored (nothing to prefetch without values).
-        const kernels::ValuePrefetch values{out != nullptr ? static_cast<const char*>(kv.values) : nullptr, value_row};
         (direct_512 ? kernels::attention_scores_direct_avx512 : kernels::attention_scores_direct_avx2)(
-            kv.key_type, q, nq, q_at.ld_row, kv.keys, n_vis, D, p, ldp, values);
+            kv.key_type, q, nq, q_at.ld_row, kv.keys, n_vis, D, p, ldp, values_ahead);
+    } else if (n_pos == 1 && (int8_scores.path == KeyScorer::Path::Q8_0Vnni ||
+                              int8_scores.path == KeyScorer::Path::Q8_0Avx2)) {
+        (int8_scores.path == KeyScorer::Path::Q8_0Vnni ? int8::scores_q8_0_vnni : int8::scores_q8_0_avx2)(
+            qq->rows(0), nq, static_cast<const uint8_t*>(kv.keys), key_row, n_vis, p, ldp, values_ahead);
     } else {
         for (int32_t j0 = 0; j0 < n_last; j0 += kEntryBlock) {
             const int32_t n = std::min(kEntryBlock, n_last - j0);

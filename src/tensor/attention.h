@@ -31,13 +31,16 @@
 // (int8_gemm.h's activations; llama.cpp quantises the query likewise, vec_dot_qX_q8_0) and the keys
 // read from their blocks: AVX-512 VNNI where the CPU has it (Q8_0 in place, the other types packed
 // 16 keys at a time in registers), else AVX2 (Q8_0 in place, the others unpacked to int8), else the
-// scalar int8::gemm_ref. Values: for a block of positions (AVX2, AVX-512) each block of values is
-// converted to float rows once (block-quantised ones dequantised) and every position's
-// probability rows go through rows_times_panel_avx2 against it; for one position they are read in
-// place: F32/F16 16 lanes wide with AVX-512 (kernels::attention_values_avx512), F16 converted in
-// registers with AVX2, and block-quantised values from their blocks (16 elements decoded in
-// registers); the generic kernel converts each block of entries into a small buffer first, as
-// for BF16 values everywhere (quant::dequantize_row).
+// scalar int8::gemm_ref. One position over Q8_0 keys reads each key once for up to 4 query rows
+// and sums many (row, entry) vectors across lanes at once (int8::scores_q8_0_vnni / _avx2),
+// prefetching the values as the F32/F16 pass does. Values: for a block of positions (AVX2,
+// AVX-512) each block of values is converted to float rows once (block-quantised ones
+// dequantised) and every position's probability rows go through rows_times_panel_avx2 against
+// it; for one position they are read in place: F32/F16/Q8_0 16 lanes wide with AVX-512
+// (kernels::attention_values_avx512), F16 converted in registers with AVX2, and block-quantised
+// values from their blocks (16 elements decoded in registers); the generic kernel converts each
+// block of entries into a small buffer first, as for BF16 values everywhere
+// (quant::dequantize_row).
 // ref::attention (reference.h) is the scalar reference the tests use.
 #pragma once
 

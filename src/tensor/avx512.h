@@ -62,6 +62,35 @@ __attribute__((target("avx512f"))) inline void transpose16(__m512i v[16]) {
     }
 }
 
+// Lane j of the result = the sum of a[j]'s 16 lanes: four rounds of pairwise shuffles and adds,
+// each halving the vectors and the lanes per entry (46 instructions for 16 horizontal sums).
+//   round 1: 128-bit quarters of a[2k], a[2k+1]      -> quarters [2k, 2k, 2k+1, 2k+1] (8 lanes each)
+//   round 2: quarters of b[2m], b[2m+1]              -> quarters [4m, 4m+1, 4m+2, 4m+3] (4 lanes each)
+//   round 3: lanes inside each quarter q             -> [8n+q, 8n+q, 8n+4+q, 8n+4+q] (2 lanes each)
+//   round 4: the same                                -> lane 4q + r holds entry q + 4r
+// then one permutation into entry order.
+__attribute__((target("avx512f"))) inline __m512 sum16(const __m512 a[16]) {
+    __m512 b[8], c[4], e[2];
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+        b[k] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0x44),
+                             _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0xEE));
+    }
+#pragma GCC unroll 4
+    for (int m = 0; m < 4; ++m) {
+        c[m] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * m], b[2 * m + 1], 0x88),
+                             _mm512_shuffle_f32x4(b[2 * m], b[2 * m + 1], 0xDD));
+    }
+#pragma GCC unroll 2
+    for (int n = 0; n < 2; ++n) {
+        e[n] = _mm512_add_ps(_mm512_shuffle_ps(c[2 * n], c[2 * n + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(c[2 * n], c[2 * n + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    }
+    const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(e[0], e[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_ps(e[0], e[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), s);
+}
+
 }  // namespace kvec::avx512
 
 #endif

@@ -28,6 +28,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "tensor/kernels.h"
 #include "tensor/weight.h"
 
 namespace kvec::int8 {
@@ -92,6 +93,10 @@ void gemm_six_bit_avx2(const QuantRows& x, int64_t nx, const Panel& w, int64_t n
 // Q8_0 weights in place: nw rows starting at w (row_bytes apart), same contract as gemm_ref.
 void gemm_q8_0_avx2(const QuantRows& x, int64_t nx, const uint8_t* w, size_t row_bytes, int64_t nw,
                     float* y, int64_t ldy);
+// scores_q8_0_vnni below with AVX2: per entry and block the keys' bytes read once for up to 4
+// query rows (maddubs as gemm_q8_0_avx2), 8 (row, entry) vectors summed across lanes at once.
+void scores_q8_0_avx2(const QuantRows& x, int64_t nx, const uint8_t* k, size_t row_bytes, int64_t n, float* y,
+                      int64_t ldy, const kernels::ValuePrefetch& values);
 
 // AVX-512 VNNI kernels for prefill (int8_vnni.cpp). vpdpbusd multiplies 64 unsigned x signed byte
 // pairs into 16 int32 lanes, four times the multiply-adds of a 512-bit float FMA. The weight rows
@@ -106,6 +111,15 @@ bool vnni_enabled();
 void gemm_vnni(const QuantRows& x, int64_t nx, const Panel& w, int64_t nw, float* y, int64_t ldy);
 void gemm_q8_0_vnni(const QuantRows& x, int64_t nx, const uint8_t* w, size_t row_bytes, int64_t nw,
                     float* y, int64_t ldy);
+// One position's attention scores over Q8_0 keys read in place (decode): the contract of
+// gemm_q8_0_vnni (nx query rows, n keys row_bytes apart) without packing the keys into panels,
+// which for a few rows cost more than the products. Per entry and pair of blocks, the keys' 64
+// bytes (+ 128) in one vector and one vpdpbusd per query row; 16 (row, entry) vectors summed
+// across lanes at once; rows in passes of up to 4. The same integer sums as gemm_ref (the float
+// sums in another order). The values of the scored entries are prefetched as it goes (the first
+// pass only), so that the values pass after the softmax finds them in L2.
+void scores_q8_0_vnni(const QuantRows& x, int64_t nx, const uint8_t* k, size_t row_bytes, int64_t n, float* y,
+                      int64_t ldy, const kernels::ValuePrefetch& values);
 // Rows [0, nr) (nr <= 16) of the weight rows at w (row_bytes apart; nb blocks of 32) packed into one
 // 16-row panel of the layout above (qp [nb, 8, 16, 4], sp and mp [nb, 2, 16]); returns whether a
 // block's two halves have their own scales. int8::decode::panel_packer gives one per type.

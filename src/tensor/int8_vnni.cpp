@@ -14,6 +14,7 @@
 // halves have their own scales). After the block: y += float(sum) * (scale_w * d_x), one
 // conversion, one multiply and one FMA per 32 x 16 multiply-adds, and for the types with a min
 // one more FMA, y += min_w * (d_x * sum(q_x)).
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <utility>
@@ -29,8 +30,10 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
-// GCC 12 warns inside its own _mm512_cvtepi32_ps (an intentionally undefined pass-through operand).
+// GCC 12 warns inside its own _mm512_cvtepi32_ps and _mm512_shuffle_f32x4 (avx512::sum16): an
+// intentionally undefined pass-through operand.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
 namespace kvec::int8 {
@@ -276,6 +279,120 @@ void gemm_rows(const QuantRows& x, int64_t nx, const Rows& rows, int64_t nw, flo
     }
 }
 
+// One position's scores over Q8_0 keys in place (int8_gemm.h, scores_q8_0_vnni). Per query row
+// and pair of blocks b, b + 1, prepared once per call (rows beyond an odd last block zero):
+//   q:     the row's 64 bytes of the two blocks (signed)
+//   dx:    [d_x(b) x 8, d_x(b + 1) x 8]
+//   start: -128 * sum(q over block b) in lane 0, the same for b + 1 in lane 8, else 0
+struct RowPairs {
+    int8_t q[64];
+    int32_t start[16];
+    float dx[16];
+};
+
+// R query rows (rows[0, R)) against J = 16 / R entries at once (kj[j], the entries past the last
+// repeating it), lane r * J + j of the result = row r, entry j. Per entry and pair of blocks: the
+// keys' 64 bytes made unsigned (^ 0x80: + 128) in one vector, one vpdpbusd per row from `start`
+// (so each block's int32 lanes add up to gemm_ref's integer sum), the lanes converted and scaled
+// by d_k * d_x, into one float vector per (row, entry); sum16 adds the 16 vectors' lanes at once.
+template <int R>
+KVEC_VNNI inline __m512 q8_0_dots(const RowPairs* rows, int64_t nb, const uint8_t* const* kj) {
+    const int64_t pairs = (nb + 1) / 2;
+    constexpr int J = 16 / R;
+    __m512 acc[16];
+#pragma GCC unroll 16
+    for (int a = 0; a < 16; ++a) acc[a] = _mm512_setzero_ps();
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    for (int64_t pr = 0; pr < pairs; ++pr) {
+        const bool two = 2 * pr + 1 < nb;  // an odd last block is alone
+#pragma GCC unroll 16
+        for (int j = 0; j < J; ++j) {
+            const uint8_t* blk = kj[j] + pr * 2 * sizeof(quant::BlockQ8_0);  // blocks 2 pr, 2 pr + 1
+            uint16_t d0, d1 = 0;
+            std::memcpy(&d0, blk, 2);
+            __m256i hi = _mm256_setzero_si256();  // no second block: its lanes add 0 (query bytes and scale 0)
+            if (two) {
+                std::memcpy(&d1, blk + 34, 2);
+                hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 36));
+            }
+            const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+            const __m512i kv = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), flip);
+            const __m128 dk2 = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(d0 | uint32_t{d1} << 16)));
+            const __m512 dk = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(dk2));
+#pragma GCC unroll 4
+            for (int r = 0; r < R; ++r) {
+                const RowPairs& x = rows[r * pairs + pr];  // rows [R, pairs]
+                const __m512i sum = _mm512_dpbusd_epi32(_mm512_loadu_si512(x.start), kv, _mm512_loadu_si512(x.q));
+                acc[r * J + j] =
+                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dk, _mm512_loadu_ps(x.dx)), acc[r * J + j]);
+            }
+        }
+    }
+    return avx512::sum16(acc);
+}
+
+// Rows [0, R) of `rows` against entries [0, n), J = 16 / R at a time; the first rows' pass
+// prefetches the values of the entries it scores.
+template <int R>
+KVEC_VNNI void q8_0_scores_rows(const RowPairs* rows, int64_t nb, const uint8_t* k, size_t row_bytes, int64_t n,
+                                float* y, int64_t ldy, const kernels::ValuePrefetch& values) {
+    constexpr int J = 16 / R;
+    for (int64_t j = 0; j < n; j += J) {
+        const int64_t m = std::min<int64_t>(J, n - j);
+        values(j, m);
+        const uint8_t* kj[J];
+#pragma GCC unroll 16
+        for (int e = 0; e < J; ++e) kj[e] = k + static_cast<size_t>(j + std::min<int64_t>(e, m - 1)) * row_bytes;
+        const __m512 s = q8_0_dots<R>(rows, nb, kj);
+        // Row r's lanes r J .. r J + m - 1 moved to lanes 0 .. m - 1, stored to y[r, j ..].
+        const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+            const __m512 row = r == 0 ? s : _mm512_permutexvar_ps(_mm512_add_epi32(lane, _mm512_set1_epi32(r * J)), s);
+            _mm512_mask_storeu_ps(y + r * ldy + j, avx512::first16(m), row);
+        }
+    }
+}
+
+// scores_q8_0_vnni, its checks done.
+KVEC_VNNI void q8_0_scores(const QuantRows& x, int64_t nx, const uint8_t* k, size_t row_bytes, int64_t n, float* y,
+                           int64_t ldy, const kernels::ValuePrefetch& values) {
+    const int64_t nb = x.k / kBlock, pairs = (nb + 1) / 2;
+    thread_local std::vector<RowPairs> prepared;  // [nx, pairs]
+    prepared.resize(static_cast<size_t>(nx * pairs));
+    for (int64_t i = 0; i < nx; ++i) {
+        for (int64_t pr = 0; pr < pairs; ++pr) {
+            const int64_t b = 2 * pr;
+            const bool two = b + 1 < nb;
+            const int32_t* qs = x.qsum + (i * nb + b) * 2;
+            const float* d = x.d + i * nb + b;
+            RowPairs& r = prepared[static_cast<size_t>(i * pairs + pr)];
+            r = RowPairs{};
+            std::memcpy(r.q, x.q + i * x.k + b * kBlock, static_cast<size_t>(two ? 2 : 1) * kBlock);
+            r.start[0] = -128 * (qs[0] + qs[1]);
+            r.start[8] = two ? -128 * (qs[2] + qs[3]) : 0;
+            std::fill(r.dx, r.dx + 8, d[0]);
+            std::fill(r.dx + 8, r.dx + 16, two ? d[1] : 0.0f);
+        }
+    }
+    // Rows in passes of at most 4, as even as they go (3 rows: one pass; 7: 4 + 3).
+    const int64_t passes = (nx + 3) / 4;
+    kernels::ValuePrefetch first = values;  // the first pass only
+    for (int64_t p = 0, i = 0; p < passes; ++p) {
+        const int64_t r = (nx - i + (passes - p) - 1) / (passes - p);
+        const RowPairs* rows = prepared.data() + i * pairs;
+        float* yi = y + i * ldy;
+        switch (r) {
+            case 4: q8_0_scores_rows<4>(rows, nb, k, row_bytes, n, yi, ldy, first); break;
+            case 3: q8_0_scores_rows<3>(rows, nb, k, row_bytes, n, yi, ldy, first); break;
+            case 2: q8_0_scores_rows<2>(rows, nb, k, row_bytes, n, yi, ldy, first); break;
+            default: q8_0_scores_rows<1>(rows, nb, k, row_bytes, n, yi, ldy, first); break;
+        }
+        first = {};
+        i += r;
+    }
+}
 }  // namespace
 
 bool vnni_supported() {
@@ -294,6 +411,12 @@ void gemm_q8_0_vnni(const QuantRows& x, int64_t nx, const uint8_t* w, size_t row
                     int64_t ldy) {
     KVEC_CHECK(vnni_supported());
     gemm_rows(x, nx, Q80Rows{w, row_bytes}, nw, y, ldy);
+}
+
+void scores_q8_0_vnni(const QuantRows& x, int64_t nx, const uint8_t* k, size_t row_bytes, int64_t n, float* y,
+                      int64_t ldy, const kernels::ValuePrefetch& values) {
+    KVEC_CHECK(vnni_supported() && x.qsum != nullptr && x.k % kBlock == 0);
+    q8_0_scores(x, nx, k, row_bytes, n, y, ldy, values);
 }
 
 void gemm_vnni_packed(const QuantRows& x, int64_t nx, PanelPacker pack, bool has_min, const uint8_t* w,
@@ -327,6 +450,10 @@ void gemm_vnni_packed(const QuantRows&, int64_t, PanelPacker, bool, const uint8_
     fail("this build has no AVX-512 VNNI kernels");
 }
 void gemm_q8_0_panels(const QuantRows&, int64_t, const uint8_t*, int64_t, float*, int64_t) {
+    fail("this build has no AVX-512 VNNI kernels");
+}
+void scores_q8_0_vnni(const QuantRows&, int64_t, const uint8_t*, size_t, int64_t, float*, int64_t,
+                      const kernels::ValuePrefetch&) {
     fail("this build has no AVX-512 VNNI kernels");
 }
 

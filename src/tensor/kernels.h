@@ -107,9 +107,12 @@ void attention_scores_direct_avx2(GgmlType type, const float* q, int64_t nq, int
 // values as attention_values_* (accumulated), 64 dimensions of up to 4 rows per pass:
 //   y[i * ldy + j]    = sum_{e < d} q[i * ldq + e] * k_j[e]      for i < nq, j < n
 //   out[i * ldo + e] += sum_{j < n} p[i * ldp + j] * v_j[e]      for i < nq, e < d
+// The values also take Q8_0 rows (d a multiple of 32: values_direct_avx512), each 16 bytes
+// sign-extended, converted and scaled in registers.
 bool attention_direct_avx512(GgmlType type, int64_t d);
 void attention_scores_direct_avx512(GgmlType type, const float* q, int64_t nq, int64_t ldq, const void* k, int64_t n,
                                     int64_t d, float* y, int64_t ldy, ValuePrefetch values = {});
+bool values_direct_avx512(GgmlType type, int64_t d);
 void attention_values_avx512(GgmlType type, const float* p, int64_t nq, int64_t ldp, const void* v, int64_t n,
                              int64_t d, float* out, int64_t ldo);
 

@@ -915,35 +915,6 @@ struct F32Load16 {
     KVEC_AVX512 static __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
 };
 
-// Lane j of the result = the sum of a[j]'s 16 lanes: four rounds of pairwise shuffles and adds,
-// each halving the vectors and the lanes per entry (46 instructions for 16 horizontal sums).
-//   round 1: 128-bit quarters of a[2k], a[2k+1]      -> quarters [2k, 2k, 2k+1, 2k+1] (8 lanes each)
-//   round 2: quarters of b[2m], b[2m+1]              -> quarters [4m, 4m+1, 4m+2, 4m+3] (4 lanes each)
-//   round 3: lanes inside each quarter q             -> [8n+q, 8n+q, 8n+4+q, 8n+4+q] (2 lanes each)
-//   round 4: the same                                -> lane 4q + r holds entry q + 4r
-// then one permutation into entry order.
-KVEC_AVX512 inline __m512 sum16(const __m512 a[16]) {
-    __m512 b[8], c[4], e[2];
-#pragma GCC unroll 8
-    for (int k = 0; k < 8; ++k) {
-        b[k] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0x44),
-                             _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0xEE));
-    }
-#pragma GCC unroll 4
-    for (int m = 0; m < 4; ++m) {
-        c[m] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * m], b[2 * m + 1], 0x88),
-                             _mm512_shuffle_f32x4(b[2 * m], b[2 * m + 1], 0xDD));
-    }
-#pragma GCC unroll 2
-    for (int n = 0; n < 2; ++n) {
-        e[n] = _mm512_add_ps(_mm512_shuffle_ps(c[2 * n], c[2 * n + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                             _mm512_shuffle_ps(c[2 * n], c[2 * n + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-    }
-    const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(e[0], e[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                                   _mm512_shuffle_ps(e[0], e[1], _MM_SHUFFLE(3, 1, 3, 1)));
-    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), s);
-}
-
 // R query rows x J = 16 / R consecutive keys k [J, d]: the R * J dot products over d, lane r * J
 // + j = row r, entry j. The vector loop runs over d with the 16 accumulators as independent
 // chains (one dependent FMA per 16 elements each), and each key's 16 elements are converted once
@@ -965,7 +936,7 @@ KVEC_AVX512 inline __m512 dots16(const float* q, int64_t ldq, const E* k, int64_
             for (int r = 0; r < R; ++r) a[r * J + j] = _mm512_fmadd_ps(qr[r], kv, a[r * J + j]);
         }
     }
-    return sum16(a);
+    return avx512::sum16(a);
 }
 
 // Rows i .. i + R - 1 (R = 1, 2) against the entries [j0, j1), 16 / R at a time, with the values
@@ -1059,6 +1030,63 @@ KVEC_AVX512 void values_512(const float* p, int64_t nq, int64_t ldp, const E* v,
     }
 }
 
+// Q8_0 values read from their blocks (kernels.h, attention_values_avx512): C query rows x 16 DV
+// dimensions [e0, e0 + 16 DV) of out over n rows; per entry each vector of 16 bytes sign-extended,
+// converted and scaled by its block's scale once for the C rows.
+template <int C, int DV>
+KVEC_AVX512 inline void q8_0_values_tile(const float* p, int64_t ldp, const uint8_t* v, size_t row_bytes, int64_t e0,
+                                         int64_t n, float* out, int64_t ldo) {
+    __m512 acc[C][DV];
+#pragma GCC unroll 4
+    for (int i = 0; i < C; ++i)
+#pragma GCC unroll 4
+        for (int e = 0; e < DV; ++e) acc[i][e] = _mm512_loadu_ps(out + i * ldo + e0 + 16 * e);
+    for (int64_t j = 0; j < n; ++j) {
+        const uint8_t* row = v + static_cast<size_t>(j) * row_bytes;
+        __m512 vv[DV];
+#pragma GCC unroll 4
+        for (int e = 0; e < DV; ++e) {
+            const int64_t at = e0 + 16 * e;
+            const uint8_t* blk = row + at / 32 * 34;  // [fp16 scale, 32 bytes]
+            uint16_t h;
+            std::memcpy(&h, blk, 2);
+            const __m512i q = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2 + at % 32)));
+            vv[e] = _mm512_mul_ps(_mm512_cvtepi32_ps(q), _mm512_set1_ps(_cvtsh_ss(h)));
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < C; ++i) {
+            const __m512 pi = _mm512_set1_ps(p[i * ldp + j]);
+#pragma GCC unroll 4
+            for (int e = 0; e < DV; ++e) acc[i][e] = _mm512_fmadd_ps(pi, vv[e], acc[i][e]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < C; ++i)
+#pragma GCC unroll 4
+        for (int e = 0; e < DV; ++e) _mm512_storeu_ps(out + i * ldo + e0 + 16 * e, acc[i][e]);
+}
+
+template <int C>
+KVEC_AVX512 void q8_0_values_rows(const float* p, int64_t ldp, const uint8_t* v, int64_t n, int64_t d, float* out,
+                                  int64_t ldo) {
+    const size_t rb = ggml_row_size(GgmlType::Q8_0, d);
+    int64_t e = 0;
+    for (; e + 64 <= d; e += 64) q8_0_values_tile<C, 4>(p, ldp, v, rb, e, n, out, ldo);
+    for (; e < d; e += 16) q8_0_values_tile<C, 1>(p, ldp, v, rb, e, n, out, ldo);
+}
+
+KVEC_AVX512 void q8_0_values_512(const float* p, int64_t nq, int64_t ldp, const uint8_t* v, int64_t n, int64_t d,
+                                 float* out, int64_t ldo) {
+    int64_t i = 0;
+    for (; i + 4 <= nq; i += 4) q8_0_values_rows<4>(p + i * ldp, ldp, v, n, d, out + i * ldo, ldo);
+    switch (nq - i) {
+        case 3: q8_0_values_rows<3>(p + i * ldp, ldp, v, n, d, out + i * ldo, ldo); break;
+        case 2: q8_0_values_rows<2>(p + i * ldp, ldp, v, n, d, out + i * ldo, ldo); break;
+        case 1: q8_0_values_rows<1>(p + i * ldp, ldp, v, n, d, out + i * ldo, ldo); break;
+        default: break;
+    }
+}
+
 // Rows given by pointers times a float panel with AVX-512F (kernels.h, rows_times_panel_avx512):
 // C rows x DV vectors of 16 columns, the last vector's lanes past the columns masked (neither read
 // nor written); 8 x 2 tiles use 16 accumulators + 2 panel vectors + 1 broadcast.
@@ -1135,10 +1163,16 @@ void attention_scores_direct_avx512(GgmlType type, const float* q, int64_t nq, i
     }
 }
 
+bool values_direct_avx512(GgmlType type, int64_t d) {
+    return type == GgmlType::Q8_0 ? avx512_enabled() && d % 32 == 0 : attention_direct_avx512(type, d);
+}
+
 void attention_values_avx512(GgmlType type, const float* p, int64_t nq, int64_t ldp, const void* v, int64_t n,
                              int64_t d, float* out, int64_t ldo) {
-    KVEC_CHECK(attention_direct_avx512(type, d));
-    if (type == GgmlType::F16) {
+    KVEC_CHECK(values_direct_avx512(type, d));
+    if (type == GgmlType::Q8_0) {
+        q8_0_values_512(p, nq, ldp, static_cast<const uint8_t*>(v), n, d, out, ldo);
+    } else if (type == GgmlType::F16) {
         values_512<Fp16Load16>(p, nq, ldp, static_cast<const uint16_t*>(v), n, d, out, ldo);
     } else {
         values_512<F32Load16>(p, nq, ldp, static_cast<const float*>(v), n, d, out, ldo);
@@ -1446,6 +1480,78 @@ void gemm_q8_0_avx2(const QuantRows& x, int64_t nx, const uint8_t* w, size_t row
     gemm_tiles(x, nx, Q80Source{w, row_bytes}, nw, nb, y, ldy);
 }
 
+// One position's scores over Q8_0 keys in place (int8_gemm.h, scores_q8_0_avx2).
+namespace {
+// R query rows (from i0) against J = 8 / R entries at once (kj[j]), lane r * J + j of the result
+// = row r, entry j (R = 3: lanes 0-5). Per entry and block: the keys' bytes and their absolute
+// values loaded once for the R rows, maddubs(|k|, sign(x, k)) and madd with 1s as in `tile`, one
+// FMA by d_k * d_x into a vector per (row, entry); sum8 adds 8 such vectors' lanes at once.
+template <int R>
+inline __m256 q8_0_dots8(const QuantRows& x, int64_t i0, const uint8_t* const* kj, int64_t nb) {
+    constexpr int J = 8 / R;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[8];
+#pragma GCC unroll 8
+    for (int a = 0; a < 8; ++a) acc[a] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+#pragma GCC unroll 8
+        for (int j = 0; j < J; ++j) {
+            const uint8_t* blk = kj[j] + b * sizeof(quant::BlockQ8_0);
+            const __m256i kq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kernels::q8_0_quants(blk)));
+            const __m256i ka = _mm256_abs_epi8(kq);  // 128 for -128, as an unsigned byte
+            const __m256 dk = _mm256_set1_ps(kernels::q8_0_scale(blk));
+#pragma GCC unroll 4
+            for (int r = 0; r < R; ++r) {
+                const int8_t* xq = x.q + (i0 + r) * x.k + b * kBlock;
+                const __m256i p16 = _mm256_maddubs_epi16(
+                    ka, _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq)), kq));
+                const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+                const __m256 d = _mm256_mul_ps(dk, _mm256_broadcast_ss(x.d + (i0 + r) * nb + b));
+                acc[r * J + j] = _mm256_fmadd_ps(p, d, acc[r * J + j]);
+            }
+        }
+    }
+    return kernels::sum8(acc);
+}
+
+// Rows [i0, i0 + R) against entries [0, n), J = 8 / R at a time (the entries past the last
+// repeat it); the first rows' pass prefetches the values of the entries it scores.
+template <int R>
+void q8_0_scores_rows8(const QuantRows& x, int64_t i0, const uint8_t* k, size_t row_bytes, int64_t n, float* y,
+                       int64_t ldy, const kernels::ValuePrefetch& values) {
+    constexpr int J = 8 / R;
+    const int64_t nb = x.k / kBlock;
+    alignas(32) float lanes[8];
+    for (int64_t j = 0; j < n; j += J) {
+        const int64_t m = std::min<int64_t>(J, n - j);
+        values(j, m);
+        const uint8_t* kj[J];
+#pragma GCC unroll 8
+        for (int e = 0; e < J; ++e) kj[e] = k + static_cast<size_t>(j + std::min<int64_t>(e, m - 1)) * row_bytes;
+        _mm256_store_ps(lanes, q8_0_dots8<R>(x, i0, kj, nb));
+        for (int r = 0; r < R; ++r) std::copy_n(lanes + r * J, m, y + (i0 + r) * ldy + j);
+    }
+}
+}  // namespace
+
+void scores_q8_0_avx2(const QuantRows& x, int64_t nx, const uint8_t* k, size_t row_bytes, int64_t n, float* y,
+                      int64_t ldy, const kernels::ValuePrefetch& values) {
+    // Rows in passes of at most 4, as even as they go (3 rows: one pass; 7: 4 + 3).
+    const int64_t passes = (nx + 3) / 4;
+    kernels::ValuePrefetch first = values;  // the first pass only
+    for (int64_t p = 0, i = 0; p < passes; ++p) {
+        const int64_t r = (nx - i + (passes - p) - 1) / (passes - p);
+        switch (r) {
+            case 4: q8_0_scores_rows8<4>(x, i, k, row_bytes, n, y, ldy, first); break;
+            case 3: q8_0_scores_rows8<3>(x, i, k, row_bytes, n, y, ldy, first); break;
+            case 2: q8_0_scores_rows8<2>(x, i, k, row_bytes, n, y, ldy, first); break;
+            default: q8_0_scores_rows8<1>(x, i, k, row_bytes, n, y, ldy, first); break;
+        }
+        first = {};
+        i += r;
+    }
+}
+
 namespace {
 
 constexpr int kSixRows = 8;  // weight rows per interleaved panel (one int32 lane each)
@@ -1694,6 +1800,10 @@ void gemm_avx2(const QuantRows& x, int64_t nx, const Panel& w, int64_t nw, float
     gemm_ref(x, nx, w, nw, y, ldy);
 }
 void gemm_q8_0_avx2(const QuantRows&, int64_t, const uint8_t*, size_t, int64_t, float*, int64_t) {
+    KVEC_CHECK(false && "AVX2 kernel called in a build without AVX2");
+}
+void scores_q8_0_avx2(const QuantRows&, int64_t, const uint8_t*, size_t, int64_t, float*, int64_t,
+                      const kernels::ValuePrefetch&) {
     KVEC_CHECK(false && "AVX2 kernel called in a build without AVX2");
 }
 void gemm_six_bit_avx2(const QuantRows& x, int64_t nx, const Panel& w, int64_t nw, float* y, int64_t ldy) {

@@ -465,6 +465,11 @@ TEST(Int8, Q8_0ExactAtExtremeBytes) {
         EXPECT_EQ(tiles, want);
         int8::gemm_avx2(a.view(k), nx, p.view(k), nw, tiles.data(), nw);
         EXPECT_EQ(tiles, want);
+        // The attention scores over Q8_0 keys in place, with the values' prefetch pointed at the keys.
+        std::fill(tiles.begin(), tiles.end(), 0.0f);
+        int8::scores_q8_0_avx2(a.view(k), nx, bytes, view.row_bytes, nw, tiles.data(), nw,
+                               {reinterpret_cast<const char*>(bytes), view.row_bytes});
+        EXPECT_EQ(tiles, want);
     }
     if (!int8::vnni_supported()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
     std::vector<float> got(want.size());
@@ -472,6 +477,12 @@ TEST(Int8, Q8_0ExactAtExtremeBytes) {
     EXPECT_EQ(got, want);
     // The VNNI decode kernel's offset (w + 128, taken back as -128 * scale * sum(q_x) per block) too.
     EXPECT_EQ(decode(int8::decode::kernel_avx512(GgmlType::Q8_0)), want);
+    // The VNNI attention scores over Q8_0 keys in place (the keys + 128, the same offset per pair
+    // of blocks).
+    std::fill(got.begin(), got.end(), 0.0f);
+    int8::scores_q8_0_vnni(a.view(k), nx, bytes, view.row_bytes, nw, got.data(), nw,
+                           {reinterpret_cast<const char*>(bytes), view.row_bytes});
+    EXPECT_EQ(got, want);
 }
 
 // A row's result does not depend on the other rows of its call, as long as the call takes the
