@@ -983,76 +983,41 @@ KVEC_AVX512 void scores_direct(const float* q, int64_t nq, int64_t ldq, const E*
     }
 }
 
-// C query rows x 16 DV dimensions of out, accumulated over the n entries.
-template <class L16, int C, int DV, class E>
-KVEC_AVX512 inline void values_tile_512(const float* p, int64_t ldp, const E* v, int64_t ldv, int64_t n, float* out,
-                                        int64_t ldo) {
-    __m512 acc[C][DV];
-#pragma GCC unroll 4
-    for (int i = 0; i < C; ++i)
-#pragma GCC unroll 4
-        for (int e = 0; e < DV; ++e) acc[i][e] = _mm512_loadu_ps(out + i * ldo + 16 * e);
-    for (int64_t j = 0; j < n; ++j) {
-        __m512 vv[DV];
-#pragma GCC unroll 4
-        for (int e = 0; e < DV; ++e) vv[e] = L16::load16(v + j * ldv + 16 * e);
-#pragma GCC unroll 4
-        for (int i = 0; i < C; ++i) {
-            const __m512 pi = _mm512_set1_ps(p[i * ldp + j]);
-#pragma GCC unroll 4
-            for (int e = 0; e < DV; ++e) acc[i][e] = _mm512_fmadd_ps(pi, vv[e], acc[i][e]);
-        }
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < C; ++i)
-#pragma GCC unroll 4
-        for (int e = 0; e < DV; ++e) _mm512_storeu_ps(out + i * ldo + 16 * e, acc[i][e]);
-}
-
-template <class L16, int C, class E>
-KVEC_AVX512 void values_rows_512(const float* p, int64_t ldp, const E* v, int64_t n, int64_t d, float* out,
-                                 int64_t ldo) {
-    int64_t e = 0;
-    for (; e + 64 <= d; e += 64) values_tile_512<L16, C, 4>(p, ldp, v + e, d, n, out + e, ldo);
-    for (; e < d; e += 16) values_tile_512<L16, C, 1>(p, ldp, v + e, d, n, out + e, ldo);
-}
-
+// Value rows read in place, 16 elements of entry j from element `at` per load16(j, at): F32/F16
+// rows converted by L16, or Q8_0 blocks (16 bytes sign-extended, converted, times the block's
+// scale).
 template <class L16, class E>
-KVEC_AVX512 void values_512(const float* p, int64_t nq, int64_t ldp, const E* v, int64_t n, int64_t d, float* out,
-                            int64_t ldo) {
-    int64_t i = 0;
-    for (; i + 4 <= nq; i += 4) values_rows_512<L16, 4>(p + i * ldp, ldp, v, n, d, out + i * ldo, ldo);
-    switch (nq - i) {
-        case 3: values_rows_512<L16, 3>(p + i * ldp, ldp, v, n, d, out + i * ldo, ldo); break;
-        case 2: values_rows_512<L16, 2>(p + i * ldp, ldp, v, n, d, out + i * ldo, ldo); break;
-        case 1: values_rows_512<L16, 1>(p + i * ldp, ldp, v, n, d, out + i * ldo, ldo); break;
-        default: break;
+struct PlainValues {
+    const E* v;  // [n, d]
+    int64_t d;
+    KVEC_AVX512 __m512 load16(int64_t j, int64_t at) const { return L16::load16(v + j * d + at); }
+};
+struct Q8_0Values {
+    const uint8_t* v;  // [n] rows of d / 32 blocks
+    size_t row_bytes;
+    KVEC_AVX512 __m512 load16(int64_t j, int64_t at) const {
+        const uint8_t* blk = v + static_cast<size_t>(j) * row_bytes + at / 32 * sizeof(quant::BlockQ8_0);
+        uint16_t h;
+        std::memcpy(&h, blk, 2);
+        const __m512i q = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2 + at % 32)));
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(q), _mm512_set1_ps(_cvtsh_ss(h)));
     }
-}
+};
 
-// Q8_0 values read from their blocks (kernels.h, attention_values_avx512): C query rows x 16 DV
-// dimensions [e0, e0 + 16 DV) of out over n rows; per entry each vector of 16 bytes sign-extended,
-// converted and scaled by its block's scale once for the C rows.
-template <int C, int DV>
-KVEC_AVX512 inline void q8_0_values_tile(const float* p, int64_t ldp, const uint8_t* v, size_t row_bytes, int64_t e0,
-                                         int64_t n, float* out, int64_t ldo) {
+// C query rows x 16 DV dimensions [e0, e0 + 16 DV) of out, accumulated over the n entries; each
+// entry's vectors loaded once for the C rows.
+template <class V, int C, int DV>
+KVEC_AVX512 inline void values_tile_512(const float* p, int64_t ldp, const V& v, int64_t e0, int64_t n, float* out,
+                                        int64_t ldo) {
     __m512 acc[C][DV];
 #pragma GCC unroll 4
     for (int i = 0; i < C; ++i)
 #pragma GCC unroll 4
         for (int e = 0; e < DV; ++e) acc[i][e] = _mm512_loadu_ps(out + i * ldo + e0 + 16 * e);
     for (int64_t j = 0; j < n; ++j) {
-        const uint8_t* row = v + static_cast<size_t>(j) * row_bytes;
         __m512 vv[DV];
 #pragma GCC unroll 4
-        for (int e = 0; e < DV; ++e) {
-            const int64_t at = e0 + 16 * e;
-            const uint8_t* blk = row + at / 32 * 34;  // [fp16 scale, 32 bytes]
-            uint16_t h;
-            std::memcpy(&h, blk, 2);
-            const __m512i q = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2 + at % 32)));
-            vv[e] = _mm512_mul_ps(_mm512_cvtepi32_ps(q), _mm512_set1_ps(_cvtsh_ss(h)));
-        }
+        for (int e = 0; e < DV; ++e) vv[e] = v.load16(j, e0 + 16 * e);
 #pragma GCC unroll 4
         for (int i = 0; i < C; ++i) {
             const __m512 pi = _mm512_set1_ps(p[i * ldp + j]);
@@ -1066,23 +1031,23 @@ KVEC_AVX512 inline void q8_0_values_tile(const float* p, int64_t ldp, const uint
         for (int e = 0; e < DV; ++e) _mm512_storeu_ps(out + i * ldo + e0 + 16 * e, acc[i][e]);
 }
 
-template <int C>
-KVEC_AVX512 void q8_0_values_rows(const float* p, int64_t ldp, const uint8_t* v, int64_t n, int64_t d, float* out,
-                                  int64_t ldo) {
-    const size_t rb = ggml_row_size(GgmlType::Q8_0, d);
+template <class V, int C>
+KVEC_AVX512 void values_rows_512(const float* p, int64_t ldp, const V& v, int64_t n, int64_t d, float* out,
+                                 int64_t ldo) {
     int64_t e = 0;
-    for (; e + 64 <= d; e += 64) q8_0_values_tile<C, 4>(p, ldp, v, rb, e, n, out, ldo);
-    for (; e < d; e += 16) q8_0_values_tile<C, 1>(p, ldp, v, rb, e, n, out, ldo);
+    for (; e + 64 <= d; e += 64) values_tile_512<V, C, 4>(p, ldp, v, e, n, out, ldo);
+    for (; e < d; e += 16) values_tile_512<V, C, 1>(p, ldp, v, e, n, out, ldo);
 }
 
-KVEC_AVX512 void q8_0_values_512(const float* p, int64_t nq, int64_t ldp, const uint8_t* v, int64_t n, int64_t d,
-                                 float* out, int64_t ldo) {
+template <class V>
+KVEC_AVX512 void values_512(const float* p, int64_t nq, int64_t ldp, const V& v, int64_t n, int64_t d, float* out,
+                            int64_t ldo) {
     int64_t i = 0;
-    for (; i + 4 <= nq; i += 4) q8_0_values_rows<4>(p + i * ldp, ldp, v, n, d, out + i * ldo, ldo);
+    for (; i + 4 <= nq; i += 4) values_rows_512<V, 4>(p + i * ldp, ldp, v, n, d, out + i * ldo, ldo);
     switch (nq - i) {
-        case 3: q8_0_values_rows<3>(p + i * ldp, ldp, v, n, d, out + i * ldo, ldo); break;
-        case 2: q8_0_values_rows<2>(p + i * ldp, ldp, v, n, d, out + i * ldo, ldo); break;
-        case 1: q8_0_values_rows<1>(p + i * ldp, ldp, v, n, d, out + i * ldo, ldo); break;
+        case 3: values_rows_512<V, 3>(p + i * ldp, ldp, v, n, d, out + i * ldo, ldo); break;
+        case 2: values_rows_512<V, 2>(p + i * ldp, ldp, v, n, d, out + i * ldo, ldo); break;
+        case 1: values_rows_512<V, 1>(p + i * ldp, ldp, v, n, d, out + i * ldo, ldo); break;
         default: break;
     }
 }
@@ -1171,11 +1136,12 @@ void attention_values_avx512(GgmlType type, const float* p, int64_t nq, int64_t 
                              int64_t d, float* out, int64_t ldo) {
     KVEC_CHECK(values_direct_avx512(type, d));
     if (type == GgmlType::Q8_0) {
-        q8_0_values_512(p, nq, ldp, static_cast<const uint8_t*>(v), n, d, out, ldo);
+        const Q8_0Values rows{static_cast<const uint8_t*>(v), ggml_row_size(type, d)};
+        values_512(p, nq, ldp, rows, n, d, out, ldo);
     } else if (type == GgmlType::F16) {
-        values_512<Fp16Load16>(p, nq, ldp, static_cast<const uint16_t*>(v), n, d, out, ldo);
+        values_512(p, nq, ldp, PlainValues<Fp16Load16, uint16_t>{static_cast<const uint16_t*>(v), d}, n, d, out, ldo);
     } else {
-        values_512<F32Load16>(p, nq, ldp, static_cast<const float*>(v), n, d, out, ldo);
+        values_512(p, nq, ldp, PlainValues<F32Load16, float>{static_cast<const float*>(v), d}, n, d, out, ldo);
     }
 }
 
