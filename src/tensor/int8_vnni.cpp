@@ -280,7 +280,7 @@ void gemm_rows(const QuantRows& x, int64_t nx, const Rows& rows, int64_t nw, flo
 }
 
 // One position's scores over Q8_0 keys in place (int8_gemm.h, scores_q8_0_vnni). Per query row
-// and pair of blocks b, b + 1, prepared once per call (rows beyond an odd last block zero):
+// and pair of blocks b, b + 1, prepared once per call (an odd last block's second half zero):
 //   q:     the row's 64 bytes of the two blocks (signed)
 //   dx:    [d_x(b) x 8, d_x(b + 1) x 8]
 //   start: -128 * sum(q over block b) in lane 0, the same for b + 1 in lane 8, else 0
@@ -308,15 +308,14 @@ KVEC_VNNI inline __m512 q8_0_dots(const RowPairs* rows, int64_t nb, const uint8_
         const bool two = 2 * pr + 1 < nb;  // an odd last block is alone
 #pragma GCC unroll 16
         for (int j = 0; j < J; ++j) {
-            const uint8_t* blk = kj[j] + pr * 2 * sizeof(quant::BlockQ8_0);  // blocks 2 pr, 2 pr + 1
-            uint16_t d0, d1 = 0;
-            std::memcpy(&d0, blk, 2);
+            const auto* blk = reinterpret_cast<const quant::BlockQ8_0*>(kj[j]) + 2 * pr;  // blocks 2 pr, 2 pr + 1
+            uint16_t d0 = blk[0].d, d1 = 0;
             __m256i hi = _mm256_setzero_si256();  // no second block: its lanes add 0 (query bytes and scale 0)
             if (two) {
-                std::memcpy(&d1, blk + 34, 2);
-                hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 36));
+                d1 = blk[1].d;
+                hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[1].qs));
             }
-            const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+            const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[0].qs));
             const __m512i kv = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), flip);
             const __m128 dk2 = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(d0 | uint32_t{d1} << 16)));
             const __m512 dk = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(dk2));
