@@ -199,6 +199,16 @@ struct KeyScorer {
     }
     bool int8() const { return path != Path::Float; }
 
+    // One position over Q8_0 keys: each key read once for all the query rows, in place
+    // (int8::scores_q8_0_vnni / _avx2), the values prefetched as it goes; same contract as
+    // operator() below, for the Q8_0 paths only (q8_0_in_place()).
+    bool q8_0_in_place() const { return path == Path::Q8_0Vnni || path == Path::Q8_0Avx2; }
+    void one_position(const int8::QuantRows& x, int64_t nq, const uint8_t* k, size_t row_bytes, int64_t n, float* y,
+                      int64_t ldy, const kernels::ValuePrefetch& values) const {
+        (path == Path::Q8_0Vnni ? int8::scores_q8_0_vnni : int8::scores_q8_0_avx2)(x, nq, k, row_bytes, n, y, ldy,
+                                                                                values);
+    }
+
     // Path::AsQ8_0: the n keys (rows of whole blocks, contiguous) as Q8_0 blocks, scored in place.
     void as_q8_0(const int8::QuantRows& x, int64_t nq, const uint8_t* k, int64_t n, float* y, int64_t ldy) const {
         const int64_t nb = x.k / int8::kBlock;
@@ -246,9 +256,9 @@ struct KeyScorer {
 };
 
 // The n_pos * nq query rows (position t, row i at q + t * ld_pos + i * ld_row) quantised for the
-// int8 scores (int8::quantize_row_ref): row t * nq + i of q [rows, d], d [rows, d / 32], hsum
-// [rows, d / 32, 2] and qsum [rows, d / 32, 2] (the VNNI kernels); thread-local buffers, valid
-// until the next call.
+// int8 scores (int8::quantize_row_ref, or quantize_rows_avx2 with the same bytes): row t * nq + i
+// of q [rows, d], d [rows, d / 32], hsum [rows, d / 32, 2] and qsum [rows, d / 32, 2] (the VNNI
+// kernels); thread-local buffers, valid until the next call.
 struct QueryQ8 {
     std::vector<int8_t> q;
     std::vector<float> d, hsum;
@@ -401,10 +411,9 @@ void attention_causal(const float* q, RowLayout q_at, int64_t n_pos, int64_t nq,
     if (direct_keys) {
         (direct_512 ? kernels::attention_scores_direct_avx512 : kernels::attention_scores_direct_avx2)(
             kv.key_type, q, nq, q_at.ld_row, kv.keys, n_vis, D, p, ldp, values_ahead);
-    } else if (n_pos == 1 && (int8_scores.path == KeyScorer::Path::Q8_0Vnni ||
-                              int8_scores.path == KeyScorer::Path::Q8_0Avx2)) {
-        (int8_scores.path == KeyScorer::Path::Q8_0Vnni ? int8::scores_q8_0_vnni : int8::scores_q8_0_avx2)(
-            qq->rows(0), nq, static_cast<const uint8_t*>(kv.keys), key_row, n_vis, p, ldp, values_ahead);
+    } else if (n_pos == 1 && int8_scores.q8_0_in_place()) {
+        int8_scores.one_position(qq->rows(0), nq, static_cast<const uint8_t*>(kv.keys), key_row, n_vis, p, ldp,
+                                 values_ahead);
     } else {
         for (int32_t j0 = 0; j0 < n_last; j0 += kEntryBlock) {
             const int32_t n = std::min(kEntryBlock, n_last - j0);

@@ -50,6 +50,19 @@ struct QuantRows {
     }
 };
 
+// pass(first, rows) over rows [0, nx) in the fewest passes of at most max_rows, their sizes as
+// even as they go (8 rows by 6: 4 + 4, not 6 + 2, since a pass of few rows reads the weights or
+// keys for little work; 7 by 4: 4 + 3).
+template <class Pass>
+void even_row_passes(int64_t nx, int64_t max_rows, Pass&& pass) {
+    const int64_t passes = (nx + max_rows - 1) / max_rows;
+    for (int64_t p = 0, i = 0; p < passes; ++p) {
+        const int64_t rows = (nx - i + (passes - p) - 1) / (passes - p);  // <= max_rows
+        pass(i, rows);
+        i += rows;
+    }
+}
+
 // Unpacked weight rows (see the header comment).
 struct Panel {
     const int8_t* q = nullptr;      // [rows, k]

@@ -227,12 +227,7 @@ KVEC_VNNI void tile_rows(const QuantRows& x, int64_t nx, const P& panels, float*
     static constexpr auto kTiles = []<int... I>(std::integer_sequence<int, I...>) {
         return std::array<Tile, R>{&tile<I + 1, NP, H, M, P>...};
     }(std::make_integer_sequence<int, R>{});
-    const int64_t n_tiles = (nx + R - 1) / R;
-    for (int64_t t = 0, i = 0; t < n_tiles; ++t) {
-        const int64_t rows = (nx - i + (n_tiles - t) - 1) / (n_tiles - t);  // <= R
-        kTiles[rows - 1](x, i, panels, y, ldy, nj);
-        i += rows;
-    }
+    even_row_passes(nx, R, [&](int64_t i, int64_t rows) { kTiles[rows - 1](x, i, panels, y, ldy, nj); });
 }
 
 // The tile for the panels' shape: two panels or one, sums per half or per block.
@@ -375,11 +370,8 @@ KVEC_VNNI void q8_0_scores(const QuantRows& x, int64_t nx, const uint8_t* k, siz
             std::fill(r.dx + 8, r.dx + 16, two ? d[1] : 0.0f);
         }
     }
-    // Rows in passes of at most 4, as even as they go (3 rows: one pass; 7: 4 + 3).
-    const int64_t passes = (nx + 3) / 4;
     kernels::ValuePrefetch first = values;  // the first pass only
-    for (int64_t p = 0, i = 0; p < passes; ++p) {
-        const int64_t r = (nx - i + (passes - p) - 1) / (passes - p);
+    even_row_passes(nx, 4, [&](int64_t i, int64_t r) {
         const RowPairs* rows = prepared.data() + i * pairs;
         float* yi = y + i * ldy;
         switch (r) {
@@ -389,8 +381,7 @@ KVEC_VNNI void q8_0_scores(const QuantRows& x, int64_t nx, const uint8_t* k, siz
             default: q8_0_scores_rows<1>(rows, nb, k, row_bytes, n, yi, ldy, first); break;
         }
         first = {};
-        i += r;
-    }
+    });
 }
 }  // namespace
 

@@ -996,11 +996,10 @@ struct Q8_0Values {
     const uint8_t* v;  // [n] rows of d / 32 blocks
     size_t row_bytes;
     KVEC_AVX512 __m512 load16(int64_t j, int64_t at) const {
-        const uint8_t* blk = v + static_cast<size_t>(j) * row_bytes + at / 32 * sizeof(quant::BlockQ8_0);
-        uint16_t h;
-        std::memcpy(&h, blk, 2);
-        const __m512i q = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2 + at % 32)));
-        return _mm512_mul_ps(_mm512_cvtepi32_ps(q), _mm512_set1_ps(_cvtsh_ss(h)));
+        const uint8_t* blk = q8_0_block(v, row_bytes, j, at / 32);
+        const auto* bytes = reinterpret_cast<const __m128i*>(q8_0_quants(blk) + at % 32);  // 16 of the block's 32
+        const __m512i q = _mm512_cvtepi8_epi32(_mm_loadu_si128(bytes));
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(q), _mm512_set1_ps(q8_0_scale(blk)));
     }
 };
 
@@ -1502,20 +1501,16 @@ void q8_0_scores_rows8(const QuantRows& x, int64_t i0, const uint8_t* k, size_t 
 
 void scores_q8_0_avx2(const QuantRows& x, int64_t nx, const uint8_t* k, size_t row_bytes, int64_t n, float* y,
                       int64_t ldy, const kernels::ValuePrefetch& values) {
-    // Rows in passes of at most 4, as even as they go (3 rows: one pass; 7: 4 + 3).
-    const int64_t passes = (nx + 3) / 4;
     kernels::ValuePrefetch first = values;  // the first pass only
-    for (int64_t p = 0, i = 0; p < passes; ++p) {
-        const int64_t r = (nx - i + (passes - p) - 1) / (passes - p);
-        switch (r) {
+    even_row_passes(nx, 4, [&](int64_t i, int64_t rows) {
+        switch (rows) {
             case 4: q8_0_scores_rows8<4>(x, i, k, row_bytes, n, y, ldy, first); break;
             case 3: q8_0_scores_rows8<3>(x, i, k, row_bytes, n, y, ldy, first); break;
             case 2: q8_0_scores_rows8<2>(x, i, k, row_bytes, n, y, ldy, first); break;
             default: q8_0_scores_rows8<1>(x, i, k, row_bytes, n, y, ldy, first); break;
         }
         first = {};
-        i += r;
-    }
+    });
 }
 
 namespace {
